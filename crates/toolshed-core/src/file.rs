@@ -1,0 +1,1 @@
+//! Loading tool specs from `tool.yaml` / JSON files.

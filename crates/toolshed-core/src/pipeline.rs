@@ -1,0 +1,833 @@
+//! The call pipeline: the one path every call takes (DESIGN.md, "The one path every
+//! call takes"), without the journal. Steps, in order:
+//!
+//! 1. resolve the name (unknown → error listing the nearest names);
+//! 2. validate the args, applying defaults;
+//! 3. (journal lookup: the durable runtime's job);
+//! 4. approval gate (here: an approval-gated call is refused, as only the durable
+//!    runtime can park a run);
+//! 5. `before_run` hooks (replace args → validated again; or short-circuit);
+//! 6. (record Started: the durable runtime's job);
+//! 7. execute, raced against the timeout and the run's cancellation, panics caught;
+//!    partial results become crumbs;
+//! 8. `on_error` hooks, bounded by the retry policy (never for a streaming call);
+//! 9. validate the output;
+//! 10. `after_run` hooks;
+//! 11. emit `tool:result` / `tool:error`.
+//!
+//! [`Pipeline::prepare`] and [`Pipeline::execute`] expose steps 1–2 and 5–11 so the
+//! durable runtime can put its journal and approval steps between them without a
+//! second code path: an approved call on resume runs exactly the hooks a live one does.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::FutureExt;
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use crate::context::{RunContext, ToolContext};
+use crate::credentials::{Credentials, EnvProvider, Secret, scrub};
+use crate::crumbs::{Crumb, CrumbBus, CrumbKind};
+use crate::error::{ErrorCode, ToolError};
+use crate::hooks::{AfterRun, BeforeRun, Hook, HookCall, HookLevel, OnError};
+use crate::schema::describe_violations;
+use crate::tool::{Tool, ToolOutput};
+use crate::toolset::{Plugin, ToolSet};
+
+/// One call as a model asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The call id the model gave (or one made up for it).
+    pub id: String,
+    /// The tool name as asked.
+    pub name: String,
+    /// The raw arguments.
+    pub args: Value,
+}
+
+impl ToolCall {
+    /// A call with a fresh id.
+    pub fn new(name: impl Into<String>, args: Value) -> Self {
+        ToolCall {
+            id: format!("call_{}", uuid::Uuid::now_v7().simple()),
+            name: name.into(),
+            args,
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutcome {
+    /// The call id.
+    pub tool_call_id: Arc<str>,
+    /// The tool name as asked.
+    pub tool_name: Arc<str>,
+    /// The result, or the error result the model sees.
+    pub result: Result<Value, ToolError>,
+    /// Wall time from the start of the call to its end.
+    pub duration: Duration,
+    /// Executions of the handler (0 when it never ran).
+    pub attempts: u32,
+}
+
+impl CallOutcome {
+    /// The text to hand a model as this call's result.
+    pub fn to_model_text(&self) -> String {
+        match &self.result {
+            Ok(Value::String(s)) => s.clone(),
+            Ok(v) => v.to_string(),
+            Err(e) => e.to_model_text(),
+        }
+    }
+}
+
+/// Settings of a [`Pipeline`].
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// The timeout of a tool that declares none. `None` means no timeout.
+    pub default_timeout: Option<Duration>,
+    /// How long one hook invocation may take.
+    pub hook_timeout: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            default_timeout: Some(Duration::from_secs(300)),
+            hook_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A call that passed resolution and validation, ready to execute.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    tool: Tool,
+    id: Arc<str>,
+    args: Value,
+    started: Instant,
+}
+
+impl PreparedCall {
+    /// The resolved tool.
+    pub fn tool(&self) -> &Tool {
+        &self.tool
+    }
+    /// The validated args, defaults applied.
+    pub fn args(&self) -> &Value {
+        &self.args
+    }
+    /// The call id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Whether the tool's approval gate applies to these args.
+    pub fn needs_approval(&self) -> Result<bool, ToolError> {
+        self.tool.spec().approval.applies(&self.args)
+    }
+}
+
+/// Per-execution options the durable runtime sets.
+#[derive(Debug, Clone, Default)]
+pub struct ExecuteOptions {
+    /// The idempotency key handed to a keyed call's handler.
+    pub idempotency_key: Option<String>,
+}
+
+/// The in-memory call pipeline. Cheap to clone; calls share no lock.
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<PipelineInner>,
+}
+
+struct PipelineInner {
+    toolset: ToolSet,
+    plugin_hooks: Vec<Arc<dyn Hook>>,
+    global_hooks: Vec<Arc<dyn Hook>>,
+    crumbs: CrumbBus,
+    config: PipelineConfig,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("toolset", &self.inner.toolset)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Pipeline`].
+#[derive(Default)]
+pub struct PipelineBuilder {
+    toolset: ToolSet,
+    plugin_hooks: Vec<Arc<dyn Hook>>,
+    global_hooks: Vec<Arc<dyn Hook>>,
+    crumbs: Option<CrumbBus>,
+    config: PipelineConfig,
+}
+
+impl PipelineBuilder {
+    /// Take the hooks of these plugins (second in the chain).
+    pub fn plugins(mut self, plugins: &[Arc<dyn Plugin>]) -> Self {
+        for p in plugins {
+            self.plugin_hooks.extend(p.hooks());
+        }
+        self
+    }
+    /// Add a plugin-level hook directly.
+    pub fn plugin_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.plugin_hooks.push(hook);
+        self
+    }
+    /// Add a global-config hook (last in the chain).
+    pub fn global_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.global_hooks.push(hook);
+        self
+    }
+    /// Use this crumb bus (to share it with other components).
+    pub fn crumbs(mut self, bus: CrumbBus) -> Self {
+        self.crumbs = Some(bus);
+        self
+    }
+    /// Settings.
+    pub fn config(mut self, config: PipelineConfig) -> Self {
+        self.config = config;
+        self
+    }
+    /// Finish.
+    pub fn build(self) -> Pipeline {
+        Pipeline {
+            inner: Arc::new(PipelineInner {
+                toolset: self.toolset,
+                plugin_hooks: self.plugin_hooks,
+                global_hooks: self.global_hooks,
+                crumbs: self.crumbs.unwrap_or_default(),
+                config: self.config,
+            }),
+        }
+    }
+}
+
+type StepResult<T> = Result<T, ToolError>;
+
+impl Pipeline {
+    /// Start building a pipeline over a toolset.
+    pub fn builder(toolset: ToolSet) -> PipelineBuilder {
+        PipelineBuilder {
+            toolset,
+            ..PipelineBuilder::default()
+        }
+    }
+
+    /// The toolset.
+    pub fn toolset(&self) -> &ToolSet {
+        &self.inner.toolset
+    }
+
+    /// The crumb bus: subscribe to it or add sinks.
+    pub fn crumbs(&self) -> &CrumbBus {
+        &self.inner.crumbs
+    }
+
+    /// Run one call through the whole pipeline. Never panics and never fails: every
+    /// failure is an error result in the outcome.
+    pub async fn call(&self, run: &RunContext, call: ToolCall) -> CallOutcome {
+        let prepared = match self.prepare(run, call) {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        match prepared.needs_approval() {
+            Ok(false) => self.execute(run, prepared, ExecuteOptions::default()).await,
+            Ok(true) => {
+                let err = ToolError::new(
+                    ErrorCode::ApprovalRequired,
+                    format!(
+                        "tool `{}` needs a human approval before it runs; run it through the \
+                         durable runtime, which parks the run until someone approves",
+                        prepared.tool.name()
+                    ),
+                );
+                self.finish_prepared(run, &prepared, Err(err), 0, &[])
+            }
+            Err(err) => self.finish_prepared(run, &prepared, Err(err), 0, &[]),
+        }
+    }
+
+    /// Run the calls of one model turn concurrently; results come back in the order asked.
+    pub async fn call_many(&self, run: &RunContext, mut calls: Vec<ToolCall>) -> Vec<CallOutcome> {
+        if calls.len() == 1 {
+            if let Some(call) = calls.pop() {
+                return vec![self.call(run, call).await];
+            }
+        }
+        let handles: Vec<_> = calls
+            .into_iter()
+            .map(|call| {
+                let this = self.clone();
+                let run = run.clone();
+                let (id, name) = (
+                    Arc::<str>::from(call.id.as_str()),
+                    Arc::<str>::from(call.name.as_str()),
+                );
+                (
+                    id,
+                    name,
+                    tokio::spawn(async move { this.call(&run, call).await }),
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(handles.len());
+        for (id, name, handle) in handles {
+            out.push(match handle.await {
+                Ok(outcome) => outcome,
+                // Panics are caught inside `call`; this is a runtime shutting down.
+                Err(e) => CallOutcome {
+                    tool_call_id: id,
+                    tool_name: name,
+                    result: Err(ToolError::new(
+                        ErrorCode::Cancelled,
+                        format!("the call was cancelled before it finished: {e}"),
+                    )),
+                    duration: Duration::ZERO,
+                    attempts: 0,
+                },
+            });
+        }
+        out
+    }
+
+    /// Steps 1–2: emit `tool:call`, resolve the name, validate the args (defaults applied).
+    /// On failure the call is already finished: the outcome (with `tool:error` emitted)
+    /// is returned as the error.
+    // The large Err is deliberate: it is the finished outcome, returned once per call.
+    #[allow(clippy::result_large_err)]
+    pub fn prepare(&self, run: &RunContext, call: ToolCall) -> Result<PreparedCall, CallOutcome> {
+        let started = Instant::now();
+        let id: Arc<str> = Arc::from(call.id);
+        let bus = &self.inner.crumbs;
+        let observed = bus.is_observed();
+        let Some(tool) = self.inner.toolset.get(&call.name) else {
+            let name: Arc<str> = Arc::from(call.name.as_str());
+            if observed {
+                bus.emit(crumb(
+                    run,
+                    &id,
+                    &name,
+                    CrumbKind::Call,
+                    Some(call.args),
+                    None,
+                    None,
+                ));
+            }
+            let near = self.inner.toolset.nearest_names(&call.name);
+            let hint = if near.is_empty() {
+                let mut names: Vec<&str> = self.inner.toolset.iter().map(Tool::name).collect();
+                names.truncate(20);
+                format!("available tools: {}", names.join(", "))
+            } else {
+                format!(
+                    "did you mean {}?",
+                    near.iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                )
+            };
+            let err = ToolError::new(
+                ErrorCode::UnknownTool,
+                format!("unknown tool `{}`; {hint}", call.name),
+            );
+            return Err(self.finish(run, &id, &name, started, Err(err), 0, &[]));
+        };
+        let name = tool.spec().name.as_arc();
+        if observed {
+            bus.emit(crumb(
+                run,
+                &id,
+                name,
+                CrumbKind::Call,
+                Some(call.args.clone()),
+                None,
+                None,
+            ));
+        }
+        let mut args = call.args;
+        if let Err(err) = validate_args(tool, &mut args, None) {
+            return Err(self.finish(run, &id, name, started, Err(err), 0, &[]));
+        }
+        Ok(PreparedCall {
+            tool: tool.clone(),
+            id,
+            args,
+            started,
+        })
+    }
+
+    /// Finish a prepared call without executing it (a denied approval, a replayed
+    /// result): emits the final crumb and builds the outcome.
+    pub fn finish_prepared(
+        &self,
+        run: &RunContext,
+        prepared: &PreparedCall,
+        result: Result<Value, ToolError>,
+        attempts: u32,
+        secrets: &[Secret],
+    ) -> CallOutcome {
+        self.finish(
+            run,
+            &prepared.id,
+            prepared.tool.spec().name.as_arc(),
+            prepared.started,
+            result,
+            attempts,
+            secrets,
+        )
+    }
+
+    /// Steps 5–11: hooks, execution with timeout, retries, output validation, crumbs.
+    pub async fn execute(
+        &self,
+        run: &RunContext,
+        prepared: PreparedCall,
+        options: ExecuteOptions,
+    ) -> CallOutcome {
+        let PreparedCall {
+            tool,
+            id,
+            mut args,
+            started,
+        } = prepared;
+        let spec = tool.spec();
+        let name = spec.name.as_arc();
+        let provider = tool
+            .credential_provider()
+            .or_else(|| run.credential_provider())
+            .cloned()
+            .unwrap_or_else(|| Arc::new(EnvProvider));
+        let credentials = Credentials::new(tool.declared_credentials().clone(), provider);
+        let key: Option<Arc<str>> = options.idempotency_key.map(Arc::from);
+        let hook_call = |attempt| HookCall {
+            spec,
+            tool_call_id: &id,
+            run_id: run.run_id(),
+            attempt,
+        };
+
+        // Step 5: before_run.
+        let mut short_circuit = None;
+        for (level, hook) in self.chain(&tool) {
+            match self
+                .run_hook(level, hook.name(), hook.before_run(hook_call(1), &args))
+                .await
+            {
+                Ok(BeforeRun::Continue) => {}
+                Ok(BeforeRun::ReplaceArgs(new)) => {
+                    args = new;
+                    if let Err(err) = validate_args(&tool, &mut args, Some((level, hook.name()))) {
+                        return self.finish(run, &id, name, started, Err(err), 0, &[]);
+                    }
+                }
+                Ok(BeforeRun::ShortCircuit(v)) => {
+                    short_circuit = Some(v);
+                    break;
+                }
+                Err(err) => return self.finish(run, &id, name, started, Err(err), 0, &[]),
+            }
+        }
+
+        // Steps 7–9: execute with retries.
+        let mut attempts = 0;
+        let result = match short_circuit {
+            Some(v) => validate_output(&tool, v, "a before_run hook's short-circuit result"),
+            None => loop {
+                attempts += 1;
+                let may_retry = !spec.streaming && attempts <= spec.retry.max_retries();
+                let call_args = if may_retry {
+                    args.clone()
+                } else {
+                    std::mem::take(&mut args)
+                };
+                let outcome = self
+                    .attempt(
+                        run,
+                        &tool,
+                        &id,
+                        call_args,
+                        attempts,
+                        key.clone(),
+                        &credentials,
+                    )
+                    .await;
+                let (err, was_stream) = match outcome {
+                    Ok(v) => break Ok(v),
+                    Err(e) => e,
+                };
+                let may_retry = may_retry && !was_stream;
+                match self.decide_on_error(&tool, hook_call(attempts), &err).await {
+                    OnError::Recover(v) => {
+                        break validate_output(&tool, v, "an on_error hook's recovery result");
+                    }
+                    OnError::Fail(e) => break Err(e),
+                    OnError::Retry if may_retry => {}
+                    OnError::Retry => {
+                        break Err(gave_up(err, attempts, was_stream || spec.streaming));
+                    }
+                    OnError::Propagate if may_retry && err.is_retryable() => {}
+                    OnError::Propagate => break Err(err),
+                }
+                tokio::time::sleep(spec.retry.backoff(attempts)).await;
+            },
+        };
+
+        // Step 10: after_run.
+        let result = match result {
+            Ok(mut value) => {
+                let mut failed = None;
+                for (level, hook) in self.chain(&tool) {
+                    match self
+                        .run_hook(
+                            level,
+                            hook.name(),
+                            hook.after_run(hook_call(attempts.max(1)), &value),
+                        )
+                        .await
+                    {
+                        Ok(AfterRun::Keep) => {}
+                        Ok(AfterRun::Replace(v)) => {
+                            match validate_output(&tool, v, "an after_run hook's replacement") {
+                                Ok(v) => value = v,
+                                Err(e) => {
+                                    failed = Some(e);
+                                    break;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(value),
+                }
+            }
+            Err(e) => Err(e),
+        };
+
+        // Step 11.
+        let secrets = credentials.handed_out();
+        self.finish(run, &id, name, started, result, attempts, &secrets)
+    }
+
+    fn chain<'a>(
+        &'a self,
+        tool: &'a Tool,
+    ) -> impl Iterator<Item = (HookLevel, &'a Arc<dyn Hook>)> + 'a {
+        tool.hooks()
+            .iter()
+            .map(|h| (HookLevel::Tool, h))
+            .chain(
+                self.inner
+                    .plugin_hooks
+                    .iter()
+                    .map(|h| (HookLevel::Plugin, h)),
+            )
+            .chain(
+                self.inner
+                    .global_hooks
+                    .iter()
+                    .map(|h| (HookLevel::Global, h)),
+            )
+    }
+
+    async fn decide_on_error(&self, tool: &Tool, call: HookCall<'_>, err: &ToolError) -> OnError {
+        for (level, hook) in self.chain(tool) {
+            match self
+                .run_hook(level, hook.name(), hook.on_error(call, err))
+                .await
+            {
+                Ok(OnError::Propagate) => {}
+                Ok(decision) => return decision,
+                Err(hook_err) => return OnError::Fail(hook_err),
+            }
+        }
+        OnError::Propagate
+    }
+
+    /// Run one hook invocation with panics and hangs contained.
+    async fn run_hook<T>(
+        &self,
+        level: HookLevel,
+        name: &str,
+        fut: futures_util::future::BoxFuture<'_, T>,
+    ) -> StepResult<T> {
+        let limit = self.inner.config.hook_timeout;
+        match tokio::time::timeout(limit, AssertUnwindSafe(fut).catch_unwind()).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(panic)) => Err(ToolError::new(
+                ErrorCode::HookPanic,
+                format!("{level} hook `{name}` panicked: {}", panic_message(&*panic)),
+            )),
+            Err(_) => Err(ToolError::new(
+                ErrorCode::HookTimeout,
+                format!(
+                    "{level} hook `{name}` did not finish within {}ms",
+                    limit.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// One execution of the handler. The error side says whether the handler streamed
+    /// (a streamed call is never retried).
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        run: &RunContext,
+        tool: &Tool,
+        id: &Arc<str>,
+        args: Value,
+        attempt: u32,
+        key: Option<Arc<str>>,
+        credentials: &Credentials,
+    ) -> Result<Value, (ToolError, bool)> {
+        let spec = tool.spec();
+        let cancel = run.cancellation().child_token();
+        let ctx = ToolContext::new(
+            run.clone(),
+            id.clone(),
+            spec.name.as_arc().clone(),
+            attempt,
+            key,
+            credentials.clone(),
+            cancel.clone(),
+        );
+        let mut streamed = false;
+        let work = async {
+            match tool.handler().call(args, ctx).await? {
+                ToolOutput::Value(v) => Ok(v),
+                ToolOutput::Stream(mut stream) => {
+                    streamed = true;
+                    let mut last = None;
+                    while let Some(item) = stream.next().await {
+                        if let Some(prev) = last.take() {
+                            self.emit_partial(run, id, spec.name.as_arc(), prev);
+                        }
+                        last = Some(item?);
+                    }
+                    last.ok_or_else(|| {
+                        ToolError::new(
+                            ErrorCode::EmptyStream,
+                            format!("tool `{}` streamed no result", spec.name),
+                        )
+                    })
+                }
+            }
+        };
+        let work = AssertUnwindSafe(work).catch_unwind();
+        let timeout = spec.timeout.or(self.inner.config.default_timeout);
+        let run_cancel = run.cancellation();
+        let result = tokio::select! {
+            biased;
+            r = maybe_timeout(timeout, work) => match r {
+                Some(Ok(r)) => r,
+                Some(Err(panic)) => Err(ToolError::new(
+                    ErrorCode::HandlerPanic,
+                    format!("tool `{}` panicked: {}", spec.name, panic_message(&*panic)),
+                )),
+                None => {
+                    cancel.cancel();
+                    let ms = timeout.map(|t| t.as_millis()).unwrap_or_default();
+                    Err(ToolError::new(
+                        ErrorCode::Timeout,
+                        format!("tool {} timed out after {ms}ms", spec.name),
+                    ))
+                }
+            },
+            _ = run_cancel.cancelled() => {
+                cancel.cancel();
+                Err(ToolError::new(ErrorCode::Cancelled, format!("tool `{}` was cancelled with its run", spec.name)))
+            }
+        };
+        let result = result.and_then(|v| validate_output(tool, v, "the handler's result"));
+        result.map_err(|e| (e, streamed))
+    }
+
+    fn emit_partial(&self, run: &RunContext, id: &Arc<str>, name: &Arc<str>, value: Value) {
+        if self.inner.crumbs.is_observed() {
+            self.inner.crumbs.emit(crumb(
+                run,
+                id,
+                name,
+                CrumbKind::Partial,
+                Some(value),
+                None,
+                None,
+            ));
+        }
+    }
+
+    /// Scrub secrets, emit the final crumb, build the outcome.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        run: &RunContext,
+        id: &Arc<str>,
+        name: &Arc<str>,
+        started: Instant,
+        mut result: Result<Value, ToolError>,
+        attempts: u32,
+        secrets: &[Secret],
+    ) -> CallOutcome {
+        if !secrets.is_empty() {
+            match &mut result {
+                Ok(v) => scrub_value(v, secrets),
+                Err(e) => {
+                    if let Some(clean) = scrub(&e.message, secrets) {
+                        e.message = clean;
+                    }
+                    if let Some(d) = &mut e.details {
+                        scrub_value(d, secrets);
+                    }
+                }
+            }
+        }
+        let duration = started.elapsed();
+        let bus = &self.inner.crumbs;
+        if bus.is_observed() {
+            let ms = Some(duration.as_secs_f64() * 1000.0);
+            let c = match &result {
+                Ok(v) => crumb(run, id, name, CrumbKind::Result, Some(v.clone()), None, ms),
+                Err(e) => crumb(run, id, name, CrumbKind::Error, None, Some(e.clone()), ms),
+            };
+            bus.emit(c);
+        } else if let Err(e) = &result {
+            tracing::warn!(target: "toolshed::crumbs", tool = &**name, code = e.code.as_str(), "tool call failed");
+        }
+        CallOutcome {
+            tool_call_id: id.clone(),
+            tool_name: name.clone(),
+            result,
+            duration,
+            attempts,
+        }
+    }
+}
+
+async fn maybe_timeout<F: std::future::Future>(t: Option<Duration>, f: F) -> Option<F::Output> {
+    match t {
+        Some(t) => tokio::time::timeout(t, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+fn validate_args(
+    tool: &Tool,
+    args: &mut Value,
+    replaced_by: Option<(HookLevel, &str)>,
+) -> StepResult<()> {
+    tool.input_schema()
+        .validate_with_defaults(args)
+        .map_err(|violations| {
+            let what = match replaced_by {
+                None => format!("invalid arguments for tool `{}`", tool.name()),
+                Some((level, hook)) => format!(
+                    "{level} hook `{hook}` replaced the arguments of tool `{}` with invalid ones",
+                    tool.name()
+                ),
+            };
+            ToolError::new(
+                ErrorCode::InvalidArgs,
+                describe_violations(&what, &violations),
+            )
+            .with_details(serde_json::json!({ "violations": violations }))
+        })
+}
+
+fn validate_output(tool: &Tool, value: Value, what: &str) -> StepResult<Value> {
+    let Some(schema) = tool.output_schema() else {
+        return Ok(value);
+    };
+    match schema.validate(&value) {
+        Ok(()) => Ok(value),
+        Err(violations) => Err(ToolError::new(
+            ErrorCode::InvalidOutput,
+            describe_violations(
+                &format!(
+                    "{what} does not match the output schema of tool `{}`",
+                    tool.name()
+                ),
+                &violations,
+            ),
+        )
+        .with_details(serde_json::json!({ "violations": violations }))),
+    }
+}
+
+fn gave_up(err: ToolError, attempts: u32, streaming: bool) -> ToolError {
+    let why = if streaming {
+        "a streaming call is never retried".to_owned()
+    } else {
+        format!(
+            "gave up after {attempts} attempt{}",
+            if attempts == 1 { "" } else { "s" }
+        )
+    };
+    ToolError {
+        message: format!("{} ({why})", err.message),
+        ..err
+    }
+}
+
+fn crumb(
+    run: &RunContext,
+    id: &Arc<str>,
+    name: &Arc<str>,
+    kind: CrumbKind,
+    payload: Option<Value>,
+    error: Option<ToolError>,
+    duration_ms: Option<f64>,
+) -> Crumb {
+    Crumb {
+        kind,
+        at: SystemTime::now(),
+        agent_id: run.agent_id_arc().clone(),
+        run_id: run.run_id_arc().clone(),
+        session_id: run.session_id_arc().clone(),
+        tool_call_id: id.clone(),
+        tool_name: name.clone(),
+        payload,
+        error,
+        duration_ms,
+    }
+}
+
+fn scrub_value(value: &mut Value, secrets: &[Secret]) {
+    match value {
+        Value::String(s) => {
+            if let Some(clean) = scrub(s, secrets) {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_value(v, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|v| scrub_value(v, secrets)),
+        _ => {}
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}
