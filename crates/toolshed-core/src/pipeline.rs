@@ -260,10 +260,10 @@ impl Pipeline {
 
     /// Run the calls of one model turn concurrently; results come back in the order asked.
     pub async fn call_many(&self, run: &RunContext, mut calls: Vec<ToolCall>) -> Vec<CallOutcome> {
-        if calls.len() == 1 {
-            if let Some(call) = calls.pop() {
-                return vec![self.call(run, call).await];
-            }
+        if calls.len() == 1
+            && let Some(call) = calls.pop()
+        {
+            return vec![self.call(run, call).await];
         }
         let handles: Vec<_> = calls
             .into_iter()

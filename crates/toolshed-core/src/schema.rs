@@ -230,10 +230,8 @@ pub fn normalize_nullable(schema: &mut Value) {
                             Value::Array(vec![Value::String(t), Value::String("null".into())]),
                         );
                     }
-                    Some(Value::Array(types)) => {
-                        if !types.iter().any(|t| t == "null") {
-                            types.push(Value::String("null".into()));
-                        }
+                    Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+                        types.push(Value::String("null".into()));
                     }
                     _ => {}
                 }
@@ -258,10 +256,10 @@ fn apply_defaults(root: &Value, schema: &Value, value: &mut Value, depth: usize)
     let Some(schema_obj) = schema.as_object() else {
         return;
     };
-    if let Some(Value::String(reference)) = schema_obj.get("$ref") {
-        if let Some(target) = resolve_local_ref(root, reference) {
-            apply_defaults(root, target, value, depth + 1);
-        }
+    if let Some(Value::String(reference)) = schema_obj.get("$ref")
+        && let Some(target) = resolve_local_ref(root, reference)
+    {
+        apply_defaults(root, target, value, depth + 1);
     }
     for key in ["allOf"] {
         if let Some(Value::Array(subs)) = schema_obj.get(key) {
@@ -279,7 +277,10 @@ fn apply_defaults(root: &Value, schema: &Value, value: &mut Value, depth: usize)
             Some(present) => apply_defaults(root, prop_schema, present, depth + 1),
             None => {
                 if let Some(default) = default_of(root, prop_schema, depth) {
-                    obj.insert(name.clone(), default.clone());
+                    // A default object may itself miss defaulted properties.
+                    let mut filled = default.clone();
+                    apply_defaults(root, prop_schema, &mut filled, depth + 1);
+                    obj.insert(name.clone(), filled);
                 }
             }
         }

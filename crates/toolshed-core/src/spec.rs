@@ -401,6 +401,20 @@ impl ToolSpec {
                 "must not be empty: the model chooses tools by their description",
             ));
         }
+        // Only a well-formed type other than "object" is reported here; a misspelt type
+        // is the schema compiler's to report.
+        const TYPES: &[&str] = &["array", "string", "number", "integer", "boolean", "null"];
+        if let Some(root_type) = self.input_schema.get("type")
+            && root_type.as_str().is_some_and(|t| TYPES.contains(&t))
+        {
+            errors.push(FieldError::new(
+                "input_schema.type",
+                format!(
+                    "tool arguments are a JSON object, so the input schema's root type \
+                         must be \"object\", got {root_type}"
+                ),
+            ));
+        }
         if self.effects == Effects::External
             && self.idempotency == Idempotency::None
             && !self.allow_unkeyed_external
@@ -412,10 +426,10 @@ impl ToolSpec {
                  opt out explicitly",
             ));
         }
-        if let Some(t) = self.timeout {
-            if t.is_zero() {
-                errors.push(FieldError::new("timeout", "must be greater than zero"));
-            }
+        if let Some(t) = self.timeout
+            && t.is_zero()
+        {
+            errors.push(FieldError::new("timeout", "must be greater than zero"));
         }
         if self.max_attempts == Some(0) {
             errors.push(FieldError::new(

@@ -122,27 +122,8 @@ impl Tool {
 
     /// Build from a spec and a handler, checking and compiling everything.
     pub fn from_spec(spec: ToolSpec, handler: Arc<dyn Handler>) -> Result<Self, SpecError> {
-        let mut errors = spec.check();
-        let input = CompiledSchema::compile(&spec.input_schema, "input_schema")
-            .map_err(|e| errors.push(e))
-            .ok();
-        if let Some(root_type) = spec.input_schema.get("type") {
-            if root_type != "object" {
-                errors.push(FieldError::new(
-                    "input_schema.type",
-                    format!(
-                        "tool arguments are a JSON object, so the input schema's root type \
-                         must be \"object\", got {root_type}"
-                    ),
-                ));
-            }
-        }
-        let output = match &spec.output_schema {
-            Some(s) => CompiledSchema::compile(s, "output_schema")
-                .map_err(|e| errors.push(e))
-                .ok(),
-            None => None,
-        };
+        let mut errors = Vec::new();
+        let (input, output) = check_and_compile(&spec, &mut errors);
         match (errors.is_empty(), input) {
             (true, Some(input)) => Ok(Tool {
                 inner: Arc::new(ToolInner {
@@ -219,6 +200,24 @@ impl Tool {
             inner: Arc::new(inner),
         }
     }
+}
+
+/// Check a spec and compile its schemas, pushing every problem into `errors`.
+fn check_and_compile(
+    spec: &ToolSpec,
+    errors: &mut Vec<FieldError>,
+) -> (Option<CompiledSchema>, Option<CompiledSchema>) {
+    errors.extend(spec.check());
+    let input = CompiledSchema::compile(&spec.input_schema, "input_schema")
+        .map_err(|e| errors.push(e))
+        .ok();
+    let output = match &spec.output_schema {
+        Some(s) => CompiledSchema::compile(s, "output_schema")
+            .map_err(|e| errors.push(e))
+            .ok(),
+        None => None,
+    };
+    (input, output)
 }
 
 /// Builds a [`Tool`] at run time. Problems are collected and reported together by
@@ -371,7 +370,8 @@ impl ToolBuilder {
             errors: vec![e],
         })?;
         let Some(handler) = self.handler else {
-            let mut errors = spec.check();
+            let mut errors = Vec::new();
+            check_and_compile(&spec, &mut errors);
             errors.push(FieldError::new(
                 "handler",
                 "no handler: call `.handler(...)` or `.stream_handler(...)`",

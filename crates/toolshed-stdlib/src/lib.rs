@@ -1,1 +1,25 @@
-//! placeholder
+//! toolshed's built-in tools, written as ordinary `#[tool]` functions so they go
+//! through exactly the pipeline every other tool does.
+//!
+//! | tool | what it does |
+//! | --- | --- |
+//! | `get_current_time` | the current time as ISO 8601 (UTC or a fixed offset) and Unix seconds |
+//! | `markdown_writer` | writes a Markdown file under the output folder, never outside it |
+
+use toolshed_core::Tool;
+
+mod markdown;
+mod time;
+
+pub use markdown::{OUTPUT_DIR_ENV, WrittenFile, markdown_writer, markdown_writer_tool};
+pub use time::{CurrentTime, get_current_time, get_current_time_tool};
+
+/// Every built-in tool.
+pub fn tools() -> Vec<Tool> {
+    vec![get_current_time_tool(), markdown_writer_tool()]
+}
+
+/// A built-in tool by name.
+pub fn get(name: &str) -> Option<Tool> {
+    tools().into_iter().find(|t| t.name() == name)
+}

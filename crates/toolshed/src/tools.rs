@@ -1,0 +1,334 @@
+//! `toolshed tools …`: list, show, run, export and validate tools.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
+use toolshed_core::formats::{Vendor, export};
+use toolshed_core::{ErrorCode, Pipeline, RunContext, Tool, ToolCall, ToolSet, ToolSource};
+
+use crate::output::{EXIT_BAD_INPUT, EXIT_TOOL_ERROR, Failure, print, print_json, table};
+
+/// `toolshed tools` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the available tools.
+    List,
+    /// Show one tool's full definition.
+    Show {
+        /// The tool's name.
+        name: String,
+        /// Show it in a model vendor's format: openai, openai-strict, anthropic, gemini.
+        #[arg(long)]
+        format: Option<String>,
+    },
+    /// Run a tool through the full pipeline and print its result.
+    Run(RunArgs),
+    /// Print every tool in a model vendor's format.
+    Export {
+        /// openai, openai-strict, anthropic or gemini.
+        #[arg(long, default_value = "openai")]
+        format: String,
+    },
+    /// Check tool definition files (tool.yaml or .json); prints every problem found.
+    Validate {
+        /// The files to check.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Arguments of `toolshed tools run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The tool's name.
+    name: String,
+    /// The arguments as a JSON object; `@FILE` reads them from a file, `-` from stdin.
+    #[arg(long, default_value = "{}")]
+    args: String,
+}
+
+/// The tools this CLI knows, with where each comes from.
+fn toolset() -> Result<ToolSet, Failure> {
+    let mut b = ToolSet::builder();
+    let all = toolshed_stdlib::tools()
+        .into_iter()
+        .map(|t| (ToolSource::Builtin, t))
+        .chain(
+            toolshed_examples::tools()
+                .into_iter()
+                .map(|t| (ToolSource::Skill("examples".into()), t)),
+        );
+    for (source, tool) in all {
+        b.add(source, tool).map_err(|e| Failure::Error {
+            code: crate::output::EXIT_INTERNAL,
+            error: e.into(),
+        })?;
+    }
+    Ok(b.build())
+}
+
+fn source_label(source: Option<&ToolSource>) -> String {
+    match source {
+        Some(ToolSource::Builtin) => "builtin".into(),
+        Some(ToolSource::Skill(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => "-".into(),
+    }
+}
+
+/// Run a `tools` subcommand.
+pub async fn run(cmd: ToolsCommand, json_out: bool) -> Result<(), Failure> {
+    match cmd {
+        ToolsCommand::List => list(json_out),
+        ToolsCommand::Show { name, format } => show(&name, format.as_deref(), json_out),
+        ToolsCommand::Run(args) => run_tool(args, json_out).await,
+        ToolsCommand::Export { format } => {
+            let vendor: Vendor = format
+                .parse()
+                .map_err(|e| Failure::bad_input(anyhow!("--format: {e}")))?;
+            let set = toolset()?;
+            print_json(&export(vendor, set.iter()));
+            Ok(())
+        }
+        ToolsCommand::Validate { files } => validate(&files, json_out),
+    }
+}
+
+fn list(json_out: bool) -> Result<(), Failure> {
+    let set = toolset()?;
+    if json_out {
+        let items: Vec<Value> = set
+            .iter()
+            .map(|t| {
+                let s = t.spec();
+                json!({
+                    "name": s.name.as_str(),
+                    "description": s.description,
+                    "source": source_label(set.source_of(t.name())),
+                    "effects": s.effects,
+                    "idempotency": s.idempotency,
+                    "approval": s.approval.describe(),
+                    "streaming": s.streaming,
+                })
+            })
+            .collect();
+        print_json(&Value::Array(items));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = set
+        .iter()
+        .map(|t| {
+            let s = t.spec();
+            vec![
+                s.name.to_string(),
+                source_label(set.source_of(t.name())),
+                format!("{:?}", s.effects).to_lowercase(),
+                format!("{:?}", s.idempotency).to_lowercase(),
+                s.description.clone(),
+            ]
+        })
+        .collect();
+    print(&table(
+        &["NAME", "SOURCE", "EFFECTS", "IDEMPOTENCY", "DESCRIPTION"],
+        &rows,
+        70,
+    ));
+    Ok(())
+}
+
+fn find<'a>(set: &'a ToolSet, name: &str) -> Result<&'a Tool, Failure> {
+    set.get(name).ok_or_else(|| {
+        let near = set.nearest_names(name);
+        let hint = if near.is_empty() {
+            "run `toolshed tools list` to see the available tools".to_owned()
+        } else {
+            format!(
+                "did you mean {}?",
+                near.iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )
+        };
+        Failure::bad_input(anyhow!("unknown tool `{name}`; {hint}"))
+    })
+}
+
+fn show(name: &str, format: Option<&str>, json_out: bool) -> Result<(), Failure> {
+    let set = toolset()?;
+    let tool = find(&set, name)?;
+    if let Some(f) = format {
+        let vendor: Vendor = f
+            .parse()
+            .map_err(|e| Failure::bad_input(anyhow!("--format: {e}")))?;
+        let all = export(vendor, std::iter::once(tool));
+        // Gemini wraps declarations in an object; the others are arrays of one.
+        let one = all
+            .get("functionDeclarations")
+            .and_then(|d| d.get(0))
+            .or_else(|| all.get(0))
+            .cloned()
+            .unwrap_or(all);
+        print_json(&one);
+        return Ok(());
+    }
+    let file = ToolFile::from_spec(tool.spec());
+    let mut value = serde_json::to_value(&file).map_err(|e| Failure::Error {
+        code: crate::output::EXIT_INTERNAL,
+        error: e.into(),
+    })?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("source".into(), json!(source_label(set.source_of(name))));
+        obj.insert("streaming".into(), json!(tool.spec().streaming));
+        obj.insert("retry".into(), json!(tool.spec().retry));
+    }
+    if json_out {
+        print_json(&value);
+        return Ok(());
+    }
+    let s = tool.spec();
+    let mut text = format!(
+        "{}\n  {}\n\n  source       {}\n  effects      {}\n  idempotency  {}\n  approval     {}\n  timeout      {}\n  max attempts {}\n  retries      {}\n  credentials  {}\n  streaming    {}\n",
+        s.name,
+        s.description.replace('\n', "\n  "),
+        source_label(set.source_of(name)),
+        format!("{:?}", s.effects).to_lowercase(),
+        format!("{:?}", s.idempotency).to_lowercase(),
+        s.approval.describe(),
+        s.timeout
+            .map(|t| format!("{}ms", t.as_millis()))
+            .unwrap_or_else(|| "default (300000ms)".into()),
+        s.max_attempts
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "unbounded".into()),
+        s.retry.attempts,
+        if s.credentials.is_empty() {
+            "none".into()
+        } else {
+            s.credentials.join(", ")
+        },
+        s.streaming,
+    );
+    text.push_str("\ninput schema:\n");
+    text.push_str(&serde_json::to_string_pretty(&s.input_schema).unwrap_or_default());
+    if let Some(o) = &s.output_schema {
+        text.push_str("\n\noutput schema:\n");
+        text.push_str(&serde_json::to_string_pretty(o).unwrap_or_default());
+    }
+    print(&text);
+    Ok(())
+}
+
+fn read_args(raw: &str) -> Result<Value, Failure> {
+    let (text, origin) = if raw == "-" {
+        let mut buf = String::new();
+        std::io::stdin()
+            .read_to_string(&mut buf)
+            .context("cannot read --args from stdin")
+            .map_err(Failure::bad_input)?;
+        (buf, "stdin".to_owned())
+    } else if let Some(path) = raw.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --args file {path}"))
+            .map_err(Failure::bad_input)?;
+        (text, path.to_owned())
+    } else {
+        (raw.to_owned(), "--args".to_owned())
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| {
+        Failure::bad_input(anyhow!(
+            "{origin} is not valid JSON ({e}); pass an object such as --args '{{\"query\": \"rust\"}}'"
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(Failure::bad_input(anyhow!(
+            "{origin} must be a JSON object of named arguments, got {}",
+            toolshed_core::schema::kind_of(&value)
+        )));
+    }
+    Ok(value)
+}
+
+async fn run_tool(args: RunArgs, json_out: bool) -> Result<(), Failure> {
+    let set = toolset()?;
+    find(&set, &args.name)?;
+    let call_args = read_args(&args.args)?;
+    let pipeline = Pipeline::builder(set).build();
+    let outcome = pipeline
+        .call(
+            &RunContext::builder().agent_id("cli").build(),
+            ToolCall::new(&args.name, call_args),
+        )
+        .await;
+    let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
+    match &outcome.result {
+        Ok(value) => {
+            if json_out {
+                print_json(
+                    &json!({"ok": true, "result": value, "duration_ms": duration_ms, "attempts": outcome.attempts}),
+                );
+            } else {
+                print(&match value {
+                    Value::String(s) => s.clone(),
+                    other => serde_json::to_string_pretty(other).unwrap_or_default(),
+                });
+            }
+            Ok(())
+        }
+        Err(err) => {
+            if json_out {
+                print_json(
+                    &json!({"ok": false, "error": err, "duration_ms": duration_ms, "attempts": outcome.attempts}),
+                );
+            } else {
+                eprintln!("error {}: {}", err.code, err.message);
+            }
+            let code = match err.code {
+                ErrorCode::InvalidArgs | ErrorCode::UnknownTool => EXIT_BAD_INPUT,
+                _ => EXIT_TOOL_ERROR,
+            };
+            Err(Failure::Reported(code))
+        }
+    }
+}
+
+fn validate(files: &[PathBuf], json_out: bool) -> Result<(), Failure> {
+    let mut reports = Vec::new();
+    let mut failed = false;
+    for path in files {
+        let shown = path.display().to_string();
+        let outcome = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {shown}: {e}"))
+            .and_then(|text| {
+                parse_tool_file(&text, FileFormat::from_path(&shown), Some(&shown))
+                    .map_err(|e| e.to_string())
+            });
+        match outcome {
+            Ok(spec) => {
+                if !json_out {
+                    print(&format!("ok    {shown} ({})", spec.name));
+                }
+                reports.push(json!({"file": shown, "ok": true, "name": spec.name.as_str()}));
+            }
+            Err(message) => {
+                failed = true;
+                if !json_out {
+                    eprintln!("error {message}");
+                }
+                reports.push(json!({"file": shown, "ok": false, "error": message}));
+            }
+        }
+    }
+    if json_out {
+        print_json(&Value::Array(reports));
+    }
+    if failed {
+        Err(Failure::Reported(EXIT_BAD_INPUT))
+    } else {
+        Ok(())
+    }
+}

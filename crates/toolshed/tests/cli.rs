@@ -1,0 +1,260 @@
+//! The `toolshed` binary, run as a user would: output, `--json`, and exit codes.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn toolshed(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(args)
+        .env(
+            "TOOLSHED_OUTPUT_DIR",
+            std::env::temp_dir().join("toolshed-cli-test"),
+        )
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+#[test]
+fn list_shows_a_table_and_json() {
+    let o = toolshed(&["tools", "list"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("NAME"), "{text}");
+    for name in [
+        "get_current_time",
+        "markdown_writer",
+        "convert_temperature",
+        "countdown",
+        "roll_dice",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    let o = toolshed(&["tools", "list", "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mw = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "markdown_writer")
+        .unwrap();
+    assert_eq!(mw["source"], "builtin");
+    assert_eq!(mw["idempotency"], "keyed");
+}
+
+#[test]
+fn show_prints_the_definition() {
+    let o = toolshed(&["tools", "show", "convert_temperature"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("input schema:"));
+    let o = toolshed(&["tools", "show", "convert_temperature", "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["input_schema"]["properties"]["precision"]["default"], 1);
+    let o = toolshed(&[
+        "tools",
+        "show",
+        "convert_temperature",
+        "--format",
+        "openai-strict",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["function"]["strict"], true);
+    let o = toolshed(&["tools", "show", "convert_temperature", "--format", "cobol"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--format"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_prints_the_result() {
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "convert_temperature",
+        "--args",
+        r#"{"value": 100, "from": "celsius", "to": "fahrenheit"}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"value": 212.0, "scale": "fahrenheit"})
+    );
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "roll_dice",
+        "--args",
+        r#"{"seed": 7, "count": 2}"#,
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["result"]["rolls"].as_array().unwrap().len(), 2);
+    assert!(v["duration_ms"].as_f64().is_some());
+}
+
+#[test]
+fn run_reads_args_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("args.json");
+    std::fs::write(&path, r#"{"from": 2}"#).unwrap();
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "countdown",
+        "--args",
+        &format!("@{}", path.display()),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["status"], "liftoff");
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let o = toolshed(&["tools", "run", "convert_temprature", "--args", "{}"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("did you mean `convert_temperature`"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = toolshed(&["tools", "run", "roll_dice", "--args", "{seed: 1}"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("--args is not valid JSON"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = toolshed(&["tools", "run", "roll_dice", "--args", "[1, 2]"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("must be a JSON object"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "roll_dice",
+        "--args",
+        r#"{"seed": "one", "sides": 7}"#,
+    ]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(err.contains("INVALID_ARGS"), "{err}");
+    assert!(err.contains("/seed") && err.contains("/sides"), "{err}");
+
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "roll_dice",
+        "--args",
+        "@/nonexistent/args.json",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("cannot read --args file"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = toolshed(&["tools", "frobnicate"]);
+    assert_eq!(code(&o), 2);
+    let o = toolshed(&["tools", "run"]);
+    assert_eq!(code(&o), 2);
+}
+
+#[test]
+fn a_failing_tool_exits_1() {
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "convert_temperature",
+        "--args",
+        r#"{"value": -500, "from": "celsius", "to": "kelvin"}"#,
+    ]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("below absolute zero"), "{}", stderr(&o));
+    let o = toolshed(&[
+        "tools",
+        "run",
+        "convert_temperature",
+        "--json",
+        "--args",
+        r#"{"value": -500, "from": "celsius", "to": "kelvin"}"#,
+    ]);
+    assert_eq!(code(&o), 1);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["error"]["code"], "HANDLER_ERROR");
+}
+
+#[test]
+fn export_each_vendor() {
+    for (fmt, check) in [
+        ("openai", "/0/function/name"),
+        ("openai-strict", "/0/function/strict"),
+        ("anthropic", "/0/input_schema"),
+        ("gemini", "/functionDeclarations/0/parameters"),
+    ] {
+        let o = toolshed(&["tools", "export", "--format", fmt]);
+        assert_eq!(code(&o), 0, "{fmt}: {}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(v.pointer(check).is_some(), "{fmt}: {v}");
+    }
+}
+
+#[test]
+fn validate_checks_files_and_lists_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("tool.yaml");
+    std::fs::write(&good, "spec_version: v1\nname: order-lookup\ndescription: Look up an order\ninput_schema:\n  type: object\n  properties:\n    order_id: {type: string}\n").unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "spec_version: v1\nname: 'bad name'\ndescription: ''\ntimeout_seconds: 0\n",
+    )
+    .unwrap();
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"spec_version\": ").unwrap();
+
+    let o = toolshed(&["tools", "validate", good.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok"));
+
+    let o = toolshed(&[
+        "tools",
+        "validate",
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        broken.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(
+        err.contains("field `name`")
+            && err.contains("field `timeout_seconds`")
+            && err.contains("field `description`"),
+        "{err}"
+    );
+    assert!(err.contains("broken.json"), "{err}");
+    let o = toolshed(&["tools", "validate", "--json", bad.to_str().unwrap()]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v[0]["ok"], false);
+}
