@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use toolshed_core::formats::openai::openai_tools;
+use toolshed_core::formats::{Vendor, export_json};
 use toolshed_core::{
     AfterRun, BeforeRun, Crumb, CrumbSink, HookFns, Pipeline, RunContext, Tool, ToolCall, ToolSet,
 };
@@ -53,6 +54,15 @@ fn bench_overhead(c: &mut Criterion) {
     pipeline.crumbs().add_sink(counter.clone());
     let run = RunContext::ephemeral();
     let args = json!({"a": 1, "b": 2});
+
+    // Check once that the measured path really validates, hooks and emits crumbs.
+    let check = rt.block_on(pipeline.call(&run, ToolCall::new("add", args.clone())));
+    assert_eq!(check.result.expect("ok"), json!(3));
+    assert_eq!(
+        counter.0.load(Ordering::Relaxed),
+        2,
+        "tool:call and tool:result delivered"
+    );
 
     let mut group = c.benchmark_group("overhead");
     group.bench_function("direct_async_fn", |b| {
@@ -103,10 +113,29 @@ fn bench_export(c: &mut Criterion) {
         .collect();
     let set = ToolSet::from_tools(tools).expect("toolset");
     let mut group = c.benchmark_group("export_1000_tools");
-    group.bench_function("openai", |b| {
+    // The request body: what an agent sends on every turn.
+    group.bench_function("openai_json", |b| {
+        b.iter(|| black_box(export_json(Vendor::OpenAi, set.iter())))
+    });
+    group.bench_function("openai_strict_json", |b| {
+        b.iter(|| black_box(export_json(Vendor::OpenAiStrict, set.iter())))
+    });
+    // The first strict export of a fresh toolset pays for the rewrite of every schema.
+    group.bench_function("openai_strict_json_first_time", |b| {
+        b.iter_batched(
+            || {
+                ToolSet::from_tools(set.iter().map(|t| t.with_hook(noop_hook("fresh"))))
+                    .expect("toolset")
+            },
+            |fresh| black_box(export_json(Vendor::OpenAiStrict, fresh.iter())),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    // A `serde_json::Value` to edit before sending: every schema is cloned.
+    group.bench_function("openai_value", |b| {
         b.iter(|| black_box(openai_tools(set.iter(), false)))
     });
-    group.bench_function("openai_strict", |b| {
+    group.bench_function("openai_strict_value", |b| {
         b.iter(|| black_box(openai_tools(set.iter(), true)))
     });
     group.finish();

@@ -16,6 +16,9 @@ use tokio::sync::broadcast;
 use crate::error::ToolError;
 
 /// The kind of a crumb, written as `tool:call` etc. on the wire.
+///
+/// The first four are emitted by every call; the others by the durable runtime (they
+/// are journaled with the run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum CrumbKind {
     /// A call started (args validated or not).
@@ -30,6 +33,36 @@ pub enum CrumbKind {
     /// A call finished with an error result.
     #[serde(rename = "tool:error")]
     Error,
+    /// A resumed run got a call's recorded result back without executing it.
+    #[serde(rename = "tool:replayed")]
+    Replayed,
+    /// A call waits for an approval.
+    #[serde(rename = "tool:approval:requested")]
+    ApprovalRequested,
+    /// Someone approved or denied a call.
+    #[serde(rename = "tool:approval:decided")]
+    ApprovalDecided,
+    /// A human tool waits for an answer.
+    #[serde(rename = "tool:answer:requested")]
+    AnswerRequested,
+    /// Someone answered a human tool.
+    #[serde(rename = "tool:answered")]
+    Answered,
+    /// A driver started or resumed the run.
+    #[serde(rename = "run:resumed")]
+    RunResumed,
+    /// The run parked, waiting for people.
+    #[serde(rename = "run:parked")]
+    RunParked,
+    /// The run completed.
+    #[serde(rename = "run:completed")]
+    RunCompleted,
+    /// The run failed.
+    #[serde(rename = "run:failed")]
+    RunFailed,
+    /// The run was cancelled.
+    #[serde(rename = "run:cancelled")]
+    RunCancelled,
 }
 
 impl CrumbKind {
@@ -40,6 +73,16 @@ impl CrumbKind {
             CrumbKind::Result => "tool:result",
             CrumbKind::Partial => "tool:result:partial",
             CrumbKind::Error => "tool:error",
+            CrumbKind::Replayed => "tool:replayed",
+            CrumbKind::ApprovalRequested => "tool:approval:requested",
+            CrumbKind::ApprovalDecided => "tool:approval:decided",
+            CrumbKind::AnswerRequested => "tool:answer:requested",
+            CrumbKind::Answered => "tool:answered",
+            CrumbKind::RunResumed => "run:resumed",
+            CrumbKind::RunParked => "run:parked",
+            CrumbKind::RunCompleted => "run:completed",
+            CrumbKind::RunFailed => "run:failed",
+            CrumbKind::RunCancelled => "run:cancelled",
         }
     }
 }
@@ -59,9 +102,11 @@ pub struct Crumb {
     pub run_id: Arc<str>,
     /// The session id.
     pub session_id: Arc<str>,
-    /// The tool call id.
+    /// The tool call id (empty on `run:*` crumbs).
+    #[serde(skip_serializing_if = "str_is_empty")]
     pub tool_call_id: Arc<str>,
-    /// The tool name.
+    /// The tool name (empty on `run:*` crumbs).
+    #[serde(skip_serializing_if = "str_is_empty")]
     pub tool_name: Arc<str>,
     /// The args (`tool:call`), the result (`tool:result`, `tool:result:partial`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,6 +117,40 @@ pub struct Crumb {
     /// Total duration, on final crumbs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<f64>,
+}
+
+impl Crumb {
+    /// A crumb of `kind` for a run (and a call, when `tool_call_id` is not empty), with
+    /// no payload yet.
+    pub fn new(
+        kind: CrumbKind,
+        run: &crate::RunContext,
+        tool_call_id: &str,
+        tool_name: &str,
+    ) -> Self {
+        Crumb {
+            kind,
+            at: SystemTime::now(),
+            agent_id: Arc::from(run.agent_id()),
+            run_id: Arc::from(run.run_id()),
+            session_id: Arc::from(run.session_id()),
+            tool_call_id: Arc::from(tool_call_id),
+            tool_name: Arc::from(tool_name),
+            payload: None,
+            error: None,
+            duration_ms: None,
+        }
+    }
+
+    /// Set the payload.
+    pub fn with_payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+}
+
+fn str_is_empty(s: &Arc<str>) -> bool {
+    s.is_empty()
 }
 
 fn ser_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {

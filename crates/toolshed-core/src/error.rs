@@ -59,6 +59,12 @@ pub enum ErrorCode {
     ResultTooLarge,
     /// A blob store operation failed.
     BlobError,
+    /// The call is a human tool: a person must answer it, which only the durable
+    /// runtime can wait for.
+    AnswerRequired,
+    /// A keyed call was started `max_attempts` times without completing (crashes);
+    /// it fails closed instead of running again.
+    AttemptsExhausted,
 }
 
 impl ErrorCode {
@@ -86,6 +92,8 @@ impl ErrorCode {
             ErrorCode::EmptyStream => "EMPTY_STREAM",
             ErrorCode::ResultTooLarge => "RESULT_TOO_LARGE",
             ErrorCode::BlobError => "BLOB_ERROR",
+            ErrorCode::AnswerRequired => "ANSWER_REQUIRED",
+            ErrorCode::AttemptsExhausted => "ATTEMPTS_EXHAUSTED",
         }
     }
 

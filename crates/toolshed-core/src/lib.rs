@@ -51,7 +51,9 @@ pub use pipeline::{CallOutcome, ExecuteOptions, Pipeline, PipelineConfig, Prepar
 pub use spec::{
     Approval, CelPredicate, Effects, Idempotency, RetryPolicy, ToolMeta, ToolName, ToolSpec,
 };
-pub use tool::{Handler, HandlerFuture, Streaming, Tool, ToolBuilder, ToolOutput};
+pub use tool::{
+    Handler, HandlerFuture, Streaming, Tool, ToolBuilder, ToolOutput, human_tool, human_tool_with,
+};
 pub use toolset::{CollisionError, Plugin, Skill, ToolSet, ToolSetError, ToolSource};
 
 #[doc(hidden)]

@@ -154,7 +154,75 @@ pub fn dice_tool() -> Tool {
         .expect("the dice tool's definition is valid")
 }
 
+/// What `transfer_funds` did.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Transfer {
+    /// The amount moved.
+    pub amount: f64,
+    /// The receiving account.
+    pub to: String,
+    /// The idempotency key the transfer was sent with: a re-run after a crash sends the
+    /// same key, so the (imaginary) bank applies it once.
+    pub idempotency_key: Option<String>,
+}
+
+/// Move money to an account. Amounts over 100 wait for a person's approval.
+///
+/// An example of an external side effect: keyed, so a resumed run never repeats it, and
+/// gated by a Rust predicate (see [`gated_transfer_tool`]).
+#[tool(effects = "external", idempotency = "keyed", max_attempts = 3)]
+pub async fn transfer_funds(
+    /// The amount, in the account's currency.
+    amount: f64,
+    /// The receiving account, e.g. `ACME-001`.
+    to: String,
+    ctx: &toolshed_core::ToolContext,
+) -> Result<Transfer, String> {
+    if amount <= 0.0 {
+        return Err(format!("amount must be positive, got {amount}"));
+    }
+    Ok(Transfer {
+        amount,
+        to,
+        idempotency_key: ctx.idempotency_key().map(str::to_owned),
+    })
+}
+
+/// `transfer_funds`, gated: amounts over 100 need an approval.
+pub fn gated_transfer_tool() -> Tool {
+    let t = transfer_funds_tool();
+    let mut spec = t.spec().clone();
+    spec.approval =
+        toolshed_core::Approval::when(|args| args["amount"].as_f64().unwrap_or(0.0) > 100.0);
+    Tool::from_spec(spec, t.handler().clone()).expect("the transfer tool's definition is valid")
+}
+
+/// A human tool: the run waits until a person answers whether to publish.
+pub fn approve_publish_tool() -> Tool {
+    toolshed_core::human_tool_with(
+        "approve_publish",
+        "Ask an editor whether a post may be published. The run waits for their answer.",
+        json!({"type": "object", "properties": {"url": {"type": "string", "description": "The post to review."}}, "required": ["url"]}),
+        json!({
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean", "description": "Whether the post may go out."},
+                "note": {"type": "string", "description": "A note for the author."}
+            },
+            "required": ["approved"],
+            "additionalProperties": false
+        }),
+    )
+    .expect("the approve_publish definition is valid")
+}
+
 /// Every example tool.
 pub fn tools() -> Vec<Tool> {
-    vec![convert_temperature_tool(), countdown_tool(), dice_tool()]
+    vec![
+        convert_temperature_tool(),
+        countdown_tool(),
+        dice_tool(),
+        gated_transfer_tool(),
+        approve_publish_tool(),
+    ]
 }

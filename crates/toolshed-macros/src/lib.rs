@@ -121,7 +121,15 @@ use proc_macro::TokenStream;
 /// | `output_schema` | `true`/`false`; `false` leaves the output schema out | — |
 /// | `crate` | path of `toolshed-core` as a string, for re-exports (default `"::toolshed_core"`) | — |
 ///
-/// ```ignore
+/// ```
+/// use toolshed_core::ToolContext;
+/// use toolshed_macros::tool;
+///
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Receipt {
+///     invoice_id: String,
+/// }
+///
 /// /// Pay an invoice. Asks a human first.
 /// #[tool(
 ///     name = "pay_invoice",
@@ -137,9 +145,15 @@ use proc_macro::TokenStream;
 ///     /// The invoice to pay.
 ///     invoice_id: String,
 ///     ctx: &ToolContext,
-/// ) -> Result<Receipt, PayError> {
-///     // ...
+/// ) -> Result<Receipt, String> {
+///     let _key = ctx.idempotency_key();
+///     Ok(Receipt { invoice_id })
 /// }
+///
+/// let tool = pay_tool();
+/// assert_eq!(tool.name(), "pay_invoice");
+/// assert_eq!(tool.spec().max_attempts, Some(2));
+/// assert_eq!(tool.spec().approval.describe(), "always");
 /// ```
 ///
 /// # Compile errors

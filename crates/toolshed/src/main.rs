@@ -5,9 +5,13 @@
 //! - 1: the tool ran and returned an error result (handler error, timeout, bad output);
 //! - 2: bad input: a usage error, an unknown tool, arguments that are not JSON or do
 //!   not match the schema, an invalid definition file;
-//! - 3: an internal error.
+//! - 3: an internal error, or the journal cannot be reached;
+//! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
 
+mod approvals;
+mod db;
 mod output;
+mod runs;
 mod tools;
 
 use std::process::ExitCode;
@@ -20,9 +24,10 @@ use crate::output::Failure;
 #[derive(Debug, Parser)]
 #[command(name = "toolshed", version, about, propagate_version = true)]
 struct Cli {
-    /// Print machine-readable JSON instead of tables.
-    #[arg(long, global = true)]
-    json: bool,
+    /// The journal: `sqlite://PATH` or `postgres://…` (default: `sqlite://toolshed.db` in
+    /// the working folder).
+    #[arg(long, global = true, env = "TOOLSHED_DATABASE_URL", value_name = "URL")]
+    database_url: Option<String>,
 
     #[command(subcommand)]
     command: Command,
@@ -31,8 +36,27 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List, inspect, run, export and check tools.
+    Tools(Group<tools::ToolsCommand>),
+    /// Start, list, inspect, resume and cancel durable runs.
+    Runs(Group<runs::RunsCommand>),
+    /// List calls waiting for approval; approve or deny them.
+    Approvals(Group<approvals::ApprovalsCommand>),
+    /// Answer a human tool's call; the answer must match the tool's schema.
+    Answer(approvals::AnswerArgs),
+}
+
+/// A command group with the `--json` output switch shared by all its commands.
+///
+/// Why not a global flag on the root: `toolshed answer CALL_ID --json '{…}'` uses
+/// `--json` for the answer itself.
+#[derive(Debug, clap::Args)]
+struct Group<C: Subcommand> {
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+
     #[command(subcommand)]
-    Tools(tools::ToolsCommand),
+    command: C,
 }
 
 fn main() -> ExitCode {
@@ -62,8 +86,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        let db = db::Db::new(cli.database_url);
         match cli.command {
-            Command::Tools(cmd) => tools::run(cmd, cli.json).await,
+            Command::Tools(g) => tools::run(g.command, &db, g.json).await,
+            Command::Runs(g) => runs::run(g.command, &db, g.json).await,
+            Command::Approvals(g) => approvals::run(g.command, &db, g.json).await,
+            Command::Answer(args) => approvals::answer(args, &db).await,
         }
     });
     match result {
@@ -73,5 +101,16 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::from(code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // clap checks names, conflicts and defaults of every subcommand here.
+        super::Cli::command().debug_assert();
     }
 }

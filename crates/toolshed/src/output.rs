@@ -7,8 +7,10 @@ use std::io::Write;
 pub const EXIT_TOOL_ERROR: u8 = 1;
 /// Exit code: bad input (usage, unknown tool, invalid args or file).
 pub const EXIT_BAD_INPUT: u8 = 2;
-/// Exit code: an internal error.
+/// Exit code: an internal error, or the journal cannot be reached.
 pub const EXIT_INTERNAL: u8 = 3;
+/// Exit code: the run parked, waiting for a person.
+pub const EXIT_PARKED: u8 = 4;
 
 /// Why a command failed, with the exit code to use.
 #[derive(Debug)]

@@ -8,9 +8,13 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_core::formats::{Vendor, export};
-use toolshed_core::{ErrorCode, Pipeline, RunContext, Tool, ToolCall, ToolSet, ToolSource};
+use toolshed_core::{ErrorCode, Tool, ToolSet, ToolSource};
+use toolshed_runtime::{Driver, NewRunBuilder};
 
-use crate::output::{EXIT_BAD_INPUT, EXIT_TOOL_ERROR, Failure, print, print_json, table};
+use crate::db::{Db, runtime_failure, toolset};
+use crate::output::{
+    EXIT_BAD_INPUT, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table,
+};
 
 /// `toolshed tools` subcommands.
 #[derive(Debug, Subcommand)]
@@ -25,7 +29,7 @@ pub enum ToolsCommand {
         #[arg(long)]
         format: Option<String>,
     },
-    /// Run a tool through the full pipeline and print its result.
+    /// Run a tool as a durable run (journaled, resumable) and print its result.
     Run(RunArgs),
     /// Print every tool in a model vendor's format.
     Export {
@@ -51,26 +55,6 @@ pub struct RunArgs {
     args: String,
 }
 
-/// The tools this CLI knows, with where each comes from.
-fn toolset() -> Result<ToolSet, Failure> {
-    let mut b = ToolSet::builder();
-    let all = toolshed_stdlib::tools()
-        .into_iter()
-        .map(|t| (ToolSource::Builtin, t))
-        .chain(
-            toolshed_examples::tools()
-                .into_iter()
-                .map(|t| (ToolSource::Skill("examples".into()), t)),
-        );
-    for (source, tool) in all {
-        b.add(source, tool).map_err(|e| Failure::Error {
-            code: crate::output::EXIT_INTERNAL,
-            error: e.into(),
-        })?;
-    }
-    Ok(b.build())
-}
-
 fn source_label(source: Option<&ToolSource>) -> String {
     match source {
         Some(ToolSource::Builtin) => "builtin".into(),
@@ -81,11 +65,11 @@ fn source_label(source: Option<&ToolSource>) -> String {
 }
 
 /// Run a `tools` subcommand.
-pub async fn run(cmd: ToolsCommand, json_out: bool) -> Result<(), Failure> {
+pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failure> {
     match cmd {
         ToolsCommand::List => list(json_out),
         ToolsCommand::Show { name, format } => show(&name, format.as_deref(), json_out),
-        ToolsCommand::Run(args) => run_tool(args, json_out).await,
+        ToolsCommand::Run(args) => run_tool(args, db, json_out).await,
         ToolsCommand::Export { format } => {
             let vendor: Vendor = format
                 .parse()
@@ -223,7 +207,7 @@ fn show(name: &str, format: Option<&str>, json_out: bool) -> Result<(), Failure>
     Ok(())
 }
 
-fn read_args(raw: &str) -> Result<Value, Failure> {
+pub(crate) fn read_args(raw: &str) -> Result<Value, Failure> {
     let (text, origin) = if raw == "-" {
         let mut buf = String::new();
         std::io::stdin()
@@ -253,23 +237,39 @@ fn read_args(raw: &str) -> Result<Value, Failure> {
     Ok(value)
 }
 
-async fn run_tool(args: RunArgs, json_out: bool) -> Result<(), Failure> {
+async fn run_tool(args: RunArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
     let set = toolset()?;
     find(&set, &args.name)?;
     let call_args = read_args(&args.args)?;
-    let pipeline = Pipeline::builder(set).build();
-    let outcome = pipeline
-        .call(
-            &RunContext::builder().agent_id("cli").build(),
-            ToolCall::new(&args.name, call_args),
-        )
-        .await;
-    let duration_ms = outcome.duration.as_secs_f64() * 1000.0;
-    match &outcome.result {
+    let runtime = db.runtime().await?;
+    let driver = Driver::Direct {
+        tool: args.name.clone(),
+        args: call_args,
+    };
+    let new = NewRunBuilder::new("cli")
+        .driver(serde_json::to_value(&driver).unwrap_or_default())
+        .build();
+    let handle = runtime.start(new).await.map_err(runtime_failure)?;
+    let outcome = toolshed_runtime::drive(&handle, &driver)
+        .await
+        .map_err(runtime_failure)?;
+    let run_id = outcome.run.id.clone();
+    if !outcome.parked.is_empty() {
+        crate::runs::report_parked(&outcome, json_out);
+        return Err(Failure::Reported(EXIT_PARKED));
+    }
+    let Some(call) = outcome.outcomes.first() else {
+        return Err(Failure::Error {
+            code: crate::output::EXIT_INTERNAL,
+            error: anyhow!("run {run_id} ended without a result"),
+        });
+    };
+    let duration_ms = call.duration.as_secs_f64() * 1000.0;
+    match &call.result {
         Ok(value) => {
             if json_out {
                 print_json(
-                    &json!({"ok": true, "result": value, "duration_ms": duration_ms, "attempts": outcome.attempts}),
+                    &json!({"ok": true, "run_id": run_id, "result": value, "duration_ms": duration_ms, "attempts": call.attempts}),
                 );
             } else {
                 print(&match value {
@@ -282,7 +282,7 @@ async fn run_tool(args: RunArgs, json_out: bool) -> Result<(), Failure> {
         Err(err) => {
             if json_out {
                 print_json(
-                    &json!({"ok": false, "error": err, "duration_ms": duration_ms, "attempts": outcome.attempts}),
+                    &json!({"ok": false, "run_id": run_id, "error": err, "duration_ms": duration_ms, "attempts": call.attempts}),
                 );
             } else {
                 eprintln!("error {}: {}", err.code, err.message);

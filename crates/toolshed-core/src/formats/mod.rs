@@ -146,6 +146,122 @@ pub fn export<'a>(vendor: Vendor, tools: impl IntoIterator<Item = &'a Tool>) -> 
     }
 }
 
+/// Export tools in a vendor's format, serialized: the JSON text to put under the
+/// request's `tools` key (for Gemini, one element of `tools`). It equals
+/// `export(vendor, tools).to_string()` as JSON, but is what a model request needs and is
+/// much cheaper: OpenAI (plain) and Anthropic tools are written straight from the spec
+/// without cloning a schema, and the strict OpenAI and Gemini rewrites are computed once
+/// per tool and kept with it, since an agent sends the same tools on every turn.
+pub fn export_json<'a>(vendor: Vendor, tools: impl IntoIterator<Item = &'a Tool>) -> String {
+    let mut out = Vec::with_capacity(8192);
+    if vendor == Vendor::Gemini {
+        out.extend_from_slice(b"{\"functionDeclarations\":");
+    }
+    out.push(b'[');
+    for (i, t) in tools.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let s = t.spec();
+        let (name, description) = (s.name.as_str(), s.description.trim());
+        let params = SchemaView(&s.input_schema);
+        let written = match vendor {
+            Vendor::OpenAi => serde_json::to_writer(
+                &mut out,
+                &OpenAiView {
+                    kind: "function",
+                    function: FunctionView {
+                        name,
+                        description,
+                        parameters: params,
+                        strict: false,
+                    },
+                },
+            ),
+            Vendor::OpenAiStrict => serde_json::to_writer(
+                &mut out,
+                t.exports()
+                    .openai_strict
+                    .get_or_init(|| openai_tool(s, true)),
+            ),
+            Vendor::Anthropic => serde_json::to_writer(
+                &mut out,
+                &AnthropicView {
+                    name,
+                    description,
+                    input_schema: params,
+                },
+            ),
+            Vendor::Gemini => serde_json::to_writer(
+                &mut out,
+                t.exports()
+                    .gemini
+                    .get_or_init(|| gemini_function_declaration(s)),
+            ),
+        };
+        // Writing JSON values and plain structs into a Vec cannot fail.
+        debug_assert!(written.is_ok(), "{written:?}");
+    }
+    out.push(b']');
+    if vendor == Vendor::Gemini {
+        out.push(b'}');
+    }
+    // serde_json writes UTF-8 only.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Rewrites computed once per tool for [`export_json`].
+#[derive(Debug, Default)]
+pub(crate) struct ExportCache {
+    openai_strict: std::sync::OnceLock<Value>,
+    gemini: std::sync::OnceLock<Value>,
+}
+
+#[derive(serde::Serialize)]
+struct OpenAiView<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionView<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct FunctionView<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: SchemaView<'a>,
+    strict: bool,
+}
+
+#[derive(serde::Serialize)]
+struct AnthropicView<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: SchemaView<'a>,
+}
+
+/// A borrowed input schema written as both vendors want it: without `$schema`, and with
+/// `type: "object"` on a root that has no type (see `plain_parameters`).
+struct SchemaView<'a>(&'a Value);
+
+impl serde::Serialize for SchemaView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(map) = self.0 else {
+            return self.0.serialize(serializer);
+        };
+        let mut m = serializer.serialize_map(None)?;
+        if !map.contains_key("type") {
+            m.serialize_entry("type", "object")?;
+        }
+        for (k, v) in map {
+            if k != "$schema" {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------------
@@ -400,6 +516,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn export_json_equals_export_for_every_vendor() {
+        let mut tools = fixtures::tools();
+        // A root without `type` and with `$schema` exercises the borrowed view.
+        tools.push(fixtures::tool(
+            "untyped_root",
+            "d",
+            json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                   "properties": {"a": {"type": "string"}}}),
+        ));
+        for v in Vendor::ALL {
+            let text = export_json(v, tools.iter());
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(parsed, export(v, tools.iter()), "{v}");
+            // The cached rewrites give the same answer the second time.
+            assert_eq!(export_json(v, tools.iter()), text, "{v}");
+        }
+    }
 
     #[test]
     fn vendor_names_round_trip() {

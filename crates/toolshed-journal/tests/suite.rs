@@ -1,0 +1,1517 @@
+//! The journal's behavioural suite: every test is written once against
+//! `Arc<dyn Journal>` and runs on both backends, SQLite on a temporary file and
+//! PostgreSQL on the local server (each test in a fresh schema, dropped at the end).
+//! Backend-specific tests (opening foreign files, URLs, migrations) follow.
+//!
+//! PostgreSQL comes from `TOOLSHED_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`); when it is not reachable the PostgreSQL
+//! tests fail and say how to start it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolshed_core::{ErrorCode, Principal, ToolError};
+use toolshed_journal::{
+    Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
+    NewCall, NewRun, PostgresJournal, RunFilter, RunStatus, SqliteJournal,
+};
+
+// ---- harness ----
+
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn postgres_url() -> String {
+    std::env::var("TOOLSHED_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// Where a test's journal lives; `open` may be called again to reopen it.
+enum Store {
+    Sqlite {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+}
+
+impl Store {
+    async fn open(&self) -> Arc<dyn Journal> {
+        match self {
+            Store::Sqlite { path, .. } => Arc::new(
+                SqliteJournal::open(path)
+                    .await
+                    .expect("open the SQLite journal"),
+            ),
+            Store::Postgres { url, schema } => Arc::new(
+                PostgresJournal::connect_with_schema(url, schema)
+                    .await
+                    .expect("connect the PostgreSQL journal"),
+            ),
+        }
+    }
+}
+
+async fn on_sqlite<F, Fut>(test: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    test(Store::Sqlite { _dir: dir, path }).await;
+}
+
+/// A connection for setting up and dropping schemas; fails the test with the fix when
+/// PostgreSQL is not running.
+async fn admin() -> tokio_postgres::Client {
+    let url = postgres_url();
+    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            client
+        }
+        Err(e) => panic!(
+            "PostgreSQL is not reachable at {} ({e}). Start it with \
+             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
+             or point TOOLSHED_TEST_POSTGRES_URL at a server (trust auth, database `test`)",
+            toolshed_journal::mask_password(&url)
+        ),
+    }
+}
+
+fn fresh_schema() -> String {
+    format!("toolshed_test_{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let admin = admin().await;
+    let schema = fresh_schema();
+    let store = Store::Postgres {
+        url: postgres_url(),
+        schema: schema.clone(),
+    };
+    // Run the test as a task so its panic can be caught, the schema dropped, and the
+    // panic resumed.
+    let outcome = tokio::spawn(test(store)).await;
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+    if let Err(e) = outcome {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        panic!("the test task failed: {e}");
+    }
+}
+
+/// Declare each behavioural test once; it runs on both backends.
+macro_rules! suite {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::on_sqlite(crate::$test).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::on_postgres(crate::$test).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    runs_round_trip,
+    create_run_twice_is_a_conflict,
+    unknown_ids_are_not_found,
+    list_runs_newest_first_with_filters_and_limit,
+    set_run_status_refuses_leaving_a_final_status,
+    begin_drive_counts_only_starts_from_running,
+    open_call_is_idempotent_on_run_and_ordinal,
+    call_id_used_at_another_key_is_a_conflict,
+    record_started_only_from_open_started_or_approved,
+    record_finished_only_on_non_final_calls,
+    record_gate_only_on_open_calls,
+    decide_approves_once,
+    deny_fails_the_call_with_approval_denied,
+    answer_completes_a_human_tool_once,
+    pending_gates_filter_by_run_and_tenant,
+    crumbs_get_consecutive_seqs_from_zero,
+    open_and_start_records_a_start_in_one_write,
+    json_values_round_trip_exactly,
+    concurrent_decides_exactly_one_wins,
+    concurrent_decides_from_two_handles_exactly_one_wins,
+    concurrent_keyed_calls_from_64_tasks_all_succeed,
+    concurrent_crumb_appends_get_unique_consecutive_seqs,
+    a_failing_operation_does_not_undo_its_batch,
+    data_survives_reopening,
+);
+
+// ---- fixtures and assertions ----
+
+fn new_run(id: &str) -> NewRun {
+    NewRun {
+        id: id.to_owned(),
+        agent_id: "agent-a".to_owned(),
+        session_id: format!("session-{id}"),
+        principal: None,
+        budgets: Budgets::default(),
+        driver: json!({"kind": "direct", "tool": "echo", "args": {"text": id}}),
+    }
+}
+
+fn tenant_run(id: &str, agent: &str, tenant: &str) -> NewRun {
+    NewRun {
+        agent_id: agent.to_owned(),
+        principal: Some(Principal {
+            iss: "https://issuer.example".to_owned(),
+            sub: format!("user-of-{tenant}"),
+            tenant: Some(tenant.to_owned()),
+        }),
+        ..new_run(id)
+    }
+}
+
+fn new_call(run_id: &str, ordinal: u32) -> NewCall {
+    NewCall {
+        call_id: format!("{run_id}-call-{ordinal}"),
+        run_id: run_id.to_owned(),
+        ordinal,
+        tool_call_id: format!("toolu_{ordinal}"),
+        tool: "search".to_owned(),
+        args_hash: format!("hash-{ordinal}"),
+        args: json!({"query": "rust", "ordinal": ordinal}),
+    }
+}
+
+fn ok(value: Value) -> CallResult {
+    CallResult {
+        result: Ok(value),
+        duration_ms: 12.5,
+    }
+}
+
+fn approval() -> Gate {
+    Gate::Approval {
+        reason: "always".to_owned(),
+    }
+}
+
+fn answer_gate() -> Gate {
+    Gate::Answer {
+        schema: json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+    }
+}
+
+fn decision(approved: bool, by: &str, reason: Option<&str>) -> Decision {
+    Decision {
+        approved,
+        by: by.to_owned(),
+        reason: reason.map(str::to_owned),
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+fn human_answer(value: Value, by: &str) -> Answer {
+    Answer {
+        value,
+        by: by.to_owned(),
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+#[track_caller]
+fn conflict<T: std::fmt::Debug>(result: Result<T, JournalError>) -> String {
+    match result {
+        Err(e @ JournalError::Conflict(_)) => {
+            assert_eq!(e.code(), "CONFLICT");
+            e.to_string()
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn not_found<T: std::fmt::Debug>(result: Result<T, JournalError>, what: &str, id: &str) {
+    match result {
+        Err(JournalError::NotFound { what: w, id: i }) if w == what && i == id => {}
+        other => panic!("expected {what} `{id}` not found, got {other:?}"),
+    }
+}
+
+// ---- behaviour: runs ----
+
+async fn runs_round_trip(store: Store) {
+    let j = store.open().await;
+    let run = j
+        .create_run(tenant_run("r1", "agent-a", "acme"))
+        .await
+        .unwrap();
+    assert_eq!(run.id, "r1");
+    assert_eq!(run.status, RunStatus::Running);
+    assert_eq!(run.resumes, 0);
+    assert_eq!(run.tenant.as_deref(), Some("acme"));
+    assert_eq!(run.error, None);
+    assert_eq!(run.created_at_ms, run.updated_at_ms);
+    assert_eq!(j.get_run("r1").await.unwrap(), run);
+
+    let plain = j
+        .create_run(NewRun {
+            budgets: Budgets {
+                max_attempts_per_task: Some(3),
+                max_wall_clock_min: Some(60),
+            },
+            ..new_run("r2")
+        })
+        .await
+        .unwrap();
+    assert_eq!(plain.tenant, None);
+    assert_eq!(j.get_run("r2").await.unwrap(), plain);
+}
+
+async fn create_run_twice_is_a_conflict(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let message = conflict(j.create_run(new_run("r1")).await);
+    assert!(message.contains("run `r1` already exists"), "{message}");
+}
+
+async fn unknown_ids_are_not_found(store: Store) {
+    let j = store.open().await;
+    not_found(j.get_run("nope").await, "run", "nope");
+    not_found(
+        j.set_run_status("nope", RunStatus::Parked, None).await,
+        "run",
+        "nope",
+    );
+    not_found(j.begin_drive("nope").await, "run", "nope");
+    not_found(j.calls_of_run("nope").await, "run", "nope");
+    not_found(j.crumbs_of_run("nope").await, "run", "nope");
+    not_found(j.append_crumbs("nope", vec![json!(1)]).await, "run", "nope");
+    not_found(j.append_crumbs("nope", vec![]).await, "run", "nope");
+    not_found(j.open_call(new_call("nope", 0)).await, "run", "nope");
+    not_found(j.open_and_start(new_call("nope", 0)).await, "run", "nope");
+    not_found(j.get_call("ghost").await, "call", "ghost");
+    not_found(j.record_started("ghost").await, "call", "ghost");
+    not_found(
+        j.record_finished("ghost", ok(json!(1))).await,
+        "call",
+        "ghost",
+    );
+    not_found(j.record_gate("ghost", approval()).await, "call", "ghost");
+    not_found(
+        j.decide("ghost", decision(true, "alice", None)).await,
+        "call",
+        "ghost",
+    );
+    not_found(
+        j.answer("ghost", human_answer(json!({}), "alice")).await,
+        "call",
+        "ghost",
+    );
+    let e = j.get_call("ghost").await.unwrap_err();
+    assert_eq!(e.code(), "NOT_FOUND");
+    assert_eq!(e.to_string(), "call `ghost` not found");
+    // An existing run with no calls or crumbs is not an error.
+    j.create_run(new_run("r1")).await.unwrap();
+    assert!(j.calls_of_run("r1").await.unwrap().is_empty());
+    assert!(j.crumbs_of_run("r1").await.unwrap().is_empty());
+}
+
+async fn list_runs_newest_first_with_filters_and_limit(store: Store) {
+    let j = store.open().await;
+    j.create_run(tenant_run("r1", "agent-a", "t1"))
+        .await
+        .unwrap();
+    j.create_run(tenant_run("r2", "agent-b", "t2"))
+        .await
+        .unwrap();
+    j.create_run(new_run("r3")).await.unwrap();
+    j.set_run_status("r2", RunStatus::Parked, None)
+        .await
+        .unwrap();
+
+    let ids =
+        |runs: Vec<toolshed_journal::RunRecord>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(j.list_runs(&RunFilter::default()).await.unwrap()),
+        ["r3", "r2", "r1"]
+    );
+    let parked = RunFilter {
+        status: Some(RunStatus::Parked),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(j.list_runs(&parked).await.unwrap()), ["r2"]);
+    let agent_a = RunFilter {
+        agent_id: Some("agent-a".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(j.list_runs(&agent_a).await.unwrap()), ["r3", "r1"]);
+    let tenant = RunFilter {
+        tenant: Some("t1".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(j.list_runs(&tenant).await.unwrap()), ["r1"]);
+    let running_a = RunFilter {
+        status: Some(RunStatus::Running),
+        agent_id: Some("agent-a".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(j.list_runs(&running_a).await.unwrap()), ["r3", "r1"]);
+    let limited = RunFilter {
+        limit: 2,
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(j.list_runs(&limited).await.unwrap()), ["r3", "r2"]);
+    let nobody = RunFilter {
+        tenant: Some("nobody".into()),
+        ..RunFilter::default()
+    };
+    assert!(j.list_runs(&nobody).await.unwrap().is_empty());
+}
+
+async fn set_run_status_refuses_leaving_a_final_status(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let parked = j
+        .set_run_status("r1", RunStatus::Parked, None)
+        .await
+        .unwrap();
+    assert_eq!(parked.status, RunStatus::Parked);
+    let running = j
+        .set_run_status("r1", RunStatus::Running, None)
+        .await
+        .unwrap();
+    assert_eq!(running.status, RunStatus::Running);
+    let failed = j
+        .set_run_status("r1", RunStatus::Failed, Some("budget spent".into()))
+        .await
+        .unwrap();
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(failed.error.as_deref(), Some("budget spent"));
+    assert!(failed.updated_at_ms >= failed.created_at_ms);
+    assert_eq!(j.get_run("r1").await.unwrap(), failed);
+
+    for status in [
+        RunStatus::Running,
+        RunStatus::Parked,
+        RunStatus::Completed,
+        RunStatus::Failed,
+    ] {
+        let message = conflict(j.set_run_status("r1", status, None).await);
+        assert!(
+            message.contains("run `r1` is already `failed`"),
+            "{message}"
+        );
+    }
+    assert_eq!(j.get_run("r1").await.unwrap(), failed);
+
+    j.create_run(new_run("r2")).await.unwrap();
+    let cancelled = j
+        .set_run_status(
+            "r2",
+            RunStatus::Cancelled,
+            Some("cancelled by alice".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.error.as_deref(), Some("cancelled by alice"));
+    conflict(j.set_run_status("r2", RunStatus::Completed, None).await);
+}
+
+async fn begin_drive_counts_only_starts_from_running(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let first = j.begin_drive("r1").await.unwrap();
+    assert_eq!((first.status, first.resumes), (RunStatus::Running, 1));
+    // A crash and a restart: the run was still `running`.
+    let second = j.begin_drive("r1").await.unwrap();
+    assert_eq!((second.status, second.resumes), (RunStatus::Running, 2));
+    // Resuming a parked run does not count.
+    j.set_run_status("r1", RunStatus::Parked, None)
+        .await
+        .unwrap();
+    let resumed = j.begin_drive("r1").await.unwrap();
+    assert_eq!((resumed.status, resumed.resumes), (RunStatus::Running, 2));
+    assert_eq!(j.get_run("r1").await.unwrap(), resumed);
+
+    j.set_run_status("r1", RunStatus::Completed, None)
+        .await
+        .unwrap();
+    let message = conflict(j.begin_drive("r1").await);
+    assert!(message.contains("`completed`"), "{message}");
+    assert_eq!(j.get_run("r1").await.unwrap().resumes, 2);
+}
+
+// ---- behaviour: calls ----
+
+async fn open_call_is_idempotent_on_run_and_ordinal(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let opened = j.open_call(new_call("r1", 0)).await.unwrap();
+    assert_eq!(opened.status, CallStatus::Open);
+    assert_eq!(opened.attempts, 0);
+    assert_eq!(opened.call_id, "r1-call-0");
+    assert_eq!(opened.args, json!({"query": "rust", "ordinal": 0}));
+    assert_eq!(
+        (
+            opened.result.clone(),
+            opened.error.clone(),
+            opened.gate.clone()
+        ),
+        (None, None, None)
+    );
+
+    // The same key with another id, tool and args: the recorded call, unchanged.
+    let again = j
+        .open_call(NewCall {
+            call_id: "other-id".into(),
+            tool: "delete_everything".into(),
+            args_hash: "different".into(),
+            ..new_call("r1", 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(again, opened);
+    not_found(j.get_call("other-id").await, "call", "other-id");
+
+    j.open_call(new_call("r1", 2)).await.unwrap();
+    j.open_call(new_call("r1", 1)).await.unwrap();
+    let ordinals: Vec<u32> = j
+        .calls_of_run("r1")
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.ordinal)
+        .collect();
+    assert_eq!(ordinals, [0, 1, 2]);
+    assert_eq!(j.get_call("r1-call-0").await.unwrap(), opened);
+}
+
+async fn call_id_used_at_another_key_is_a_conflict(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    j.open_call(new_call("r1", 0)).await.unwrap();
+    let reused = NewCall {
+        call_id: "r1-call-0".into(),
+        ..new_call("r1", 1)
+    };
+    let message = conflict(j.open_call(reused.clone()).await);
+    assert!(
+        message.contains("call id `r1-call-0` is already used"),
+        "{message}"
+    );
+    let message = conflict(j.open_and_start(reused).await);
+    assert!(
+        message.contains("call id `r1-call-0` is already used"),
+        "{message}"
+    );
+    assert_eq!(j.calls_of_run("r1").await.unwrap().len(), 1);
+}
+
+async fn record_started_only_from_open_started_or_approved(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    assert_eq!(j.record_started(&call.call_id).await.unwrap(), 1);
+    // A restart after a crash counts another attempt.
+    assert_eq!(j.record_started(&call.call_id).await.unwrap(), 2);
+    let stored = j.get_call(&call.call_id).await.unwrap();
+    assert_eq!((stored.status, stored.attempts), (CallStatus::Started, 2));
+
+    // Waiting for a human: no start.
+    let gated = j.open_call(new_call("r1", 1)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    let message = conflict(j.record_started(&gated.call_id).await);
+    assert!(message.contains("awaits an approval"), "{message}");
+    // Approved: starts.
+    j.decide(&gated.call_id, decision(true, "alice", None))
+        .await
+        .unwrap();
+    assert_eq!(j.record_started(&gated.call_id).await.unwrap(), 1);
+
+    let human = j.open_call(new_call("r1", 2)).await.unwrap();
+    j.record_gate(&human.call_id, answer_gate()).await.unwrap();
+    let message = conflict(j.record_started(&human.call_id).await);
+    assert!(message.contains("human tool"), "{message}");
+
+    // Final: no start.
+    j.record_finished(&call.call_id, ok(json!("done")))
+        .await
+        .unwrap();
+    let message = conflict(j.record_started(&call.call_id).await);
+    assert!(
+        message.contains("already finished (`completed`)"),
+        "{message}"
+    );
+    assert_eq!(j.get_call(&call.call_id).await.unwrap().attempts, 2);
+}
+
+async fn record_finished_only_on_non_final_calls(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_started(&call.call_id).await.unwrap();
+    let done = j
+        .record_finished(&call.call_id, ok(json!({"hits": [1, 2, 3]})))
+        .await
+        .unwrap();
+    assert_eq!(done.status, CallStatus::Completed);
+    assert_eq!(done.result, Some(json!({"hits": [1, 2, 3]})));
+    assert_eq!(done.error, None);
+    assert_eq!(done.duration_ms, Some(12.5));
+    assert_eq!(done.attempts, 1);
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), done);
+
+    let message = conflict(j.record_finished(&call.call_id, ok(json!("again"))).await);
+    assert!(
+        message.contains("already finished (`completed`)"),
+        "{message}"
+    );
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), done);
+
+    // An unkeyed call goes from open straight to failed.
+    let other = j.open_call(new_call("r1", 1)).await.unwrap();
+    let error = ToolError::new(ErrorCode::Timeout, "no answer within 30 s");
+    let failed = j
+        .record_finished(
+            &other.call_id,
+            CallResult {
+                result: Err(error.clone()),
+                duration_ms: 30_000.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.status, CallStatus::Failed);
+    assert_eq!(failed.error, Some(error));
+    assert_eq!(failed.result, None);
+    conflict(j.record_finished(&other.call_id, ok(json!(1))).await);
+
+    // A gated call can be finished (e.g. its run was cancelled).
+    let gated = j.open_call(new_call("r1", 2)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    let cancelled = j
+        .record_finished(
+            &gated.call_id,
+            CallResult {
+                result: Err(ToolError::new(ErrorCode::Cancelled, "run cancelled")),
+                duration_ms: 0.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, CallStatus::Failed);
+}
+
+async fn record_gate_only_on_open_calls(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let a = j.open_call(new_call("r1", 0)).await.unwrap();
+    let gated = j.record_gate(&a.call_id, approval()).await.unwrap();
+    assert_eq!(gated.status, CallStatus::AwaitingApproval);
+    assert_eq!(gated.gate, Some(approval()));
+    assert_eq!(j.get_call(&a.call_id).await.unwrap(), gated);
+    let message = conflict(j.record_gate(&a.call_id, approval()).await);
+    assert!(message.contains("only a new (`open`) call"), "{message}");
+
+    let b = j.open_call(new_call("r1", 1)).await.unwrap();
+    let human = j.record_gate(&b.call_id, answer_gate()).await.unwrap();
+    assert_eq!(human.status, CallStatus::AwaitingAnswer);
+    assert_eq!(human.gate, Some(answer_gate()));
+
+    let c = j.open_call(new_call("r1", 2)).await.unwrap();
+    j.record_started(&c.call_id).await.unwrap();
+    let message = conflict(j.record_gate(&c.call_id, approval()).await);
+    assert!(message.contains("is `started`"), "{message}");
+}
+
+async fn decide_approves_once(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_gate(&call.call_id, approval()).await.unwrap();
+    let approved = j
+        .decide(&call.call_id, decision(true, "alice", Some("looks fine")))
+        .await
+        .unwrap();
+    assert_eq!(approved.status, CallStatus::Approved);
+    assert_eq!(
+        approved.decision,
+        Some(decision(true, "alice", Some("looks fine")))
+    );
+    assert_eq!(approved.error, None);
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), approved);
+
+    let message = conflict(j.decide(&call.call_id, decision(false, "bob", None)).await);
+    assert!(
+        message.contains(
+            "call `r1-call-0` was already approved by `alice` at 2023-11-14T22:13:20.000Z"
+        ),
+        "{message}"
+    );
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), approved);
+
+    // Still already-approved after it ran.
+    j.record_started(&call.call_id).await.unwrap();
+    j.record_finished(&call.call_id, ok(json!(1)))
+        .await
+        .unwrap();
+    let message = conflict(j.decide(&call.call_id, decision(true, "bob", None)).await);
+    assert!(message.contains("already approved by `alice`"), "{message}");
+
+    // Nothing to decide.
+    let plain = j.open_call(new_call("r1", 1)).await.unwrap();
+    let message = conflict(
+        j.decide(&plain.call_id, decision(true, "alice", None))
+            .await,
+    );
+    assert!(
+        message.contains("awaits no approval: it is `open`"),
+        "{message}"
+    );
+    let human = j.open_call(new_call("r1", 2)).await.unwrap();
+    j.record_gate(&human.call_id, answer_gate()).await.unwrap();
+    let message = conflict(
+        j.decide(&human.call_id, decision(true, "alice", None))
+            .await,
+    );
+    assert!(message.contains("awaits an answer"), "{message}");
+}
+
+async fn deny_fails_the_call_with_approval_denied(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_gate(&call.call_id, approval()).await.unwrap();
+    let denied = j
+        .decide(&call.call_id, decision(false, "bob", Some("too risky")))
+        .await
+        .unwrap();
+    assert_eq!(denied.status, CallStatus::Failed);
+    assert_eq!(
+        denied.error,
+        Some(ToolError::new(
+            ErrorCode::ApprovalDenied,
+            "denied by bob: too risky"
+        ))
+    );
+    assert_eq!(
+        serde_json::to_value(denied.error.as_ref().unwrap()).unwrap(),
+        json!({"code": "APPROVAL_DENIED", "message": "denied by bob: too risky"})
+    );
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), denied);
+    let message = conflict(j.decide(&call.call_id, decision(true, "alice", None)).await);
+    assert!(message.contains("already denied by `bob`"), "{message}");
+
+    let other = j.open_call(new_call("r1", 1)).await.unwrap();
+    j.record_gate(&other.call_id, approval()).await.unwrap();
+    let denied = j
+        .decide(&other.call_id, decision(false, "carol", None))
+        .await
+        .unwrap();
+    assert_eq!(denied.error.unwrap().message, "denied by carol");
+}
+
+async fn answer_completes_a_human_tool_once(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_gate(&call.call_id, answer_gate()).await.unwrap();
+    let answered = j
+        .answer(&call.call_id, human_answer(json!({"ok": true}), "alice"))
+        .await
+        .unwrap();
+    assert_eq!(answered.status, CallStatus::Completed);
+    assert_eq!(answered.result, Some(json!({"ok": true})));
+    assert_eq!(
+        answered.answer,
+        Some(human_answer(json!({"ok": true}), "alice"))
+    );
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), answered);
+    let message = conflict(
+        j.answer(&call.call_id, human_answer(json!({"ok": false}), "bob"))
+            .await,
+    );
+    assert!(message.contains("already answered by `alice`"), "{message}");
+
+    // Not human tools.
+    let approval_call = j.open_call(new_call("r1", 1)).await.unwrap();
+    j.record_gate(&approval_call.call_id, approval())
+        .await
+        .unwrap();
+    let message = conflict(
+        j.answer(&approval_call.call_id, human_answer(json!({}), "alice"))
+            .await,
+    );
+    assert!(message.contains("is not a human tool"), "{message}");
+    assert!(message.contains("awaiting an approval"), "{message}");
+    let plain = j.open_call(new_call("r1", 2)).await.unwrap();
+    let message = conflict(
+        j.answer(&plain.call_id, human_answer(json!({}), "alice"))
+            .await,
+    );
+    assert!(message.contains("is not a human tool"), "{message}");
+    assert!(message.contains("tool `search`"), "{message}");
+    assert_eq!(j.get_call(&plain.call_id).await.unwrap(), plain);
+}
+
+async fn pending_gates_filter_by_run_and_tenant(store: Store) {
+    let j = store.open().await;
+    j.create_run(tenant_run("r1", "agent-a", "t1"))
+        .await
+        .unwrap();
+    j.create_run(tenant_run("r2", "agent-a", "t2"))
+        .await
+        .unwrap();
+    for (run, ordinal, gate) in [
+        ("r1", 0, Some(approval())),
+        ("r1", 1, Some(answer_gate())),
+        ("r1", 2, None),
+        ("r1", 3, Some(approval())),
+        ("r2", 0, Some(approval())),
+    ] {
+        let call = j.open_call(new_call(run, ordinal)).await.unwrap();
+        if let Some(gate) = gate {
+            j.record_gate(&call.call_id, gate).await.unwrap();
+        }
+    }
+    // Decided: no longer pending.
+    j.decide("r1-call-3", decision(true, "alice", None))
+        .await
+        .unwrap();
+
+    let ids = |calls: Vec<toolshed_journal::CallRecord>| {
+        calls
+            .into_iter()
+            .map(|c| c.call_id)
+            .collect::<BTreeSet<_>>()
+    };
+    let all = j.pending_gates(&GateFilter::default()).await.unwrap();
+    assert!(all.iter().all(|c| matches!(
+        c.status,
+        CallStatus::AwaitingApproval | CallStatus::AwaitingAnswer
+    )));
+    assert_eq!(
+        ids(all),
+        BTreeSet::from(["r1-call-0".into(), "r1-call-1".into(), "r2-call-0".into()])
+    );
+    let run1 = GateFilter {
+        run_id: Some("r1".into()),
+        ..GateFilter::default()
+    };
+    assert_eq!(
+        ids(j.pending_gates(&run1).await.unwrap()),
+        BTreeSet::from(["r1-call-0".into(), "r1-call-1".into()])
+    );
+    let tenant2 = GateFilter {
+        tenant: Some("t2".into()),
+        ..GateFilter::default()
+    };
+    assert_eq!(
+        ids(j.pending_gates(&tenant2).await.unwrap()),
+        BTreeSet::from(["r2-call-0".into()])
+    );
+    let mismatch = GateFilter {
+        run_id: Some("r1".into()),
+        tenant: Some("t2".into()),
+    };
+    assert!(j.pending_gates(&mismatch).await.unwrap().is_empty());
+}
+
+async fn crumbs_get_consecutive_seqs_from_zero(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    j.create_run(new_run("r2")).await.unwrap();
+    j.append_crumbs(
+        "r1",
+        vec![
+            json!({"kind": "tool:call"}),
+            json!({"kind": "tool:result"}),
+            json!(3),
+        ],
+    )
+    .await
+    .unwrap();
+    j.append_crumbs("r2", vec![json!("other run")])
+        .await
+        .unwrap();
+    j.append_crumbs("r1", vec![]).await.unwrap();
+    j.append_crumbs("r1", vec![json!(4), json!(5)])
+        .await
+        .unwrap();
+    let crumbs = j.crumbs_of_run("r1").await.unwrap();
+    let seqs: Vec<u64> = crumbs.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, [0, 1, 2, 3, 4]);
+    assert!(crumbs.iter().all(|c| c.run_id == "r1"));
+    let values: Vec<Value> = crumbs.into_iter().map(|c| c.crumb).collect();
+    assert_eq!(
+        values,
+        [
+            json!({"kind": "tool:call"}),
+            json!({"kind": "tool:result"}),
+            json!(3),
+            json!(4),
+            json!(5)
+        ]
+    );
+    let other = j.crumbs_of_run("r2").await.unwrap();
+    assert_eq!((other.len(), other[0].seq), (1, 0));
+}
+
+async fn open_and_start_records_a_start_in_one_write(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let first = j.open_and_start(new_call("r1", 0)).await.unwrap();
+    assert!(first.started);
+    assert_eq!(
+        (first.call.status, first.call.attempts),
+        (CallStatus::Started, 1)
+    );
+    assert_eq!(j.get_call("r1-call-0").await.unwrap(), first.call);
+    // A restart after a crash: same tool and args.
+    let again = j
+        .open_and_start(NewCall {
+            call_id: "fresh-uuid".into(),
+            ..new_call("r1", 0)
+        })
+        .await
+        .unwrap();
+    assert!(again.started);
+    assert_eq!(
+        (again.call.call_id.as_str(), again.call.attempts),
+        ("r1-call-0", 2)
+    );
+
+    // Different args at the same key: returned unchanged for the caller to report.
+    let mismatch = j
+        .open_and_start(NewCall {
+            args_hash: "other".into(),
+            ..new_call("r1", 0)
+        })
+        .await
+        .unwrap();
+    assert!(!mismatch.started);
+    assert_eq!(mismatch.call, again.call);
+
+    // Finished: a replay, not a start.
+    j.record_finished("r1-call-0", ok(json!("result")))
+        .await
+        .unwrap();
+    let replay = j.open_and_start(new_call("r1", 0)).await.unwrap();
+    assert!(!replay.started);
+    assert_eq!(
+        (replay.call.status, replay.call.attempts),
+        (CallStatus::Completed, 2)
+    );
+
+    // Gated: not started until approved.
+    let gated = j.open_call(new_call("r1", 1)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    let waiting = j.open_and_start(new_call("r1", 1)).await.unwrap();
+    assert!(!waiting.started);
+    assert_eq!(waiting.call.status, CallStatus::AwaitingApproval);
+    j.decide(&gated.call_id, decision(true, "alice", None))
+        .await
+        .unwrap();
+    let approved = j.open_and_start(new_call("r1", 1)).await.unwrap();
+    assert!(approved.started);
+    assert_eq!(
+        (approved.call.status, approved.call.attempts),
+        (CallStatus::Started, 1)
+    );
+    assert!(approved.call.decision.is_some());
+}
+
+async fn json_values_round_trip_exactly(store: Store) {
+    let j = store.open().await;
+    let awkward = json!({
+        "nul": "a\u{0}b",
+        "unicode": "héllo 🌍 \u{2028}",
+        "quote": "it's \"quoted\" \\ ",
+        "big": u64::MAX,
+        "negative": i64::MIN,
+        "float": 0.1,
+        "nested": {"z": [1, {"y": null}], "a": true},
+        "empty": {},
+    });
+    j.create_run(NewRun {
+        driver: awkward.clone(),
+        ..new_run("r1")
+    })
+    .await
+    .unwrap();
+    assert_eq!(j.get_run("r1").await.unwrap().driver, awkward);
+    let call = j
+        .open_call(NewCall {
+            args: awkward.clone(),
+            ..new_call("r1", 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(call.args, awkward);
+    let done = j
+        .record_finished(&call.call_id, ok(awkward.clone()))
+        .await
+        .unwrap();
+    assert_eq!(done.result, Some(awkward.clone()));
+    assert_eq!(
+        j.get_call(&call.call_id).await.unwrap().result,
+        Some(awkward.clone())
+    );
+    j.append_crumbs("r1", vec![awkward.clone()]).await.unwrap();
+    assert_eq!(j.crumbs_of_run("r1").await.unwrap()[0].crumb, awkward);
+}
+
+// ---- behaviour: concurrency ----
+
+/// Two approvers at once: exactly one wins, the other is told who did.
+async fn race_decides(first: Arc<dyn Journal>, second: Arc<dyn Journal>) {
+    first.create_run(new_run("r1")).await.unwrap();
+    for ordinal in 0..10 {
+        let call = first.open_call(new_call("r1", ordinal)).await.unwrap();
+        first.record_gate(&call.call_id, approval()).await.unwrap();
+        let (a, b) = (call.call_id.clone(), call.call_id.clone());
+        let (j1, j2) = (Arc::clone(&first), Arc::clone(&second));
+        let alice = tokio::spawn(async move { j1.decide(&a, decision(true, "alice", None)).await });
+        let bob =
+            tokio::spawn(async move { j2.decide(&b, decision(false, "bob", Some("no"))).await });
+        let results = [alice.await.unwrap(), bob.await.unwrap()];
+        let wins = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(wins, 1, "{results:?}");
+        let loser = results.into_iter().find(Result::is_err).unwrap();
+        let message = conflict(loser);
+        assert!(message.contains("was already"), "{message}");
+        let stored = first.get_call(&call.call_id).await.unwrap();
+        assert!(matches!(
+            stored.status,
+            CallStatus::Approved | CallStatus::Failed
+        ));
+    }
+}
+
+async fn concurrent_decides_exactly_one_wins(store: Store) {
+    let j = store.open().await;
+    race_decides(Arc::clone(&j), j).await;
+}
+
+async fn concurrent_decides_from_two_handles_exactly_one_wins(store: Store) {
+    // Two journals on one database: as two processes would be.
+    let first = store.open().await;
+    let second = store.open().await;
+    race_decides(first, second).await;
+}
+
+async fn concurrent_keyed_calls_from_64_tasks_all_succeed(store: Store) {
+    let j = store.open().await;
+    for run in 0..8 {
+        j.create_run(new_run(&format!("r{run}"))).await.unwrap();
+    }
+    let tasks: Vec<_> = (0..64u32)
+        .map(|i| {
+            let j = Arc::clone(&j);
+            tokio::spawn(async move {
+                let call = j.open_call(new_call(&format!("r{}", i % 8), i / 8)).await?;
+                let attempts = j.record_started(&call.call_id).await?;
+                let done = j
+                    .record_finished(&call.call_id, ok(json!({"task": i})))
+                    .await?;
+                Ok::<_, JournalError>((attempts, done))
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (attempts, done) = task.await.unwrap().unwrap();
+        assert_eq!(attempts, 1);
+        assert_eq!(done.status, CallStatus::Completed);
+        assert_eq!(done.result, Some(json!({"task": i})));
+    }
+    for run in 0..8 {
+        let calls = j.calls_of_run(&format!("r{run}")).await.unwrap();
+        assert_eq!(calls.len(), 8);
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.status == CallStatus::Completed && c.attempts == 1)
+        );
+    }
+}
+
+async fn concurrent_crumb_appends_get_unique_consecutive_seqs(store: Store) {
+    let first = store.open().await;
+    let second = store.open().await;
+    first.create_run(new_run("r1")).await.unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let j = if task % 2 == 0 {
+                Arc::clone(&first)
+            } else {
+                Arc::clone(&second)
+            };
+            tokio::spawn(async move {
+                for append in 0..5 {
+                    let crumbs = (0..3).map(|i| json!([task, append, i])).collect();
+                    j.append_crumbs("r1", crumbs).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let crumbs = first.crumbs_of_run("r1").await.unwrap();
+    assert_eq!(crumbs.len(), 16 * 5 * 3);
+    let seqs: Vec<u64> = crumbs.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, (0..240).collect::<Vec<u64>>());
+    // Each append's crumbs are contiguous and in order.
+    for chunk in crumbs.chunks(3) {
+        let (task, append) = (&chunk[0].crumb[0], &chunk[0].crumb[1]);
+        for (i, crumb) in chunk.iter().enumerate() {
+            assert_eq!(crumb.crumb, json!([task, append, i]), "{chunk:?}");
+        }
+    }
+    let distinct: BTreeSet<String> = crumbs.iter().map(|c| c.crumb.to_string()).collect();
+    assert_eq!(distinct.len(), 240);
+}
+
+async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let finished = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_finished(&finished.call_id, ok(json!(0)))
+        .await
+        .unwrap();
+    // Many writes at once, so they share commits: good ones, conflicts, and statements
+    // that fail in the database (a reused call id).
+    let tasks: Vec<_> = (0..48u32)
+        .map(|i| {
+            let j = Arc::clone(&j);
+            let finished = finished.call_id.clone();
+            tokio::spawn(async move {
+                match i % 3 {
+                    0 => j
+                        .open_and_start(new_call("r1", 100 + i))
+                        .await
+                        .map(|_| true),
+                    1 => j
+                        .record_finished(&finished, ok(json!(i)))
+                        .await
+                        .map(|_| true),
+                    _ => j
+                        .open_and_start(NewCall {
+                            call_id: finished.clone(),
+                            ..new_call("r1", 1000 + i)
+                        })
+                        .await
+                        .map(|_| true),
+                }
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        if i % 3 == 0 {
+            assert!(result.is_ok(), "{i}: {result:?}");
+        } else {
+            conflict(result);
+        }
+    }
+    let calls = j.calls_of_run("r1").await.unwrap();
+    assert_eq!(calls.len(), 1 + 16);
+    assert!(
+        calls
+            .iter()
+            .filter(|c| c.ordinal >= 100)
+            .all(|c| c.status == CallStatus::Started)
+    );
+    assert_eq!(
+        j.get_call(&finished.call_id).await.unwrap().result,
+        Some(json!(0))
+    );
+}
+
+async fn data_survives_reopening(store: Store) {
+    let j = store.open().await;
+    j.create_run(tenant_run("r1", "agent-a", "acme"))
+        .await
+        .unwrap();
+    j.begin_drive("r1").await.unwrap();
+    let call = j.open_and_start(new_call("r1", 0)).await.unwrap().call;
+    j.record_finished(&call.call_id, ok(json!({"answer": 42})))
+        .await
+        .unwrap();
+    let gated = j.open_call(new_call("r1", 1)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    j.set_run_status("r1", RunStatus::Parked, None)
+        .await
+        .unwrap();
+    j.append_crumbs("r1", vec![json!("a"), json!("b")])
+        .await
+        .unwrap();
+    let run = j.get_run("r1").await.unwrap();
+    let calls = j.calls_of_run("r1").await.unwrap();
+    let crumbs = j.crumbs_of_run("r1").await.unwrap();
+    drop(j);
+
+    let reopened = store.open().await;
+    assert_eq!(reopened.get_run("r1").await.unwrap(), run);
+    assert_eq!(reopened.calls_of_run("r1").await.unwrap(), calls);
+    assert_eq!(reopened.crumbs_of_run("r1").await.unwrap(), crumbs);
+    assert_eq!(
+        reopened
+            .pending_gates(&GateFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // And it goes on where it stopped.
+    reopened
+        .append_crumbs("r1", vec![json!("c")])
+        .await
+        .unwrap();
+    assert_eq!(reopened.crumbs_of_run("r1").await.unwrap()[2].seq, 2);
+    let approved = reopened
+        .decide(&gated.call_id, decision(true, "alice", None))
+        .await
+        .unwrap();
+    assert_eq!(approved.status, CallStatus::Approved);
+}
+
+// ---- SQLite only ----
+
+mod sqlite_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_text_file_is_not_a_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notes.txt");
+        let text = "these are my notes, not a database\n".repeat(200);
+        std::fs::write(&path, &text).unwrap();
+        match SqliteJournal::open(&path).await {
+            Err(e @ JournalError::NotAJournal { .. }) => {
+                assert_eq!(e.code(), "NOT_A_JOURNAL");
+                let message = e.to_string();
+                assert!(message.contains(&path.display().to_string()), "{message}");
+                assert!(message.contains("not a SQLite database"), "{message}");
+            }
+            other => panic!("expected NotAJournal, got {other:?}"),
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+
+    #[tokio::test]
+    async fn a_foreign_sqlite_database_is_not_a_journal_and_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'ann');")
+                .unwrap();
+        }
+        match SqliteJournal::open(&path).await {
+            Err(JournalError::NotAJournal { path: p, message }) => {
+                assert_eq!(p, path.display().to_string());
+                assert!(
+                    message.contains(
+                        "has tables (users) but no toolshed_meta: not a toolshed journal"
+                    ),
+                    "{message}"
+                );
+            }
+            other => panic!("expected NotAJournal, got {other:?}"),
+        }
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 1);
+    }
+
+    #[tokio::test]
+    async fn missing_parent_folders_are_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a").join("b").join("toolshed.db");
+        let j = SqliteJournal::open(&path).await.unwrap();
+        j.create_run(new_run("r1")).await.unwrap();
+        assert!(path.exists());
+        assert_eq!(j.describe(), format!("sqlite://{}", path.display()));
+    }
+
+    #[tokio::test]
+    async fn the_schema_is_migrated_once_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let j = SqliteJournal::open(&path).await.unwrap();
+        assert_eq!(j.applied_migrations(), [1]);
+        j.create_run(new_run("r1")).await.unwrap();
+        drop(j);
+        let j = SqliteJournal::open(&path).await.unwrap();
+        assert!(j.applied_migrations().is_empty());
+        assert_eq!(j.get_run("r1").await.unwrap().id, "r1");
+
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let meta: Vec<(String, String)> = conn
+            .prepare("SELECT key, value FROM toolshed_meta ORDER BY key")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            meta,
+            [
+                (
+                    "format_version".to_owned(),
+                    toolshed_journal::FORMAT_VERSION.to_string()
+                ),
+                ("schema_version".to_owned(), "1".to_owned())
+            ]
+        );
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tables, ["calls", "crumbs", "runs", "toolshed_meta"]);
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        drop(SqliteJournal::open(&path).await.unwrap());
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE toolshed_meta SET value = '99' WHERE key = 'schema_version'",
+                [],
+            )
+            .unwrap();
+        match SqliteJournal::open(&path).await {
+            Err(e @ JournalError::Unavailable { .. }) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("schema version 99 is newer than this toolshed supports (1)"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_folder_is_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        match SqliteJournal::open(dir.path()).await {
+            Err(e @ JournalError::Unavailable { .. }) => {
+                assert_eq!(e.code(), "JOURNAL_UNAVAILABLE")
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+// ---- URLs ----
+
+mod urls {
+    use super::*;
+
+    #[tokio::test]
+    async fn open_dispatches_on_the_scheme() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let url = format!("sqlite://{}", path.display());
+        let j = toolshed_journal::open(&url).await.unwrap();
+        assert_eq!(j.describe(), url);
+        j.create_run(new_run("r1")).await.unwrap();
+
+        for bad in [
+            "sqlite://",
+            "sqlite:toolshed.db",
+            "mysql://x",
+            "toolshed.db",
+            "",
+        ] {
+            match toolshed_journal::open(bad).await {
+                Err(e @ JournalError::InvalidUrl { .. }) => {
+                    assert_eq!(e.code(), "INVALID_DATABASE_URL")
+                }
+                other => panic!("`{bad}`: expected InvalidUrl, got {other:?}"),
+            }
+        }
+        match toolshed_journal::open("postgres://u:s3cret@127.0.0.1:5432/db?sslmode=bogus").await {
+            Err(e @ JournalError::InvalidUrl { .. }) => {
+                assert!(!e.to_string().contains("s3cret"), "{e}")
+            }
+            other => panic!("expected InvalidUrl, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_postgres_is_unavailable_quickly_without_the_password() {
+        let started = Instant::now();
+        let result = toolshed_journal::open("postgres://postgres:s3cret@127.0.0.1:1/test").await;
+        // Generous: the bound that matters is "not hanging", the connect timeout is 5 s.
+        assert!(
+            started.elapsed() < Duration::from_secs(11),
+            "{:?}",
+            started.elapsed()
+        );
+        match result {
+            Err(e @ JournalError::Unavailable { .. }) => {
+                assert_eq!(e.code(), "JOURNAL_UNAVAILABLE");
+                let message = e.to_string();
+                assert!(
+                    message.contains("is PostgreSQL running at 127.0.0.1:1?"),
+                    "{message}"
+                );
+                assert!(
+                    message.contains("postgres://postgres:***@127.0.0.1:1/test"),
+                    "{message}"
+                );
+                assert!(!message.contains("s3cret"), "{message}");
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+// ---- PostgreSQL only ----
+
+mod postgres_only {
+    use super::*;
+
+    async fn with_schema<F, Fut>(test: F)
+    where
+        F: FnOnce(tokio_postgres::Client, String) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let schema = fresh_schema();
+        let outcome = tokio::spawn(test(admin().await, schema.clone())).await;
+        admin()
+            .await
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        if let Err(e) = outcome {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_is_migrated_once() {
+        with_schema(|admin, schema| async move {
+            let url = postgres_url();
+            // Two connects at once: one migrates, the other waits and finds it done.
+            let (a, b) = tokio::join!(
+                PostgresJournal::connect_with_schema(&url, &schema),
+                PostgresJournal::connect_with_schema(&url, &schema)
+            );
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
+            applied.sort();
+            assert_eq!(applied, [vec![], vec![1]]);
+            a.create_run(new_run("r1")).await.unwrap();
+            drop((a, b));
+            let again = PostgresJournal::connect_with_schema(&url, &schema).await.unwrap();
+            assert!(again.applied_migrations().is_empty());
+            assert_eq!(again.get_run("r1").await.unwrap().id, "r1");
+            assert!(again.describe().contains(&schema));
+
+            let tables: Vec<String> = admin
+                .query(
+                    "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
+                    &[&schema],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(tables, ["calls", "crumbs", "runs", "toolshed_meta"]);
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_url_can_choose_the_schema() {
+        with_schema(|admin, schema| async move {
+            let url = format!("{}?options=-csearch_path%3D{schema}", postgres_url());
+            // The schema must exist for a URL-chosen search path.
+            match PostgresJournal::connect(&url).await {
+                Err(e @ JournalError::Unavailable { .. }) => {
+                    assert!(e.to_string().contains("names no existing schema"), "{e}");
+                }
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+            admin
+                .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                .await
+                .unwrap();
+            let j = toolshed_journal::open(&url).await.unwrap();
+            j.create_run(new_run("r1")).await.unwrap();
+            let count: i64 = admin
+                .query_one(&format!("SELECT count(*) FROM \"{schema}\".runs"), &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(count, 1);
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_schema_is_refused() {
+        with_schema(|admin, schema| async move {
+            let url = postgres_url();
+            drop(PostgresJournal::connect_with_schema(&url, &schema).await.unwrap());
+            admin
+                .batch_execute(&format!(
+                    "UPDATE \"{schema}\".toolshed_meta SET value = '99' WHERE key = 'schema_version'"
+                ))
+                .await
+                .unwrap();
+            match PostgresJournal::connect_with_schema(&url, &schema).await {
+                Err(e @ JournalError::Unavailable { .. }) => {
+                    assert!(e.to_string().contains("schema version 99 is newer"), "{e}");
+                }
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+        })
+        .await;
+    }
+}

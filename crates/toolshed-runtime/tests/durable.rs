@@ -1,0 +1,633 @@
+//! The durability contract, on both journal backends: replay, keyed restarts, approvals,
+//! human answers, parallel parking, result caps, budgets and journaled crumbs.
+//!
+//! PostgreSQL tests use `TOOLSHED_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), each in a fresh schema.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::{Value, json};
+use toolshed_core::{
+    Approval, ErrorCode, Idempotency, Pipeline, RetryPolicy, Tool, ToolCall, ToolSet, human_tool,
+};
+use toolshed_journal::{Budgets, CallStatus, Journal, RunFilter, RunStatus};
+use toolshed_runtime::{CallStep, NewRunBuilder, Runtime, RuntimeConfig, RuntimeError};
+
+/// A journal on one backend, with what keeps it alive.
+struct Db {
+    journal: Arc<dyn Journal>,
+    _dir: Option<tempfile::TempDir>,
+    sqlite_path: Option<std::path::PathBuf>,
+}
+
+async fn sqlite() -> Db {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let journal = toolshed_journal::open(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    Db {
+        journal,
+        _dir: Some(dir),
+        sqlite_path: Some(path),
+    }
+}
+
+async fn postgres() -> Db {
+    let url = std::env::var("TOOLSHED_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let schema = format!("rt_{}", uuid_like());
+    let journal = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is needed for this test ({e}); start it with \
+                 `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or set \
+                 TOOLSHED_TEST_POSTGRES_URL"
+            )
+        });
+    Db {
+        journal: Arc::new(journal),
+        _dir: None,
+        sqlite_path: None,
+    }
+}
+
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{:x}_{}_{}",
+        t,
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Tools whose executions are counted.
+#[derive(Clone, Default)]
+struct Counters {
+    echo: Arc<AtomicU32>,
+    pay: Arc<AtomicU32>,
+    keyed: Arc<AtomicU32>,
+}
+
+fn tools(c: &Counters) -> Vec<Tool> {
+    let echo_n = c.echo.clone();
+    let pay_n = c.pay.clone();
+    let keyed_n = c.keyed.clone();
+    vec![
+        Tool::builder("echo")
+            .description("Echo.")
+            .input_schema(json!({"type": "object", "properties": {"v": {}}}))
+            .handler(move |args, _| {
+                echo_n.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, String>(args["v"].clone()) }
+            })
+            .build()
+            .unwrap(),
+        Tool::builder("pay")
+            .description("Pay an amount; needs approval above 100.")
+            .input_schema(json!({"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}))
+            .effects(toolshed_core::Effects::External)
+            .idempotency(Idempotency::Keyed)
+            .approval(Approval::when(|a| a["amount"].as_f64().unwrap_or(0.0) > 100.0))
+            .handler(move |args, ctx| {
+                pay_n.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, String>(json!({"paid": args["amount"], "key": ctx.idempotency_key()})) }
+            })
+            .build()
+            .unwrap(),
+        Tool::builder("keyed")
+            .description("A keyed call that reports its key and attempt.")
+            .idempotency(Idempotency::Keyed)
+            .max_attempts(2)
+            .retry(RetryPolicy::retries(3))
+            .handler(move |_args, ctx| {
+                keyed_n.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, String>(json!({"key": ctx.idempotency_key()})) }
+            })
+            .build()
+            .unwrap(),
+        Tool::builder("big")
+            .description("Returns a large string.")
+            .input_schema(json!({"type": "object", "properties": {"bytes": {"type": "integer"}}}))
+            .retry(RetryPolicy::retries(3))
+            .handler(|args, _| async move { Ok::<_, String>("x".repeat(args["bytes"].as_u64().unwrap_or(0) as usize)) })
+            .build()
+            .unwrap(),
+        human_tool("ask_publish", json!({"type": "object", "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}}, "required": ["approved"]})).unwrap(),
+    ]
+}
+
+fn runtime(db: &Db, c: &Counters) -> Runtime {
+    let pipeline = Pipeline::builder(ToolSet::from_tools(tools(c)).unwrap()).build();
+    Runtime::new(pipeline, db.journal.clone(), RuntimeConfig::default()).unwrap()
+}
+
+fn call(name: &str, args: Value) -> ToolCall {
+    ToolCall::new(name, args)
+}
+
+fn done(step: CallStep) -> toolshed_core::CallOutcome {
+    match step {
+        CallStep::Done(o) => o,
+        CallStep::Parked(g) => panic!("expected a result, the call parked: {g:?}"),
+    }
+}
+
+fn parked(step: CallStep) -> toolshed_runtime::PendingGate {
+    match step {
+        CallStep::Parked(g) => g,
+        CallStep::Done(o) => panic!("expected the call to park, got {o:?}"),
+    }
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_backend { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::sqlite().await).await } )* }
+        mod postgres_backend { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::postgres().await).await } )* }
+    };
+}
+
+on_both!(
+    replay_executes_each_handler_once,
+    non_determinism_is_a_runtime_error,
+    approvals_park_and_resume,
+    denials_become_error_results,
+    gate_mistakes_are_clear_errors,
+    human_tools_wait_for_a_valid_answer,
+    parallel_calls_park_only_the_gated_ones,
+    keyed_restarts_reuse_the_key_and_fail_closed,
+    oversized_results_are_recorded_as_errors,
+    max_attempts_per_task_fails_a_run_that_keeps_crashing,
+    crumbs_are_journaled_in_order,
+    finished_runs_cannot_be_resumed,
+);
+
+async fn replay_executes_each_handler_once(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    for i in 0..3 {
+        assert_eq!(
+            done(run.call(call("echo", json!({"v": i}))).await.unwrap())
+                .result
+                .unwrap(),
+            json!(i)
+        );
+    }
+    drop(run); // stopped without finishing, as a crash would
+
+    let rt = runtime(&db, &c); // a new process would build a new runtime
+    let run = rt.resume(&id).await.unwrap();
+    for i in 0..5 {
+        assert_eq!(
+            done(run.call(call("echo", json!({"v": i}))).await.unwrap())
+                .result
+                .unwrap(),
+            json!(i)
+        );
+    }
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+    assert_eq!(c.echo.load(Ordering::SeqCst), 5, "3 replayed, 2 new");
+    let calls = db.journal.calls_of_run(&id).await.unwrap();
+    assert_eq!(calls.len(), 5);
+    assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+}
+
+async fn non_determinism_is_a_runtime_error(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
+    let id = run.id().to_owned();
+    drop(run);
+    let run = rt.resume(&id).await.unwrap();
+    let err = run.call(call("echo", json!({"v": 2}))).await.unwrap_err();
+    assert!(
+        matches!(err, RuntimeError::NonDeterminism { ordinal: 0, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("must issue the same calls in the same order"),
+        "{err}"
+    );
+    assert_eq!(err.code(), "NON_DETERMINISM");
+}
+
+async fn approvals_park_and_resume(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    assert!(
+        done(run.call(call("pay", json!({"amount": 5}))).await.unwrap())
+            .result
+            .is_ok()
+    );
+    let gate = parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    let rec = run.finish().await.unwrap();
+    assert_eq!(rec.status, RunStatus::Parked);
+    assert_eq!(c.pay.load(Ordering::SeqCst), 1);
+
+    let pending = db.journal.pending_gates(&Default::default()).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].call_id, gate.call_id);
+
+    // Resuming before a decision: still parked, nothing runs.
+    let run = rt.resume(&id).await.unwrap();
+    done(run.call(call("pay", json!({"amount": 5}))).await.unwrap());
+    parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Parked);
+    assert_eq!(c.pay.load(Ordering::SeqCst), 1);
+
+    let decided =
+        toolshed_runtime::approve(&*db.journal, &gate.call_id, "alice", Some("ok".into()))
+            .await
+            .unwrap();
+    assert_eq!(decided.decision.as_ref().unwrap().by, "alice");
+
+    let run = rt.resume(&id).await.unwrap();
+    done(run.call(call("pay", json!({"amount": 5}))).await.unwrap());
+    let out = done(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    let result = out.result.unwrap();
+    assert_eq!(result["paid"], json!(500));
+    assert_eq!(result["key"], json!(format!("{id}:1")));
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+    assert_eq!(c.pay.load(Ordering::SeqCst), 2);
+}
+
+async fn denials_become_error_results(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    let gate = parked(run.call(call("pay", json!({"amount": 900}))).await.unwrap());
+    run.finish().await.unwrap();
+    toolshed_runtime::deny(
+        &*db.journal,
+        &gate.call_id,
+        "bob",
+        Some("too expensive".into()),
+    )
+    .await
+    .unwrap();
+    let run = rt.resume(&id).await.unwrap();
+    let out = done(run.call(call("pay", json!({"amount": 900}))).await.unwrap());
+    let err = out.result.unwrap_err();
+    assert_eq!(err.code, ErrorCode::ApprovalDenied);
+    assert!(
+        err.message.contains("bob") && err.message.contains("too expensive"),
+        "{}",
+        err.message
+    );
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+    assert_eq!(c.pay.load(Ordering::SeqCst), 0);
+}
+
+async fn gate_mistakes_are_clear_errors(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let gate = parked(run.call(call("pay", json!({"amount": 900}))).await.unwrap());
+    let plain = done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
+    let _ = plain;
+    run.finish().await.unwrap();
+    toolshed_runtime::approve(&*db.journal, &gate.call_id, "a", None)
+        .await
+        .unwrap();
+    let twice = toolshed_runtime::approve(&*db.journal, &gate.call_id, "b", None)
+        .await
+        .unwrap_err();
+    assert_eq!(twice.code(), "CONFLICT", "{twice}");
+    assert!(twice.to_string().contains("already"), "{twice}");
+    let unknown = toolshed_runtime::approve(&*db.journal, "no-such-call", "a", None)
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), "NOT_FOUND", "{unknown}");
+    let not_human =
+        toolshed_runtime::answer(&*db.journal, &gate.call_id, json!({"approved": true}), "a")
+            .await
+            .unwrap_err();
+    assert_eq!(not_human.code(), "CONFLICT", "{not_human}");
+}
+
+async fn human_tools_wait_for_a_valid_answer(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    let gate = parked(
+        run.call(call(
+            "ask_publish",
+            json!({"url": "https://example.com/post"}),
+        ))
+        .await
+        .unwrap(),
+    );
+    run.finish().await.unwrap();
+    let bad = toolshed_runtime::answer(
+        &*db.journal,
+        &gate.call_id,
+        json!({"approved": "yes"}),
+        "carol",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.code(), "INVALID_ANSWER");
+    assert!(bad.to_string().contains("/approved"), "{bad}");
+    assert_eq!(
+        db.journal.get_run(&id).await.unwrap().status,
+        RunStatus::Parked
+    );
+    toolshed_runtime::answer(
+        &*db.journal,
+        &gate.call_id,
+        json!({"approved": true, "note": "ship it"}),
+        "carol",
+    )
+    .await
+    .unwrap();
+    let again = toolshed_runtime::answer(
+        &*db.journal,
+        &gate.call_id,
+        json!({"approved": false}),
+        "dave",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(again.code(), "CONFLICT");
+    let run = rt.resume(&id).await.unwrap();
+    let out = done(
+        run.call(call(
+            "ask_publish",
+            json!({"url": "https://example.com/post"}),
+        ))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        out.result.unwrap(),
+        json!({"approved": true, "note": "ship it"})
+    );
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+}
+
+async fn parallel_calls_park_only_the_gated_ones(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    let turn = || {
+        vec![
+            call("echo", json!({"v": "a"})),
+            call("pay", json!({"amount": 1000})),
+            call("echo", json!({"v": "b"})),
+        ]
+    };
+    let steps = run.call_many(turn()).await.unwrap();
+    assert!(matches!(steps[0], CallStep::Done(_)));
+    let gate = match &steps[1] {
+        CallStep::Parked(g) => g.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(steps[2], CallStep::Done(_)));
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Parked);
+    // The decision is recorded before the run resumes, and used.
+    toolshed_runtime::approve(&*db.journal, &gate.call_id, "erin", None)
+        .await
+        .unwrap();
+    let run = rt.resume(&id).await.unwrap();
+    let steps = run.call_many(turn()).await.unwrap();
+    let results: Vec<Value> = steps.into_iter().map(|s| done(s).result.unwrap()).collect();
+    assert_eq!(results[0], json!("a"));
+    assert_eq!(results[1]["paid"], json!(1000));
+    assert_eq!(results[2], json!("b"));
+    assert_eq!(
+        c.echo.load(Ordering::SeqCst),
+        2,
+        "the ungated calls ran once"
+    );
+    assert_eq!(c.pay.load(Ordering::SeqCst), 1);
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+}
+
+async fn keyed_restarts_reuse_the_key_and_fail_closed(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    drop(run);
+    // A crash between Started and Completed: the journal has a start and no result.
+    let hash = toolshed_runtime::args_hash(&json!({}));
+    let opened = db
+        .journal
+        .open_and_start(toolshed_journal::NewCall {
+            call_id: "crashed-call".into(),
+            run_id: id.clone(),
+            ordinal: 0,
+            tool_call_id: "c0".into(),
+            tool: "keyed".into(),
+            args_hash: hash,
+            args: json!({}),
+        })
+        .await
+        .unwrap();
+    assert_eq!(opened.call.attempts, 1);
+    let run = rt.resume(&id).await.unwrap();
+    let out = done(run.call(call("keyed", json!({}))).await.unwrap());
+    assert_eq!(
+        out.result.unwrap()["key"],
+        json!(format!("{id}:0")),
+        "same key on re-run"
+    );
+    assert_eq!(
+        db.journal.get_call("crashed-call").await.unwrap().attempts,
+        2
+    );
+
+    // Two starts without completion with max_attempts = 2: the third fails closed.
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id2 = run.id().to_owned();
+    drop(run);
+    let new = |call_id: &str| toolshed_journal::NewCall {
+        call_id: call_id.into(),
+        run_id: id2.clone(),
+        ordinal: 0,
+        tool_call_id: "c0".into(),
+        tool: "keyed".into(),
+        args_hash: toolshed_runtime::args_hash(&json!({})),
+        args: json!({}),
+    };
+    db.journal.open_and_start(new("twice")).await.unwrap();
+    db.journal.record_started("twice").await.unwrap();
+    let before = c.keyed.load(Ordering::SeqCst);
+    let run = rt.resume(&id2).await.unwrap();
+    let out = done(run.call(call("keyed", json!({}))).await.unwrap());
+    let err = out.result.unwrap_err();
+    assert_eq!(err.code, ErrorCode::AttemptsExhausted);
+    assert!(err.message.contains("max_attempts = 2"), "{}", err.message);
+    assert_eq!(c.keyed.load(Ordering::SeqCst), before, "never ran again");
+    assert_eq!(
+        db.journal.get_call("twice").await.unwrap().status,
+        CallStatus::Failed
+    );
+}
+
+async fn oversized_results_are_recorded_as_errors(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let out = done(
+        run.call(call("big", json!({"bytes": 2 * 1024 * 1024})))
+            .await
+            .unwrap(),
+    );
+    let err = out.result.unwrap_err();
+    assert_eq!(err.code, ErrorCode::ResultTooLarge);
+    assert!(!err.is_retryable());
+    let small = done(run.call(call("big", json!({"bytes": 10}))).await.unwrap());
+    assert!(small.result.is_ok());
+    run.finish().await.unwrap();
+    let calls = db.journal.calls_of_run(run.id()).await.unwrap();
+    assert_eq!(calls[0].status, CallStatus::Failed);
+    // The crumb of the oversized result was not journaled whole either.
+    let crumbs = db.journal.crumbs_of_run(run.id()).await.unwrap();
+    let total: usize = crumbs.iter().map(|c| c.crumb.to_string().len()).sum();
+    assert!(total < 1024 * 1024, "journaled crumbs are {total} bytes");
+}
+
+async fn max_attempts_per_task_fails_a_run_that_keeps_crashing(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let budgets = Budgets {
+        max_attempts_per_task: Some(2),
+        max_wall_clock_min: None,
+    };
+    let run = rt
+        .start(NewRunBuilder::new("agent").budgets(budgets).build())
+        .await
+        .unwrap();
+    let id = run.id().to_owned();
+    // A parked run resumed does not spend the budget.
+    parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    run.finish().await.unwrap();
+    let run = rt.resume(&id).await.unwrap();
+    drop(run); // crashed while running
+    let run = rt.resume(&id).await.unwrap(); // second start from `running`
+    drop(run);
+    let err = rt.resume(&id).await.unwrap_err();
+    assert_eq!(err.code(), "BUDGET_EXHAUSTED");
+    assert!(
+        err.to_string().contains("max_attempts_per_task is 2"),
+        "{err}"
+    );
+    let rec = db.journal.get_run(&id).await.unwrap();
+    assert_eq!(rec.status, RunStatus::Failed);
+    assert!(rec.error.unwrap().contains("budget exhausted"));
+    let failed = db
+        .journal
+        .list_runs(&RunFilter {
+            status: Some(RunStatus::Failed),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(failed.iter().any(|r| r.id == id));
+}
+
+async fn crumbs_are_journaled_in_order(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
+    parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    run.finish().await.unwrap();
+    let kinds: Vec<String> = db
+        .journal
+        .crumbs_of_run(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.crumb["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "run:resumed",
+            "tool:call",
+            "tool:result",
+            "tool:call",
+            "tool:approval:requested",
+            "run:parked"
+        ]
+    );
+    let run = rt.resume(&id).await.unwrap();
+    done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
+    run.finish().await.ok();
+    let crumbs = db.journal.crumbs_of_run(&id).await.unwrap();
+    let seqs: Vec<u64> = crumbs.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, (0..crumbs.len() as u64).collect::<Vec<_>>());
+    assert!(crumbs.iter().any(|c| c.crumb["type"] == "tool:replayed"));
+}
+
+async fn finished_runs_cannot_be_resumed(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    run.finish().await.unwrap();
+    let err = rt.resume(&id).await.unwrap_err();
+    assert_eq!(err.code(), "RUN_FINISHED", "{err}");
+    let err = rt.resume("no-such-run").await.unwrap_err();
+    assert_eq!(err.code(), "NOT_FOUND", "{err}");
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    drop(run);
+    rt.cancel(&id, Some("not needed".into())).await.unwrap();
+    assert_eq!(rt.resume(&id).await.unwrap_err().code(), "RUN_FINISHED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_budget_fails_the_run() {
+    let db = sqlite().await;
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let budgets = Budgets {
+        max_attempts_per_task: None,
+        max_wall_clock_min: Some(1),
+    };
+    let run = rt
+        .start(NewRunBuilder::new("agent").budgets(budgets).build())
+        .await
+        .unwrap();
+    let id = run.id().to_owned();
+    parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    run.finish().await.unwrap();
+    // Parked time counts: move the run's creation two minutes into the past, as if the
+    // approval had taken that long.
+    let conn = rusqlite::Connection::open(db.sqlite_path.as_ref().unwrap()).unwrap();
+    conn.execute(
+        "UPDATE runs SET created_at_ms = created_at_ms - 120000 WHERE id = ?1",
+        [&id],
+    )
+    .unwrap();
+    drop(conn);
+    let err = rt.resume(&id).await.unwrap_err();
+    assert_eq!(err.code(), "BUDGET_EXHAUSTED");
+    assert!(err.to_string().contains("max_wall_clock_min is 1"), "{err}");
+    assert_eq!(
+        db.journal.get_run(&id).await.unwrap().status,
+        RunStatus::Failed
+    );
+}

@@ -1,0 +1,7 @@
+//! Test support: see `src/bin/crash_driver.rs` and `tests/crash.rs`.
+//!
+//! The crash test needs a separate process it can kill with SIGKILL at any moment; this
+//! crate builds that process so the test can find it through `CARGO_BIN_EXE_…`.
+
+/// The tool the crash driver calls: keyed, with this many starts at most.
+pub const MAX_ATTEMPTS: u32 = 3;

@@ -1,0 +1,101 @@
+//! The journal and runtime the commands share: opened from `--database-url` /
+//! `TOOLSHED_DATABASE_URL`, `sqlite://toolshed.db` in the working folder by default.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use toolshed_core::{Pipeline, ToolSet, ToolSource};
+use toolshed_journal::{Journal, JournalError};
+use toolshed_runtime::{Runtime, RuntimeConfig, RuntimeError};
+
+use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_TOOL_ERROR, Failure};
+
+/// The default journal.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://toolshed.db";
+
+/// Where the journal is, opened on first use.
+pub struct Db {
+    url: String,
+}
+
+impl Db {
+    /// From the flag or env var, or the default.
+    pub fn new(url: Option<String>) -> Self {
+        Db {
+            url: url
+                .filter(|u| !u.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+        }
+    }
+
+    /// Open the journal.
+    pub async fn journal(&self) -> Result<Arc<dyn Journal>, Failure> {
+        toolshed_journal::open(&self.url)
+            .await
+            .map_err(journal_failure)
+    }
+
+    /// Open the journal and build the runtime over the CLI's tools.
+    pub async fn runtime(&self) -> Result<Runtime, Failure> {
+        let journal = self.journal().await?;
+        let pipeline = Pipeline::builder(toolset()?).build();
+        Runtime::new(pipeline, journal, RuntimeConfig::default()).map_err(runtime_failure)
+    }
+}
+
+/// The tools this CLI knows, with where each comes from.
+pub fn toolset() -> Result<ToolSet, Failure> {
+    let mut b = ToolSet::builder();
+    let all = toolshed_stdlib::tools()
+        .into_iter()
+        .map(|t| (ToolSource::Builtin, t))
+        .chain(
+            toolshed_examples::tools()
+                .into_iter()
+                .map(|t| (ToolSource::Skill("examples".into()), t)),
+        );
+    for (source, tool) in all {
+        b.add(source, tool).map_err(|e| Failure::Error {
+            code: EXIT_INTERNAL,
+            error: e.into(),
+        })?;
+    }
+    Ok(b.build())
+}
+
+/// The exit code for a journal error: the user's mistakes are bad input (2), an
+/// unreachable or broken database is 3.
+pub fn journal_failure(e: JournalError) -> Failure {
+    let code = match e {
+        JournalError::InvalidUrl { .. }
+        | JournalError::NotAJournal { .. }
+        | JournalError::NotFound { .. }
+        | JournalError::Conflict(_) => EXIT_BAD_INPUT,
+        _ => EXIT_INTERNAL,
+    };
+    Failure::Error {
+        code,
+        error: anyhow!("{} [{}]", e, e.code()),
+    }
+}
+
+/// The exit code for a runtime error.
+pub fn runtime_failure(e: RuntimeError) -> Failure {
+    match e {
+        RuntimeError::Journal(j) => journal_failure(j),
+        RuntimeError::InvalidAnswer { .. } | RuntimeError::RunFinished { .. } => Failure::Error {
+            code: EXIT_BAD_INPUT,
+            error: anyhow!("{} [{}]", e, e.code()),
+        },
+        RuntimeError::NonDeterminism { .. } | RuntimeError::BudgetExhausted { .. } => {
+            Failure::Error {
+                code: EXIT_TOOL_ERROR,
+                error: anyhow!("{} [{}]", e, e.code()),
+            }
+        }
+        other => Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("{} [{}]", other, other.code()),
+        },
+    }
+}

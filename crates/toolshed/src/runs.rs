@@ -1,0 +1,412 @@
+//! `toolshed runs …`: start a plan, list, show the call timeline, resume and cancel.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use toolshed_journal::{Budgets, CallRecord, Gate, RunFilter, RunRecord, RunStatus};
+use toolshed_runtime::{Driver, NewRunBuilder, RunOutcome};
+
+use crate::db::{Db, journal_failure, runtime_failure};
+use crate::output::{EXIT_PARKED, Failure, print, print_json, table};
+
+/// `toolshed runs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Start a run from a plan: a JSON list of `{"tool": NAME, "args": {…}}` executed in
+    /// order (an item `{"parallel": [...]}` runs its calls concurrently).
+    Start(StartArgs),
+    /// List runs, newest first.
+    List {
+        /// Only runs with this status: running, parked, completed, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this agent's runs.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this tenant's runs.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a run and its call timeline from the journal.
+    Show {
+        /// The run id.
+        id: String,
+        /// Also print the run's journaled crumbs.
+        #[arg(long)]
+        crumbs: bool,
+    },
+    /// Continue a run started from the CLI: recorded calls replay, decided approvals and
+    /// answers take effect, the rest executes.
+    Resume {
+        /// The run id.
+        id: String,
+    },
+    /// Cancel a run; it will not be resumed.
+    Cancel {
+        /// The run id.
+        id: String,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+/// Arguments of `toolshed runs start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The plan file (`-` for stdin).
+    #[arg(long)]
+    plan: PathBuf,
+    /// The agent the run belongs to.
+    #[arg(long, default_value = "cli")]
+    agent: String,
+    /// Fail the run once it has been started this many times after crashes.
+    #[arg(long)]
+    max_attempts_per_task: Option<u32>,
+    /// Fail the run once this many minutes have passed since it started (parked time included).
+    #[arg(long)]
+    max_wall_clock_min: Option<u32>,
+}
+
+/// Run a `runs` subcommand.
+pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failure> {
+    match cmd {
+        RunsCommand::Start(args) => start(args, db, json_out).await,
+        RunsCommand::List {
+            status,
+            agent,
+            tenant,
+            limit,
+        } => {
+            let status = match status.as_deref() {
+                None => None,
+                Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+                    Failure::bad_input(anyhow!(
+                        "--status `{s}` is not one of running, parked, completed, failed, cancelled"
+                    ))
+                })?),
+            };
+            let journal = db.journal().await?;
+            let runs = journal
+                .list_runs(&RunFilter {
+                    status,
+                    agent_id: agent,
+                    tenant,
+                    limit,
+                })
+                .await
+                .map_err(journal_failure)?;
+            if json_out {
+                print_json(&serde_json::to_value(&runs).unwrap_or_default());
+            } else {
+                let rows: Vec<Vec<String>> = runs
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            r.id.clone(),
+                            r.status.as_str().into(),
+                            r.agent_id.clone(),
+                            driver_label(&r.driver),
+                            format_time(r.created_at_ms),
+                            r.error.clone().unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print(&table(
+                    &["ID", "STATUS", "AGENT", "DRIVER", "CREATED", "ERROR"],
+                    &rows,
+                    60,
+                ));
+            }
+            Ok(())
+        }
+        RunsCommand::Show { id, crumbs } => show(&id, crumbs, db, json_out).await,
+        RunsCommand::Resume { id } => {
+            let runtime = db.runtime().await?;
+            let run = runtime
+                .journal()
+                .get_run(&id)
+                .await
+                .map_err(journal_failure)?;
+            let driver: Driver = serde_json::from_value(run.driver.clone()).map_err(|e| {
+                Failure::bad_input(anyhow!("run {id} has a driver this CLI cannot read: {e}"))
+            })?;
+            let handle = runtime.resume(&id).await.map_err(runtime_failure)?;
+            let outcome = toolshed_runtime::drive(&handle, &driver)
+                .await
+                .map_err(runtime_failure)?;
+            report(&outcome, json_out)
+        }
+        RunsCommand::Cancel { id, reason } => {
+            let runtime = db.runtime().await?;
+            runtime.cancel(&id, reason).await.map_err(runtime_failure)?;
+            if json_out {
+                print_json(&json!({"id": id, "status": "cancelled"}));
+            } else {
+                print(&format!("run {id} cancelled"));
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
+    let shown = args.plan.display().to_string();
+    let text = if shown == "-" {
+        let mut buf = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| Failure::bad_input(anyhow!("cannot read the plan from stdin: {e}")))?;
+        buf
+    } else {
+        std::fs::read_to_string(&args.plan)
+            .map_err(|e| Failure::bad_input(anyhow!("cannot read plan file {shown}: {e}")))?
+    };
+    let driver =
+        Driver::parse_plan(&text).map_err(|e| Failure::bad_input(anyhow!("{shown}: {e}")))?;
+    // Unknown tools are refused before a run is created, with the nearest names.
+    let set = crate::db::toolset()?;
+    if let Driver::Plan { steps } = &driver {
+        for name in plan_tools(steps) {
+            if set.get(&name).is_none() {
+                let near = set.nearest_names(&name);
+                let hint = if near.is_empty() {
+                    String::new()
+                } else {
+                    format!("; did you mean `{}`?", near.join("` or `"))
+                };
+                return Err(Failure::bad_input(anyhow!(
+                    "{shown}: unknown tool `{name}`{hint}"
+                )));
+            }
+        }
+    }
+    let runtime = db.runtime().await?;
+    let new = NewRunBuilder::new(&args.agent)
+        .budgets(Budgets {
+            max_attempts_per_task: args.max_attempts_per_task,
+            max_wall_clock_min: args.max_wall_clock_min,
+        })
+        .driver(serde_json::to_value(&driver).unwrap_or_default())
+        .build();
+    let handle = runtime.start(new).await.map_err(runtime_failure)?;
+    let outcome = toolshed_runtime::drive(&handle, &driver)
+        .await
+        .map_err(runtime_failure)?;
+    report(&outcome, json_out)
+}
+
+fn plan_tools(steps: &[toolshed_runtime::PlanStep]) -> Vec<String> {
+    steps
+        .iter()
+        .flat_map(|s| match s {
+            toolshed_runtime::PlanStep::Call { tool, .. } => vec![tool.clone()],
+            toolshed_runtime::PlanStep::Parallel(inner) => plan_tools(inner),
+        })
+        .collect()
+}
+
+/// Print how a drive ended; a parked run exits with 4.
+pub fn report(outcome: &RunOutcome, json_out: bool) -> Result<(), Failure> {
+    if !outcome.parked.is_empty() {
+        report_parked(outcome, json_out);
+        return Err(Failure::Reported(EXIT_PARKED));
+    }
+    if json_out {
+        let calls: Vec<Value> = outcome
+            .outcomes
+            .iter()
+            .map(|o| match &o.result {
+                Ok(v) => json!({"tool": &*o.tool_name, "ok": true, "result": v}),
+                Err(e) => json!({"tool": &*o.tool_name, "ok": false, "error": e}),
+            })
+            .collect();
+        print_json(
+            &json!({"run_id": outcome.run.id, "status": outcome.run.status, "calls": calls}),
+        );
+    } else {
+        let rows: Vec<Vec<String>> = outcome
+            .outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                vec![
+                    i.to_string(),
+                    o.tool_name.to_string(),
+                    if o.result.is_ok() {
+                        "ok".into()
+                    } else {
+                        "error".into()
+                    },
+                    o.to_model_text(),
+                ]
+            })
+            .collect();
+        print(&format!(
+            "run {} {}\n\n{}",
+            outcome.run.id,
+            outcome.run.status.as_str(),
+            table(&["#", "TOOL", "OUTCOME", "RESULT"], &rows, 80)
+        ));
+    }
+    Ok(())
+}
+
+/// Say what a parked run waits for and how to go on.
+pub fn report_parked(outcome: &RunOutcome, json_out: bool) {
+    let run = &outcome.run.id;
+    if json_out {
+        let waiting: Vec<Value> = outcome
+            .parked
+            .iter()
+            .map(|p| json!({"call_id": p.call_id, "tool": p.tool, "gate": p.gate}))
+            .collect();
+        print_json(&json!({"run_id": run, "status": "parked", "waiting_for": waiting}));
+        return;
+    }
+    let mut text = format!("run {run} parked: it waits for a person.\n");
+    for p in &outcome.parked {
+        match &p.gate {
+            Gate::Approval { reason } => text.push_str(&format!(
+                "  call {} ({}) needs approval ({reason}):\n    toolshed approvals approve {} [--reason TEXT]   or   toolshed approvals deny {} --reason TEXT\n",
+                p.call_id, p.tool, p.call_id, p.call_id
+            )),
+            Gate::Answer { .. } => text.push_str(&format!(
+                "  call {} ({}) needs an answer:\n    toolshed answer {} --json '{{…}}'\n",
+                p.call_id, p.tool, p.call_id
+            )),
+        }
+    }
+    text.push_str(&format!("then: toolshed runs resume {run}"));
+    eprintln!("{text}");
+}
+
+async fn show(id: &str, with_crumbs: bool, db: &Db, json_out: bool) -> Result<(), Failure> {
+    let journal = db.journal().await?;
+    let run = journal.get_run(id).await.map_err(journal_failure)?;
+    let calls = journal.calls_of_run(id).await.map_err(journal_failure)?;
+    let crumbs = if with_crumbs {
+        Some(journal.crumbs_of_run(id).await.map_err(journal_failure)?)
+    } else {
+        None
+    };
+    if json_out {
+        let mut v = json!({"run": run, "calls": calls});
+        if let Some(c) = &crumbs {
+            v["crumbs"] = serde_json::to_value(c).unwrap_or_default();
+        }
+        print_json(&v);
+        return Ok(());
+    }
+    let mut text = run_header(&run);
+    let rows: Vec<Vec<String>> = calls.iter().map(call_row).collect();
+    text.push('\n');
+    text.push_str(&table(
+        &["#", "CALL ID", "TOOL", "STATUS", "ATTEMPTS", "MS", "RESULT"],
+        &rows,
+        70,
+    ));
+    if let Some(crumbs) = crumbs {
+        text.push_str("\ncrumbs:\n");
+        let rows: Vec<Vec<String>> = crumbs
+            .iter()
+            .map(|c| {
+                let kind = c.crumb["type"].as_str().unwrap_or("?").to_owned();
+                let tool = c.crumb["tool_name"].as_str().unwrap_or("").to_owned();
+                let detail = c
+                    .crumb
+                    .get("payload")
+                    .or_else(|| c.crumb.get("error"))
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                vec![c.seq.to_string(), kind, tool, detail]
+            })
+            .collect();
+        text.push_str(&table(&["SEQ", "TYPE", "TOOL", "DETAIL"], &rows, 70));
+    }
+    print(&text);
+    Ok(())
+}
+
+fn run_header(run: &RunRecord) -> String {
+    let mut s = format!(
+        "run      {}\nstatus   {}\nagent    {}\nsession  {}\ndriver   {}\ncreated  {}\nupdated  {}\nstarts   {}\n",
+        run.id,
+        run.status.as_str(),
+        run.agent_id,
+        run.session_id,
+        driver_label(&run.driver),
+        format_time(run.created_at_ms),
+        format_time(run.updated_at_ms),
+        run.resumes,
+    );
+    if let Some(p) = &run.principal {
+        s.push_str(&format!(
+            "principal {} ({}{})\n",
+            p.sub,
+            p.iss,
+            p.tenant
+                .as_deref()
+                .map(|t| format!(", tenant {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(e) = &run.error {
+        s.push_str(&format!("error    {e}\n"));
+    }
+    s
+}
+
+fn call_row(c: &CallRecord) -> Vec<String> {
+    let result = match (&c.result, &c.error, &c.gate, &c.decision) {
+        (_, Some(e), _, _) => format!("{}: {}", e.code, e.message),
+        (Some(v), None, _, _) => v.to_string(),
+        (None, None, Some(Gate::Approval { .. }), Some(d)) => {
+            format!(
+                "approved by {}{}",
+                d.by,
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )
+        }
+        (None, None, Some(Gate::Approval { reason }), None) => {
+            format!("waiting for approval ({reason})")
+        }
+        (None, None, Some(Gate::Answer { .. }), _) => "waiting for an answer".into(),
+        (None, None, None, _) => String::new(),
+    };
+    vec![
+        c.ordinal.to_string(),
+        c.call_id.clone(),
+        c.tool.clone(),
+        c.status.as_str().into(),
+        c.attempts.to_string(),
+        c.duration_ms.map(|d| format!("{d:.1}")).unwrap_or_default(),
+        result,
+    ]
+}
+
+fn driver_label(driver: &Value) -> String {
+    match driver["kind"].as_str() {
+        Some("direct") => format!("tools run {}", driver["tool"].as_str().unwrap_or("?")),
+        Some("plan") => format!(
+            "plan ({} steps)",
+            driver["steps"].as_array().map_or(0, Vec::len)
+        ),
+        Some(other) => other.to_owned(),
+        None => "-".into(),
+    }
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn format_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}

@@ -1,0 +1,344 @@
+//! Durable runs from the command line, each step its own process: parking, approving in
+//! another process, resuming in a third; plans; human answers; and bad input.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/journal.db", dir.path().display());
+        Env { dir, url }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &self.url)
+    }
+
+    fn run_with(&self, args: &[&str], url: &str) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("TOOLSHED_DATABASE_URL", url)
+            .env("TOOLSHED_OUTPUT_DIR", self.dir.path().join("output"))
+            .env("TOOLSHED_USER", "tester")
+            .output()
+            .unwrap()
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn stdout_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn approval_across_three_processes() {
+    let env = Env::new();
+    // Process 1 parks the run and exits with 4.
+    let o = env.run(&[
+        "tools",
+        "run",
+        "transfer_funds",
+        "--json",
+        "--args",
+        r#"{"amount": 500, "to": "ACME-001"}"#,
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = stdout_json(&o);
+    assert_eq!(parked["status"], "parked");
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Process 2 approves.
+    let o = env.run(&[
+        "approvals",
+        "approve",
+        &call_id,
+        "--reason",
+        "invoice checked",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Approving twice is refused and changes nothing.
+    let o = env.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("already approved by `tester`"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Process 3 resumes and finishes.
+    let o = env.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = stdout_json(&o);
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["calls"][0]["result"]["idempotency_key"],
+        json!(format!("{run_id}:0"))
+    );
+
+    // The journal shows who approved and the timeline.
+    let o = env.run(&["runs", "show", &run_id, "--json", "--crumbs"]);
+    let shown = stdout_json(&o);
+    assert_eq!(shown["calls"][0]["decision"]["by"], "tester");
+    assert_eq!(shown["calls"][0]["decision"]["reason"], "invoice checked");
+    let kinds: Vec<&str> = shown["crumbs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["crumb"]["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"tool:approval:requested") && kinds.contains(&"tool:approval:decided"),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"run:completed"));
+    // A completed run cannot be resumed.
+    let o = env.run(&["runs", "resume", &run_id]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("completed and cannot be resumed"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn denial_becomes_an_error_result() {
+    let env = Env::new();
+    let o = env.run(&[
+        "tools",
+        "run",
+        "transfer_funds",
+        "--json",
+        "--args",
+        r#"{"amount": 900, "to": "X-1"}"#,
+    ]);
+    let parked = stdout_json(&o);
+    let (run_id, call_id) = (
+        parked["run_id"].as_str().unwrap().to_owned(),
+        parked["waiting_for"][0]["call_id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    );
+    let o = env.run(&[
+        "approvals",
+        "deny",
+        &call_id,
+        "--reason",
+        "too much",
+        "--by",
+        "bob",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = env.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = stdout_json(&o);
+    assert_eq!(v["calls"][0]["error"]["code"], "APPROVAL_DENIED");
+    let msg = v["calls"][0]["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("bob") && msg.contains("too much"), "{msg}");
+}
+
+#[test]
+fn a_plan_with_a_human_tool_waits_for_a_valid_answer() {
+    let env = Env::new();
+    let plan = env.file(
+        "plan.json",
+        r#"[
+            {"tool": "convert_temperature", "args": {"value": 20, "from": "celsius", "to": "kelvin"}},
+            {"parallel": [{"tool": "roll_dice", "args": {"seed": 1}}, {"tool": "get_current_time"}]},
+            {"tool": "approve_publish", "args": {"url": "https://example.com/post"}},
+            {"tool": "markdown_writer", "args": {"filename": "post.md", "content": "published"}}
+        ]"#,
+    );
+    let o = env.run(&["runs", "start", "--plan", plan.to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = stdout_json(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(parked["waiting_for"][0]["gate"]["kind"], "answer");
+    assert!(
+        !env.dir.path().join("output/post.md").exists(),
+        "the plan stopped at the human tool"
+    );
+
+    let o = env.run(&["approvals", "list", "--json"]);
+    assert_eq!(stdout_json(&o)[0]["tool"], "approve_publish");
+
+    // A bad answer is refused with the violations; the run stays parked.
+    let o = env.run(&[
+        "answer",
+        &call_id,
+        "--json",
+        r#"{"approved": "yes", "extra": 1}"#,
+    ]);
+    assert_eq!(code(&o), 2);
+    let err = stderr(&o);
+    assert!(err.contains("/approved") && err.contains("extra"), "{err}");
+    let o = env.run(&["answer", &call_id, "--json", "{not json"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("not valid JSON"), "{}", stderr(&o));
+    let o = env.run(&["runs", "show", &run_id, "--json"]);
+    assert_eq!(stdout_json(&o)["run"]["status"], "parked");
+
+    let o = env.run(&[
+        "answer",
+        &call_id,
+        "--json",
+        r#"{"approved": true, "note": "ship it"}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = env.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = stdout_json(&o);
+    let calls = v["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 5);
+    assert_eq!(
+        calls[3]["result"],
+        json!({"approved": true, "note": "ship it"})
+    );
+    assert!(env.dir.path().join("output/post.md").exists());
+    // Each call executed once: the journal holds 5 calls, each with one result.
+    let o = env.run(&["runs", "show", &run_id, "--json"]);
+    let shown = stdout_json(&o);
+    assert_eq!(shown["calls"].as_array().unwrap().len(), 5);
+    assert!(
+        shown["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "completed")
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_loses_nothing() {
+    let env = Env::new();
+    // A run to keep.
+    let o = env.run(&["tools", "run", "get_current_time"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    for args in [
+        vec!["runs", "show", "no-such-run"],
+        vec!["runs", "resume", "no-such-run"],
+        vec!["runs", "cancel", "no-such-run"],
+        vec!["approvals", "approve", "no-such-call"],
+        vec!["approvals", "deny", "no-such-call", "--reason", "x"],
+        vec!["answer", "no-such-call", "--json", "{}"],
+    ] {
+        let o = env.run(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("not found"), "{args:?}: {}", stderr(&o));
+    }
+    // Answering a call that is not a human tool.
+    let o = env.run(&[
+        "tools",
+        "run",
+        "transfer_funds",
+        "--json",
+        "--args",
+        r#"{"amount": 500, "to": "A-1"}"#,
+    ]);
+    let call_id = stdout_json(&o)["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = env.run(&["answer", &call_id, "--json", "{}"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("is not a human tool"), "{}", stderr(&o));
+
+    // Plan files.
+    for (text, expect) in [
+        ("{", "not valid JSON"),
+        ("[]", "empty"),
+        (r#"[{"tool": "nope"}]"#, "unknown tool `nope`"),
+        (r#"[{"tol": "x"}]"#, "unknown field `tol`"),
+    ] {
+        let plan = env.file("bad-plan.json", text);
+        let o = env.run(&["runs", "start", "--plan", plan.to_str().unwrap()]);
+        assert_eq!(code(&o), 2, "{text}");
+        assert!(stderr(&o).contains(expect), "{text}: {}", stderr(&o));
+    }
+    let o = env.run(&["runs", "start", "--plan", "/no/such/plan.json"]);
+    assert_eq!(code(&o), 2);
+    let o = env.run(&["runs", "list", "--status", "sleeping"]);
+    assert_eq!(code(&o), 2);
+
+    // Nothing was lost: both runs are still there.
+    let o = env.run(&["runs", "list", "--json"]);
+    assert_eq!(stdout_json(&o).as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_journal_that_is_not_a_database_or_does_not_answer() {
+    let env = Env::new();
+    let text = env.file("notes.txt", "just some text, not a database\n");
+    let o = env.run_with(&["runs", "list"], &format!("sqlite://{}", text.display()));
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("is not a toolshed journal"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        "just some text, not a database\n",
+        "the file is untouched"
+    );
+
+    let o = env.run_with(&["runs", "list"], "postgres://postgres@127.0.0.1:1/test");
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("JOURNAL_UNAVAILABLE"), "{}", stderr(&o));
+
+    let o = env.run_with(&["runs", "list"], "mysql://localhost/x");
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("sqlite://PATH"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_default_journal_is_in_the_working_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["tools", "run", "get_current_time"])
+        .current_dir(dir.path())
+        .env_remove("TOOLSHED_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(Path::new(&dir.path().join("toolshed.db")).exists());
+}
