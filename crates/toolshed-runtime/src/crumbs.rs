@@ -8,6 +8,11 @@ use tokio::sync::{mpsc, oneshot};
 use toolshed_core::{Crumb, CrumbSink};
 use toolshed_journal::Journal;
 
+/// How long crumbs wait for company before they are written.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+/// The most crumbs written in one batch.
+const MAX_BATCH: usize = 1024;
+
 enum Msg {
     Crumb(Arc<Crumb>),
     Flush(oneshot::Sender<()>),
@@ -28,16 +33,32 @@ impl JournalCrumbs {
             let mut batch: Vec<(Arc<str>, Value)> = Vec::new();
             let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
             while let Some(first) = rx.recv().await {
+                // Linger a little before writing: crumbs are observability, not results,
+                // and giving each call's crumbs a commit of their own would double the
+                // flushes a keyed call costs. A flush request (a drive ending) writes at once.
+                let linger = tokio::time::sleep(LINGER);
+                tokio::pin!(linger);
                 let mut next = Some(first);
-                while let Some(msg) = next.take() {
-                    match msg {
-                        Msg::Crumb(c) => batch.push((c.run_id.clone(), to_json(&c, max_payload))),
-                        Msg::Flush(w) => waiters.push(w),
+                loop {
+                    match next.take() {
+                        Some(Msg::Crumb(c)) => batch.push((c.run_id.clone(), to_json(&c, max_payload))),
+                        Some(Msg::Flush(w)) => {
+                            waiters.push(w);
+                            break;
+                        }
+                        None => {}
                     }
-                    if batch.len() >= 512 {
+                    if batch.len() >= MAX_BATCH {
                         break;
                     }
-                    next = rx.try_recv().ok();
+                    tokio::select! {
+                        biased;
+                        msg = rx.recv() => match msg {
+                            Some(m) => next = Some(m),
+                            None => break,
+                        },
+                        _ = &mut linger => break,
+                    }
                 }
                 write(&*journal, std::mem::take(&mut batch)).await;
                 for w in waiters.drain(..) {
