@@ -252,7 +252,8 @@ impl ToolSetBuilder {
     }
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// The Levenshtein distance between two strings, for "did you mean" suggestions.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];

@@ -45,9 +45,13 @@
 //! for all of them) and only then replies to each caller with its own result: an
 //! operation that fails (a conflict, a missing id) gets its own error and does not undo
 //! the others. Every state transition is one conditional statement
-//! (`UPDATE … WHERE status IN (…)`), so it is race-free across processes sharing the
-//! database too; when it changes nothing, the writer reads the row to say why. Reads use
-//! other connections and run beside the writer.
+//! (`UPDATE … WHERE id = … AND (status = … OR …)`), so it is race-free across processes
+//! sharing the database too; when it changes nothing, the writer reads the row to say
+//! why. Reads use other connections and run beside the writer.
+//!
+//! A keyed call needs two durable writes: [`Journal::open_and_start`] before its handler
+//! runs, [`Journal::record_finished`] after. Under load many runs share each commit;
+//! alone, a write costs about one flush (see `benches/journal.rs`).
 
 use std::fmt;
 
@@ -145,9 +149,9 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// List runs, newest first (by creation), filtered by status, agent and tenant.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>>;
 
-    /// Change a run's status (and its error text for `failed`/`cancelled`). Setting a
-    /// final status (`completed`, `failed`, `cancelled`) on a run that already has one
-    /// is a `Conflict`.
+    /// Change a run's status and set its error text (meant for `failed`/`cancelled`;
+    /// `None` clears it). A run whose status is final (`completed`, `failed`,
+    /// `cancelled`) never changes again: any change is a `Conflict`.
     async fn set_run_status(
         &self,
         id: &str,
@@ -266,8 +270,9 @@ pub struct OpenedCall {
 /// - `sqlite://PATH` (relative or absolute) → SQLite, the file created on first use;
 /// - `postgres://…` or `postgresql://…` → PostgreSQL.
 ///
-/// Anything else is `InvalidUrl`; a file that is not a database is `NotAJournal`; a
-/// server that does not answer is `Unavailable`.
+/// Anything else (or an empty path) is `InvalidUrl`; a file that is not a database, or
+/// someone else's SQLite database, is `NotAJournal`; a server that does not answer, or a
+/// journal written by a newer toolshed, is `Unavailable`.
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Journal>> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() {

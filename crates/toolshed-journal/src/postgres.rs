@@ -1,21 +1,5 @@
 //! The PostgreSQL backend: a writer task with its own connection that groups concurrent
 //! writes into one transaction, and a couple of read connections.
-//!
-//! The writer takes every queued request (up to [`MAX_BATCH`]) and sends the whole batch
-//! *pipelined* inside one transaction: `BEGIN`, then every operation's single prepared
-//! statement back to back without waiting for answers, then `COMMIT` once the answers
-//! are in. No operation raises an error in the normal course of things (conflicts and
-//! missing ids show up as "no row changed": inserts use `ON CONFLICT DO NOTHING` and
-//! `WHERE EXISTS`, transitions are `UPDATE … WHERE status IN (…)`), so a batch costs
-//! about one round trip plus one commit. If a statement does fail, the transaction is
-//! rolled back and the batch is run again one operation at a time, each inside its own
-//! `SAVEPOINT`, so the failure stays with its operation. Conditional statements lock the
-//! rows they change and recheck the condition after a concurrent commit, so the rules
-//! hold across processes and machines: of two approvers, exactly one wins.
-//!
-//! The journal's tasks run on the tokio runtime that called
-//! [`connect`](PostgresJournal::connect). Lost connections are reopened on next use; a
-//! batch whose connection dropped during `COMMIT` reports that its outcome is unknown.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,7 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
+use std::future::poll_fn;
+use std::pin::pin;
+use std::task::Poll;
+
+use futures_util::future::maybe_done;
 use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::error::SqlState;
@@ -34,7 +22,7 @@ use crate::common::{
     CALL_COLUMNS, CallChange, MAX_BATCH, Outcome, RUN_COLUMNS, RawCall, RawRun, WriteOp,
     call_conflict, call_id_taken, check_versions, columns, created_run, crumb_record,
     duplicate_error, not_found_call, not_found_run, now_ms, run_conflict, run_exists,
-    run_mutable_sql_list, sql_list,
+    run_mutable_condition, sql_list,
 };
 use crate::{
     Answer, CallRecord, CallResult, CallStatus, CrumbRecord, Decision, FORMAT_VERSION, Gate,
@@ -50,6 +38,10 @@ const READERS: usize = 2;
 /// The schema, one migration per version, each applied in the connecting transaction
 /// under an advisory lock. JSON is stored as TEXT: exactly what serde_json wrote, the
 /// same in both backends (and `jsonb` refuses `\u0000`, which tool output may contain).
+/// Unlike the SQLite schema there are no `CHECK` constraints on statuses: PostgreSQL
+/// rebuilds every CHECK expression from its stored text on each INSERT and UPDATE,
+/// about a quarter of a journal statement's cost; statuses are only ever written from
+/// the Rust enums.
 const MIGRATIONS: &[(u32, &str)] = &[(
     1,
     "
@@ -60,8 +52,7 @@ const MIGRATIONS: &[(u32, &str)] = &[(
         session_id     TEXT    NOT NULL,
         principal      TEXT,
         tenant         TEXT,
-        status         TEXT    NOT NULL
-            CHECK (status IN ('running', 'parked', 'completed', 'failed', 'cancelled')),
+        status         TEXT    NOT NULL,
         budgets        TEXT    NOT NULL,
         driver         TEXT    NOT NULL,
         resumes        BIGINT  NOT NULL DEFAULT 0,
@@ -78,14 +69,12 @@ const MIGRATIONS: &[(u32, &str)] = &[(
     CREATE TABLE calls (
         call_id       TEXT    NOT NULL PRIMARY KEY,
         run_id        TEXT    NOT NULL REFERENCES runs (id),
-        ordinal       BIGINT  NOT NULL CHECK (ordinal >= 0),
+        ordinal       BIGINT  NOT NULL,
         tool_call_id  TEXT    NOT NULL,
         tool          TEXT    NOT NULL,
         args_hash     TEXT    NOT NULL,
         args          TEXT    NOT NULL,
-        status        TEXT    NOT NULL
-            CHECK (status IN ('open', 'started', 'awaiting_approval', 'awaiting_answer',
-                              'approved', 'completed', 'failed')),
+        status        TEXT    NOT NULL,
         attempts      BIGINT  NOT NULL DEFAULT 0,
         result        TEXT,
         error         TEXT,
@@ -114,8 +103,24 @@ fn latest_version() -> u32 {
     MIGRATIONS.last().map_or(0, |(v, _)| *v)
 }
 
-/// A journal in a PostgreSQL database (one schema of it). See the
-/// [module docs](self) for the design.
+/// A journal in a PostgreSQL database (one schema of it).
+///
+/// The writer task owns one connection. It takes every queued request (up to 1024) and
+/// sends the whole batch *pipelined* in one round trip: `BEGIN`, every operation's
+/// single prepared statement, `COMMIT`, back to back without waiting for answers. No
+/// operation raises an error in the normal course of things (conflicts and missing ids
+/// show up as "no row changed": inserts use `ON CONFLICT` and `WHERE EXISTS`,
+/// transitions are `UPDATE … WHERE call_id = … AND (status = … OR …)`), so a batch
+/// costs about one round trip plus one commit. If a statement does fail, PostgreSQL
+/// answers the `COMMIT` by rolling back, and the batch is run again one operation at a
+/// time, each inside its own `SAVEPOINT`, so the failure stays with its operation.
+/// Conditional statements lock the rows they change and recheck the condition after a
+/// concurrent commit, so the rules hold across processes and machines: of two
+/// approvers, exactly one wins. Reads use two other connections.
+///
+/// The journal's tasks run on the tokio runtime that called
+/// [`connect`](PostgresJournal::connect). Lost connections are reopened on next use; a
+/// batch whose connection dropped during `COMMIT` reports that its outcome is unknown.
 pub struct PostgresJournal {
     target: Arc<Target>,
     sender: mpsc::UnboundedSender<Request>,
@@ -696,17 +701,17 @@ impl Writer {
         };
         let ops: Vec<&WriteOp> = batch.iter().map(|r| &r.op).collect();
         let rows = match pipelined(conn, target, &ops).await {
-            Ok(rows) => rows.into_iter().map(Ok).collect(),
-            Err(BatchFailure::Statement) => match one_by_one(conn, target, &ops).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    for request in batch.drain(..) {
-                        let _ = request.reply.send(Err(duplicate_error(&e)));
-                    }
-                    return;
+            Ok(rows) => Ok(rows.into_iter().map(Ok).collect()),
+            Err(BatchFailure::Statement) => one_by_one(conn, target, &ops).await,
+            Err(BatchFailure::Fatal(e)) => Err(e),
+        };
+        let rows: Vec<Result<Vec<Row>>> = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                // Never leave a transaction open for the next batch.
+                if !conn.client.is_closed() {
+                    let _ = conn.client.batch_execute("ROLLBACK").await;
                 }
-            },
-            Err(BatchFailure::Fatal(e)) => {
                 for request in batch.drain(..) {
                     let _ = request.reply.send(Err(duplicate_error(&e)));
                 }
@@ -743,35 +748,75 @@ impl Writer {
     }
 }
 
-/// The fast path: the whole batch pipelined in one transaction.
+/// The fast path: `BEGIN`, every statement and `COMMIT` sent back to back in one
+/// round trip. If a statement fails, PostgreSQL answers the `COMMIT` by rolling the
+/// transaction back, and the batch is run again by [`one_by_one`].
 async fn pipelined(
     conn: &WriterConn,
     target: &Target,
     ops: &[&WriteOp],
 ) -> std::result::Result<Vec<Vec<Row>>, BatchFailure> {
-    let fatal = |e: tokio_postgres::Error| BatchFailure::Fatal(target.error(&e));
-    conn.client.batch_execute("BEGIN").await.map_err(fatal)?;
+    let client = &conn.client;
+    // COMMIT is sent with the rest: a connection lost now leaves the outcome unknown.
+    let fatal = |e: tokio_postgres::Error| BatchFailure::Fatal(commit_error(target, &e));
     let bound: Vec<_> = ops.iter().map(|op| conn.statements.bind(op)).collect();
-    let results = join_all(
-        bound
-            .iter()
-            .map(|(stmt, params)| conn.client.query(*stmt, params)),
-    )
+    // A request goes out when its future is first polled: poll each once, in order,
+    // then collect the answers, which arrive in the same order.
+    let mut begin = pin!(maybe_done(client.batch_execute("BEGIN")));
+    let mut queries: Vec<_> = bound
+        .iter()
+        .map(|(stmt, params)| Box::pin(maybe_done(client.query(*stmt, params))))
+        .collect();
+    let mut commit = pin!(maybe_done(client.batch_execute("COMMIT")));
+    poll_fn(|cx| {
+        let _ = begin.as_mut().poll(cx);
+        for query in &mut queries {
+            let _ = query.as_mut().poll(cx);
+        }
+        let _ = commit.as_mut().poll(cx);
+        Poll::Ready(())
+    })
     .await;
-    let mut rows = Vec::with_capacity(results.len());
-    let mut failed = false;
-    for result in results {
-        match result {
-            Ok(r) => rows.push(r),
-            Err(e) if e.is_closed() => return Err(fatal(e)),
-            Err(_) => failed = true,
+
+    (&mut begin).await;
+    match begin.as_mut().take_output() {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return Err(fatal(e)),
+        None => {
+            return Err(BatchFailure::Fatal(JournalError::Backend(
+                "BEGIN gave no answer".into(),
+            )));
         }
     }
-    if failed {
-        conn.client.batch_execute("ROLLBACK").await.map_err(fatal)?;
-        return Err(BatchFailure::Statement);
+    let mut rows = Vec::with_capacity(queries.len());
+    let mut failed = false;
+    for query in &mut queries {
+        query.as_mut().await;
+        match query.as_mut().take_output() {
+            Some(Ok(r)) => rows.push(r),
+            Some(Err(e)) if e.is_closed() => return Err(fatal(e)),
+            Some(Err(_)) => failed = true,
+            None => {
+                return Err(BatchFailure::Fatal(JournalError::Backend(
+                    "a statement gave no answer".into(),
+                )));
+            }
+        }
     }
-    commit(conn, target).await.map_err(BatchFailure::Fatal)?;
+    (&mut commit).await;
+    let Some(committed) = commit.as_mut().take_output() else {
+        return Err(BatchFailure::Fatal(JournalError::Backend(
+            "COMMIT gave no answer; the changes may or may not be stored".into(),
+        )));
+    };
+    if failed {
+        // The transaction was aborted and the COMMIT rolled it back.
+        return match committed {
+            Err(e) if e.is_closed() => Err(fatal(e)),
+            _ => Err(BatchFailure::Statement),
+        };
+    }
+    committed.map_err(|e| BatchFailure::Fatal(commit_error(target, &e)))?;
     Ok(rows)
 }
 
@@ -811,16 +856,21 @@ async fn one_by_one(
 }
 
 async fn commit(conn: &WriterConn, target: &Target) -> Result<()> {
-    match conn.client.batch_execute("COMMIT").await {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_closed() => Err(target.unavailable(format!(
+    conn.client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| commit_error(target, &e))
+}
+
+/// A failure once `COMMIT` may have been sent.
+fn commit_error(target: &Target, e: &tokio_postgres::Error) -> JournalError {
+    if e.is_closed() {
+        target.unavailable(format!(
             "the connection was lost while committing; the changes may or may not be stored: {}",
-            pg_message(&e)
-        ))),
-        Err(e) => Err(JournalError::Backend(format!(
-            "the commit failed: {}",
-            pg_message(&e)
-        ))),
+            pg_message(e)
+        ))
+    } else {
+        JournalError::Backend(format!("the transaction failed: {}", pg_message(e)))
     }
 }
 
@@ -998,7 +1048,7 @@ impl WriterStatements {
     async fn prepare(client: &Client) -> std::result::Result<Self, tokio_postgres::Error> {
         let run_cols = columns(&RUN_COLUMNS, "");
         let call_cols = columns(&CALL_COLUMNS, "");
-        let mutable = run_mutable_sql_list();
+        let mutable = run_mutable_condition();
         let running = RunStatus::Running.as_str();
         let started = CallStatus::Started.as_str();
         let insert_call = |status: &str, attempts: u32| {
@@ -1022,14 +1072,14 @@ impl WriterStatements {
             set_run_status: client
                 .prepare(&format!(
                     "UPDATE runs SET status = $2, error = $3, updated_at_ms = $4 \
-                     WHERE id = $1 AND status IN {mutable} RETURNING {run_cols}"
+                     WHERE id = $1 AND {mutable} RETURNING {run_cols}"
                 ))
                 .await?,
             begin_drive: client
                 .prepare(&format!(
                     "UPDATE runs SET resumes = resumes + (CASE WHEN status = '{running}' THEN 1 ELSE 0 END), \
                      status = '{running}', updated_at_ms = $2 \
-                     WHERE id = $1 AND status IN {mutable} RETURNING {run_cols}"
+                     WHERE id = $1 AND {mutable} RETURNING {run_cols}"
                 ))
                 .await?,
             open_call: client
@@ -1043,45 +1093,45 @@ impl WriterStatements {
                     "{} ON CONFLICT (run_id, ordinal) DO UPDATE SET status = '{started}', \
                      attempts = calls.attempts + 1, updated_at_ms = EXCLUDED.updated_at_ms \
                      WHERE calls.tool = EXCLUDED.tool AND calls.args_hash = EXCLUDED.args_hash \
-                     AND calls.status IN {} RETURNING {call_cols}",
+                     AND {} RETURNING {call_cols}",
                     insert_call(started, 1),
-                    CallChange::Start.sql_list()
+                    CallChange::Start.sql_condition("calls")
                 ))
                 .await?,
             record_started: client
                 .prepare(&format!(
                     "UPDATE calls SET status = '{started}', attempts = attempts + 1, updated_at_ms = $2 \
-                     WHERE call_id = $1 AND status IN {} RETURNING attempts",
-                    CallChange::Start.sql_list()
+                     WHERE call_id = $1 AND {} RETURNING attempts",
+                    CallChange::Start.sql_condition("")
                 ))
                 .await?,
             record_finished: client
                 .prepare(&format!(
                     "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6 \
-                     WHERE call_id = $1 AND status IN {} RETURNING {call_cols}",
-                    CallChange::Finish.sql_list()
+                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
+                    CallChange::Finish.sql_condition("")
                 ))
                 .await?,
             record_gate: client
                 .prepare(&format!(
                     "UPDATE calls SET status = $2, gate = $3, updated_at_ms = $4 \
-                     WHERE call_id = $1 AND status IN {} RETURNING {call_cols}",
-                    CallChange::Gate.sql_list()
+                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
+                    CallChange::Gate.sql_condition("")
                 ))
                 .await?,
             decide: client
                 .prepare(&format!(
                     "UPDATE calls SET status = $2, decision = $3, error = $4, updated_at_ms = $5 \
-                     WHERE call_id = $1 AND status IN {} RETURNING {call_cols}",
-                    CallChange::Decide.sql_list()
+                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
+                    CallChange::Decide.sql_condition("")
                 ))
                 .await?,
             answer: client
                 .prepare(&format!(
                     "UPDATE calls SET status = '{}', result = $2, answer = $3, updated_at_ms = $4 \
-                     WHERE call_id = $1 AND status IN {} RETURNING {call_cols}",
+                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
                     CallStatus::Completed.as_str(),
-                    CallChange::Answer.sql_list()
+                    CallChange::Answer.sql_condition("")
                 ))
                 .await?,
             // The counter row lock orders concurrent appends to one run, across

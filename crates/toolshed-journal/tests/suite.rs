@@ -78,12 +78,23 @@ async fn admin() -> tokio_postgres::Client {
             client
         }
         Err(e) => panic!(
-            "PostgreSQL is not reachable at {} ({e}). Start it with \
+            "PostgreSQL is not reachable at {} ({}). Start it with \
              `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
              or point TOOLSHED_TEST_POSTGRES_URL at a server (trust auth, database `test`)",
-            toolshed_journal::mask_password(&url)
+            toolshed_journal::mask_password(&url),
+            error_chain(&e)
         ),
     }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 fn fresh_schema() -> String {

@@ -1,88 +1,128 @@
-//! Journals crumbs: a non-blocking sink on the pipeline's crumb bus feeding one task
-//! that appends them to the journal in order, batched.
+//! Journals crumbs: a non-blocking sink on the pipeline's crumb bus that buffers crumbs,
+//! and one task that appends them to the journal in order, in batches.
+//!
+//! Why a buffer and not a channel per crumb: waking a task for every crumb costs more
+//! than the crumb is worth on the hot path of a keyed call. The sink pushes under a
+//! short lock and wakes the writer only when the buffer was empty; the writer lingers
+//! a moment so one append carries many crumbs. A flush (a drive ending) writes at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use toolshed_core::{Crumb, CrumbSink};
 use toolshed_journal::Journal;
 
 /// How long crumbs wait for company before they are written.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
-/// The most crumbs written in one batch.
-const MAX_BATCH: usize = 1024;
 
-enum Msg {
-    Crumb(Arc<Crumb>),
-    Flush(oneshot::Sender<()>),
+#[derive(Default)]
+struct Buffer {
+    crumbs: Vec<Arc<Crumb>>,
+    flushes: Vec<oneshot::Sender<()>>,
+    closed: bool,
 }
 
-/// The sink. Cheap to clone.
-#[derive(Clone, Debug)]
+/// The sink. Cheap to clone; when the last clone is dropped, the writer task writes
+/// what is left and ends (releasing the journal).
+#[derive(Clone)]
 pub(crate) struct JournalCrumbs {
-    tx: mpsc::UnboundedSender<Msg>,
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.shared.buffer.lock() {
+            b.closed = true;
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+struct Shared {
+    buffer: Mutex<Buffer>,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for JournalCrumbs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JournalCrumbs")
+    }
 }
 
 impl JournalCrumbs {
     /// Start the writer task. Payloads larger than `max_payload` bytes are replaced by a
     /// note, so an oversized result does not reach the journal through its crumb.
     pub(crate) fn start(journal: Arc<dyn Journal>, max_payload: usize) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+        let shared = Arc::new(Shared {
+            buffer: Mutex::new(Buffer::default()),
+            wake: Notify::new(),
+        });
+        let writer = shared.clone();
         tokio::spawn(async move {
-            let mut batch: Vec<(Arc<str>, Value)> = Vec::new();
-            let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
-            while let Some(first) = rx.recv().await {
-                // Linger a little before writing: crumbs are observability, not results,
-                // and giving each call's crumbs a commit of their own would double the
-                // flushes a keyed call costs. A flush request (a drive ending) writes at once.
-                let linger = tokio::time::sleep(LINGER);
-                tokio::pin!(linger);
-                let mut next = Some(first);
-                loop {
-                    match next.take() {
-                        Some(Msg::Crumb(c)) => batch.push((c.run_id.clone(), to_json(&c, max_payload))),
-                        Some(Msg::Flush(w)) => {
-                            waiters.push(w);
-                            break;
-                        }
-                        None => {}
-                    }
-                    if batch.len() >= MAX_BATCH {
-                        break;
-                    }
-                    tokio::select! {
-                        biased;
-                        msg = rx.recv() => match msg {
-                            Some(m) => next = Some(m),
-                            None => break,
-                        },
-                        _ = &mut linger => break,
-                    }
+            loop {
+                writer.wake.notified().await;
+                let urgent = writer
+                    .buffer
+                    .lock()
+                    .map(|b| !b.flushes.is_empty() || b.closed)
+                    .unwrap_or(true);
+                if !urgent {
+                    // Linger, unless a flush request arrives meanwhile.
+                    let _ = tokio::time::timeout(LINGER, writer.wake.notified()).await;
                 }
-                write(&*journal, std::mem::take(&mut batch)).await;
-                for w in waiters.drain(..) {
-                    let _ = w.send(());
+                let (crumbs, flushes, closed) = match writer.buffer.lock() {
+                    Ok(mut b) => (
+                        std::mem::take(&mut b.crumbs),
+                        std::mem::take(&mut b.flushes),
+                        b.closed,
+                    ),
+                    Err(_) => return,
+                };
+                write(&*journal, &crumbs, max_payload).await;
+                for f in flushes {
+                    let _ = f.send(());
+                }
+                if closed {
+                    return;
                 }
             }
         });
-        JournalCrumbs { tx }
+        JournalCrumbs {
+            handle: Arc::new(Handle { shared }),
+        }
     }
 
     /// Wait until every crumb emitted so far is in the journal.
     pub(crate) async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).is_ok() {
-            let _ = rx.await;
+        let shared = &self.handle.shared;
+        match shared.buffer.lock() {
+            Ok(mut b) => b.flushes.push(tx),
+            Err(_) => return,
         }
+        shared.wake.notify_one();
+        let _ = rx.await;
     }
 }
 
 impl CrumbSink for JournalCrumbs {
     fn emit(&self, crumb: &Arc<Crumb>) {
-        // Only crumbs of a run are journaled; a send error means the writer is gone
-        // (runtime shutting down).
-        let _ = self.tx.send(Msg::Crumb(crumb.clone()));
+        let shared = &self.handle.shared;
+        let was_empty = match shared.buffer.lock() {
+            Ok(mut b) => {
+                b.crumbs.push(crumb.clone());
+                b.crumbs.len() == 1
+            }
+            Err(_) => return,
+        };
+        if was_empty {
+            shared.wake.notify_one();
+        }
     }
 }
 
@@ -97,13 +137,14 @@ fn to_json(crumb: &Crumb, max_payload: usize) -> Value {
     value
 }
 
-async fn write(journal: &dyn Journal, batch: Vec<(Arc<str>, Value)>) {
-    // Group consecutive crumbs of the same run, keeping the overall order per run.
+async fn write(journal: &dyn Journal, batch: &[Arc<Crumb>], max_payload: usize) {
+    // Group by run, keeping the order within each run.
     let mut groups: Vec<(Arc<str>, Vec<Value>)> = Vec::new();
-    for (run, crumb) in batch {
-        match groups.iter_mut().find(|(r, _)| *r == run) {
-            Some((_, v)) => v.push(crumb),
-            None => groups.push((run, vec![crumb])),
+    for c in batch {
+        let json = to_json(c, max_payload);
+        match groups.iter_mut().find(|(r, _)| *r == c.run_id) {
+            Some((_, v)) => v.push(json),
+            None => groups.push((c.run_id.clone(), vec![json])),
         }
     }
     for (run, crumbs) in groups {

@@ -8,6 +8,7 @@
 //! - 3: an internal error, or the journal cannot be reached;
 //! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
 
+mod agent;
 mod approvals;
 mod db;
 mod output;
@@ -43,6 +44,8 @@ enum Command {
     Approvals(Group<approvals::ApprovalsCommand>),
     /// Answer a human tool's call; the answer must match the tool's schema.
     Answer(approvals::AnswerArgs),
+    /// Check an agent project (agent.yaml and its tools folder).
+    Agent(Group<agent::AgentCommand>),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             Command::Runs(g) => runs::run(g.command, &db, g.json).await,
             Command::Approvals(g) => approvals::run(g.command, &db, g.json).await,
             Command::Answer(args) => approvals::answer(args, &db).await,
+            Command::Agent(g) => agent::run(g.command, g.json).await,
         }
     });
     match result {

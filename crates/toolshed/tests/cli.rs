@@ -5,13 +5,22 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// One scratch folder for this test binary, so `tools run` never writes into the
+/// source tree.
+fn scratch() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
 fn toolshed(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(args)
+        .current_dir(scratch())
         .env(
-            "TOOLSHED_OUTPUT_DIR",
-            std::env::temp_dir().join("toolshed-cli-test"),
+            "TOOLSHED_DATABASE_URL",
+            format!("sqlite://{}/journal.db", scratch().display()),
         )
+        .env("TOOLSHED_OUTPUT_DIR", scratch().join("output"))
         .output()
         .unwrap()
 }
@@ -257,4 +266,53 @@ fn validate_checks_files_and_lists_every_problem() {
     let o = toolshed(&["tools", "validate", "--json", bad.to_str().unwrap()]);
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v[0]["ok"], false);
+}
+
+#[test]
+fn agent_validate_loads_the_project_and_lists_every_missing_env_var() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tools")).unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: support-agent\nenv: [TICKETS_API_KEY, REGION, SLACK_TOKEN]\ntools:\n  - ref: tools/order-lookup\nbuiltin_tools: [get_current_time]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tools/order_lookup.py"),
+        "def order_lookup(order_id: str, include_tracking: bool = False) -> dict:\n    \"\"\"Look up an order by ID.\n\n    Args:\n        order_id: The order ID\n    \"\"\"\n    return {\"order_id\": order_id}\n",
+    )
+    .unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+        c.args(["agent", "validate", dir.path().to_str().unwrap(), "--json"])
+            .env_remove("TICKETS_API_KEY")
+            .env_remove("REGION")
+            .env_remove("SLACK_TOKEN")
+            .env("TOOLSHED_CACHE_DIR", scratch().join("cache"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let o = run(&[("REGION", "eu")]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("missing environment variables: TICKETS_API_KEY, SLACK_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        ("REGION", "eu"),
+        ("TICKETS_API_KEY", "k"),
+        ("SLACK_TOKEN", "t"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["order_lookup", "get_current_time"]);
 }

@@ -1,0 +1,60 @@
+//! [`Implementations`] over the dispatch layer: code files become subprocess tools with
+//! inferred schemas, endpoint strings become dispatch handlers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use toolshed_core::{Handler, Tool};
+use toolshed_dispatch::{Dispatcher, Endpoint};
+
+use crate::Implementations;
+
+/// Loads tools through a [`Dispatcher`].
+#[derive(Clone)]
+pub struct DispatchImplementations {
+    dispatcher: Dispatcher,
+}
+
+impl DispatchImplementations {
+    /// Use this dispatcher (give it the built-ins with `Dispatcher::with_builtins`).
+    pub fn new(dispatcher: Dispatcher) -> Self {
+        DispatchImplementations { dispatcher }
+    }
+}
+
+#[async_trait]
+impl Implementations for DispatchImplementations {
+    async fn load_code_file(&self, path: &Path) -> Result<Tool, String> {
+        let abs =
+            std::fs::canonicalize(path).map_err(|e| format!("cannot resolve the path: {e}"))?;
+        let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let prefix = if ext == "py" { "python" } else { "node" };
+        let endpoint =
+            Endpoint::parse(&format!("{prefix}:{}", abs.display())).map_err(|e| e.to_string())?;
+        let inferred = self
+            .dispatcher
+            .infer_schema(&endpoint)
+            .await
+            .map_err(|e| e.to_string())?;
+        let handler = self.dispatcher.handler(endpoint.clone(), &inferred.name);
+        let mut b = Tool::builder(&inferred.name)
+            .description(inferred.description)
+            .input_schema(inferred.input_schema)
+            .meta(toolshed_core::ToolMeta {
+                endpoint: Some(endpoint.to_string()),
+                tool_type: Some("function".into()),
+                ..Default::default()
+            })
+            .raw_handler(handler);
+        if let Some(out) = inferred.output_schema {
+            b = b.output_schema(out);
+        }
+        b.build().map_err(|e| e.to_string())
+    }
+
+    fn handler_for(&self, endpoint: &str, tool_name: &str) -> Result<Arc<dyn Handler>, String> {
+        let endpoint = Endpoint::parse(endpoint).map_err(|e| e.to_string())?;
+        Ok(self.dispatcher.handler(endpoint, tool_name))
+    }
+}

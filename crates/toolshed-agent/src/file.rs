@@ -1,0 +1,321 @@
+//! The `agent.yaml` format: AgentBreeder's fields (kept as given where toolshed does not
+//! use them) plus Toren's `builtin_tools`, `env`, `sandbox`, `limits` and `plugins`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use toolshed_journal::Budgets;
+
+use crate::AgentError;
+
+/// Top-level keys of AgentBreeder's `agent.yaml` that toolshed keeps but does not
+/// interpret (deployment, models, prompts…). Anything else unknown is a typo.
+const KEPT_AS_GIVEN: &[&str] = &[
+    "spec_version",
+    "model",
+    "models",
+    "deploy",
+    "prompts",
+    "knowledge_bases",
+    "guardrails",
+    "subagents",
+    "memory",
+    "mcp_servers",
+    "metadata",
+];
+
+/// Run limits (`limits:`), enforced by the runtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Starts of a run after crashes before it fails.
+    #[serde(default, alias = "maxAttemptsPerTask")]
+    pub max_attempts_per_task: Option<u32>,
+    /// Wall-clock minutes from the run's creation.
+    #[serde(default, alias = "maxWallClockMin")]
+    pub max_wall_clock_min: Option<u32>,
+}
+
+impl From<Limits> for Budgets {
+    fn from(l: Limits) -> Self {
+        Budgets {
+            max_attempts_per_task: l.max_attempts_per_task,
+            max_wall_clock_min: l.max_wall_clock_min,
+        }
+    }
+}
+
+/// One entry of `tools:`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum ToolEntry {
+    /// `ref: tools/<name>`: resolved local → stdlib → registry.
+    Tool {
+        /// The name after `tools/`.
+        name: String,
+    },
+    /// `ref: mcp-servers/<name>`: an MCP server's tools (reserved: arrives with MCP support).
+    McpServer {
+        /// The server name.
+        name: String,
+    },
+    /// An inline definition: `name`, `description`, `schema` (or `input_schema`), and
+    /// optionally `type`, `output_schema`, `endpoint`.
+    Inline {
+        /// The tool's name.
+        name: String,
+        /// The definition as written.
+        definition: Map<String, Value>,
+    },
+}
+
+/// A parsed `agent.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentFile {
+    /// The agent's name.
+    pub name: String,
+    /// The framework it is built with (informative).
+    pub framework: Option<String>,
+    /// Its tools.
+    pub tools: Vec<ToolEntry>,
+    /// Built-in tools by name.
+    pub builtin_tools: Vec<String>,
+    /// Declared env var names, checked at start-up.
+    pub env: Vec<String>,
+    /// Whether the agent gets the sandbox (bash and workspace files).
+    pub sandbox: bool,
+    /// Run limits.
+    pub limits: Limits,
+    /// Per-plugin configuration (`plugins.<name>`).
+    pub plugins: Map<String, Value>,
+    /// AgentBreeder fields kept as given.
+    pub other: BTreeMap<String, Value>,
+}
+
+/// Parse `agent.yaml` text. Every field problem is reported at once, each naming the
+/// field and the fix; `origin` (a path) is put in the message.
+pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentError> {
+    let value: Value = serde_yaml_ng::from_str(text)
+        .map_err(|e| AgentError::File(format!("{origin}: not valid YAML: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(AgentError::File(format!(
+            "{origin}: must be a mapping with at least `name:`"
+        )));
+    };
+    let mut problems = Vec::new();
+    let name = match map.remove("name") {
+        Some(Value::String(n)) if valid_agent_name(&n) => n,
+        Some(Value::String(n)) => {
+            problems.push(format!(
+                "field `name`: `{n}` must be 1–64 letters, digits, `-` or `_`, starting with a letter or digit"
+            ));
+            n
+        }
+        Some(other) => {
+            problems.push(format!(
+                "field `name`: must be a string, got {}",
+                toolshed_core::schema::kind_of(&other)
+            ));
+            String::new()
+        }
+        None => {
+            problems.push("field `name` is missing".into());
+            String::new()
+        }
+    };
+    let framework = take_string(&mut map, "framework", &mut problems);
+    let builtin_tools = take_string_list(&mut map, "builtin_tools", &mut problems);
+    let env = match map.remove("env") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Value::String(s) if !s.trim().is_empty() => Some(s),
+                _ => {
+                    problems.push(format!("field `env[{i}]`: must be a variable name"));
+                    None
+                }
+            })
+            .collect(),
+        // `env: {NAME: description}` is accepted too: the keys are the names.
+        Some(Value::Object(m)) => m.keys().cloned().collect(),
+        Some(_) => {
+            problems.push("field `env`: must be a list of variable names".into());
+            Vec::new()
+        }
+    };
+    let sandbox = match map.remove("sandbox") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => {
+            problems.push("field `sandbox`: must be true or false".into());
+            false
+        }
+    };
+    let limits = match map.remove("limits") {
+        None | Some(Value::Null) => Limits::default(),
+        Some(v) => serde_json::from_value::<Limits>(v).unwrap_or_else(|e| {
+            problems.push(format!("field `limits`: {e}"));
+            Limits::default()
+        }),
+    };
+    let plugins = match map.remove("plugins") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            problems.push("field `plugins`: must be a mapping of plugin name to its config".into());
+            Map::new()
+        }
+    };
+    let tools = match map.remove("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| parse_entry(v, i).map_err(|e| problems.push(e)).ok())
+            .collect(),
+        Some(_) => {
+            problems.push(
+                "field `tools`: must be a list of `{ref: tools/NAME}` or inline definitions".into(),
+            );
+            Vec::new()
+        }
+    };
+    let mut other = BTreeMap::new();
+    for (k, v) in map {
+        if KEPT_AS_GIVEN.contains(&k.as_str())
+            || ["version", "description", "team", "owner", "tags"].contains(&k.as_str())
+        {
+            other.insert(k, v);
+        } else {
+            problems.push(format!("unknown field `{k}`{}", suggest(&k)));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(AgentError::File(format!(
+            "{origin}:\n- {}",
+            problems.join("\n- ")
+        )));
+    }
+    Ok(AgentFile {
+        name,
+        framework,
+        tools,
+        builtin_tools,
+        env,
+        sandbox,
+        limits,
+        plugins,
+        other,
+    })
+}
+
+fn parse_entry(v: Value, i: usize) -> Result<ToolEntry, String> {
+    let Value::Object(mut m) = v else {
+        return Err(format!(
+            "field `tools[{i}]`: must be `{{ref: tools/NAME}}` or an inline definition"
+        ));
+    };
+    if let Some(r) = m.remove("ref") {
+        if let Some(extra) = m.keys().next() {
+            return Err(format!(
+                "field `tools[{i}].{extra}`: a `ref` entry has no other fields"
+            ));
+        }
+        let Value::String(r) = r else {
+            return Err(format!(
+                "field `tools[{i}].ref`: must be a string like `tools/order-lookup`"
+            ));
+        };
+        return match r.split_once('/') {
+            Some(("tools", n)) if !n.is_empty() && !n.contains('/') => {
+                Ok(ToolEntry::Tool { name: n.to_owned() })
+            }
+            Some(("mcp-servers", n)) if !n.is_empty() && !n.contains('/') => {
+                Ok(ToolEntry::McpServer { name: n.to_owned() })
+            }
+            _ => Err(format!(
+                "field `tools[{i}].ref`: `{r}` must be `tools/NAME` or `mcp-servers/NAME`"
+            )),
+        };
+    }
+    match m.get("name") {
+        Some(Value::String(n)) => {
+            let n = n.clone();
+            Ok(ToolEntry::Inline {
+                name: n,
+                definition: m,
+            })
+        }
+        _ => Err(format!(
+            "field `tools[{i}]`: an inline tool needs a `name` (or use `ref: tools/NAME`)"
+        )),
+    }
+}
+
+fn take_string(
+    map: &mut Map<String, Value>,
+    key: &str,
+    problems: &mut Vec<String>,
+) -> Option<String> {
+    match map.remove(key) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            problems.push(format!("field `{key}`: must be a string"));
+            None
+        }
+    }
+}
+
+fn take_string_list(
+    map: &mut Map<String, Value>,
+    key: &str,
+    problems: &mut Vec<String>,
+) -> Vec<String> {
+    match map.remove(key) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Value::String(s) => Some(s),
+                _ => {
+                    problems.push(format!("field `{key}[{i}]`: must be a string"));
+                    None
+                }
+            })
+            .collect(),
+        Some(_) => {
+            problems.push(format!("field `{key}`: must be a list of names"));
+            Vec::new()
+        }
+    }
+}
+
+fn valid_agent_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn suggest(key: &str) -> String {
+    const FIELDS: &[&str] = &[
+        "name",
+        "framework",
+        "tools",
+        "builtin_tools",
+        "env",
+        "sandbox",
+        "limits",
+        "plugins",
+    ];
+    FIELDS
+        .iter()
+        .find(|f| toolshed_core::toolset::edit_distance(f, key) <= 2)
+        .map(|f| format!("; did you mean `{f}`?"))
+        .unwrap_or_default()
+}

@@ -1,0 +1,62 @@
+//! # toolshed-agent
+//!
+//! `agent.yaml`: an agent's name, framework, tools (registry refs and inline
+//! definitions), built-in tools, declared env, sandbox switch, limits and plugins; and
+//! what turns it into a running toolset:
+//!
+//! - the **tools folder**: every `tools/*.{py,js,mjs,ts,yaml,yml,json}` file of the
+//!   project is one of the agent's own tools, loaded automatically;
+//! - the **resolver chain** for `ref: tools/<name>`, exactly as the seed orders it:
+//!   the local file `<project>/tools/<snake_name>.(py|js|mjs|ts|yaml)` → the standard
+//!   library → the registry;
+//! - **start-up checks** that fail fast with everything wrong at once: every missing env
+//!   var, a built-in colliding with an own tool, `bash` in `builtin_tools`.
+//!
+//! Code files and endpoints are turned into tools by an [`Implementations`] (the
+//! dispatch layer); registry lookups go through a [`RegistryLookup`].
+
+mod dispatch;
+mod file;
+mod resolve;
+
+pub use dispatch::DispatchImplementations;
+pub use file::{AgentFile, Limits, ToolEntry, parse_agent_file};
+pub use resolve::{
+    Implementations, LoadedAgent, RegistryLookup, RegistryTool, load_agent, snake_name,
+};
+
+/// Everything that can stop an agent from starting. Messages say what to do instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// `agent.yaml` cannot be read or parsed, or a field is invalid.
+    #[error("{0}")]
+    File(String),
+    /// Several problems, all reported at once.
+    #[error("agent `{agent}` cannot start:\n- {}", .problems.join("\n- "))]
+    Invalid {
+        /// The agent's name.
+        agent: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// Declared env vars are missing.
+    #[error("agent `{agent}`: {missing}")]
+    MissingEnv {
+        /// The agent.
+        agent: String,
+        /// The missing names.
+        missing: toolshed_core::env::MissingEnv,
+    },
+}
+
+impl AgentError {
+    /// A stable code: `AGENT_FILE_INVALID`, `AGENT_INVALID`, `MISSING_ENV`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AgentError::File(_) => "AGENT_FILE_INVALID",
+            AgentError::Invalid { .. } => "AGENT_INVALID",
+            AgentError::MissingEnv { .. } => "MISSING_ENV",
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! From `agent.yaml` to a toolset: the tools folder, the resolver chain, built-ins and
+//! the start-up checks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
+use toolshed_core::{Handler, Tool, ToolSet, ToolSource};
+
+use crate::{AgentError, AgentFile, ToolEntry, parse_agent_file};
+
+/// Code file extensions the tools folder loads, in the resolver's order.
+const CODE_EXTENSIONS: &[&str] = &["py", "js", "mjs", "ts"];
+/// Definition file extensions the tools folder loads.
+const DEFINITION_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
+
+/// Turns code files and endpoints into tools: the dispatch layer implements it.
+#[async_trait]
+pub trait Implementations: Send + Sync {
+    /// A tool from a code file of the tools folder (`.py`, `.js`, `.mjs`, `.ts`): its
+    /// schema inferred or read beside it, its endpoint the file.
+    async fn load_code_file(&self, path: &Path) -> Result<Tool, String>;
+
+    /// The handler behind an endpoint string (`builtin:…`, `python:…`, `node:…`,
+    /// `exec:…`, `http(s)://…`).
+    fn handler_for(&self, endpoint: &str, tool_name: &str) -> Result<Arc<dyn Handler>, String>;
+}
+
+/// A tool found in the registry: its definition in file form and its endpoint.
+#[derive(Debug, Clone)]
+pub struct RegistryTool {
+    /// The definition.
+    pub definition: ToolFile,
+    /// Where it runs.
+    pub endpoint: String,
+}
+
+/// The registry step of the resolver chain.
+#[async_trait]
+pub trait RegistryLookup: Send + Sync {
+    /// The tool registered under `name` (as written in the ref, or its snake form).
+    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, String>;
+}
+
+/// An agent ready to run.
+#[derive(Debug, Clone)]
+pub struct LoadedAgent {
+    /// The file as parsed.
+    pub file: AgentFile,
+    /// Every tool the agent sees.
+    pub toolset: ToolSet,
+    /// The declared env values, all present.
+    pub env: BTreeMap<String, String>,
+    /// Where each tool came from, by name, for listings (`tools/x.py`, `stdlib`, `registry`).
+    pub origins: BTreeMap<String, String>,
+}
+
+/// `order-lookup` → `order_lookup`: how a ref names a file and a stdlib module.
+pub fn snake_name(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// Load `<project>/agent.yaml`: parse it, load the tools folder, resolve every ref
+/// (local → stdlib → registry), add built-ins, and check the env with `lookup_env`.
+/// Every problem is reported at once.
+pub async fn load_agent(
+    project: &Path,
+    implementations: &dyn Implementations,
+    registry: Option<&dyn RegistryLookup>,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedAgent, AgentError> {
+    let path = project.join("agent.yaml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| AgentError::File(format!("cannot read {}: {e}", path.display())))?;
+    let file = parse_agent_file(&text, &path.display().to_string())?;
+    let mut problems = Vec::new();
+    let mut own: Vec<(Tool, String)> = Vec::new();
+
+    // 1. The tools folder: every file is one of the agent's own tools.
+    let folder = project.join("tools");
+    let mut local: BTreeMap<String, (Tool, String)> = BTreeMap::new();
+    if folder.is_dir() {
+        let mut entries: Vec<PathBuf> = match std::fs::read_dir(&folder) {
+            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(e) => {
+                problems.push(format!("cannot read {}: {e}", folder.display()));
+                Vec::new()
+            }
+        };
+        entries.sort();
+        for p in entries {
+            let ext = p
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let stem = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("")
+                .to_owned();
+            if stem.starts_with('.')
+                || stem.starts_with('_')
+                || !(CODE_EXTENSIONS.contains(&ext.as_str())
+                    || DEFINITION_EXTENSIONS.contains(&ext.as_str()))
+            {
+                continue;
+            }
+            let shown = format!(
+                "tools/{}",
+                p.file_name().and_then(|f| f.to_str()).unwrap_or("")
+            );
+            if local.contains_key(&stem) {
+                problems.push(format!(
+                    "{shown}: another file in tools/ already defines `{stem}`; keep one"
+                ));
+                continue;
+            }
+            match load_local(&p, &ext, implementations).await {
+                Ok(tool) => {
+                    local.insert(stem, (tool, shown));
+                }
+                Err(e) => problems.push(format!("{shown}: {e}")),
+            }
+        }
+    }
+    own.extend(local.values().cloned());
+
+    // 2. tools: refs and inline definitions.
+    let mut extra_env: Vec<String> = Vec::new();
+    for entry in &file.tools {
+        match entry {
+            ToolEntry::Tool { name } => {
+                let snake = snake_name(name);
+                if local.contains_key(&snake) {
+                    continue; // the local file wins and is already loaded
+                }
+                if let Some(t) = toolshed_stdlib::get(&snake) {
+                    own.push((t, "stdlib".into()));
+                    continue;
+                }
+                match registry {
+                    Some(r) => match r.find_tool(name).await {
+                        Ok(Some(found)) => match registry_tool(found, implementations) {
+                            Ok(t) => own.push((t, "registry".into())),
+                            Err(e) => problems.push(format!("ref tools/{name} (registry): {e}")),
+                        },
+                        Ok(None) => problems.push(format!(
+                            "ref tools/{name}: not found in tools/{snake}.(py|js|mjs|ts|yaml), the standard library, or the registry"
+                        )),
+                        Err(e) => problems.push(format!("ref tools/{name}: the registry could not be asked: {e}")),
+                    },
+                    None => problems.push(format!(
+                        "ref tools/{name}: not found in tools/{snake}.(py|js|mjs|ts|yaml) or the standard library (no registry configured)"
+                    )),
+                }
+            }
+            ToolEntry::McpServer { name } => problems.push(format!(
+                "ref mcp-servers/{name}: MCP server tools are not supported yet; remove the ref for now"
+            )),
+            ToolEntry::Inline { name, definition } => match inline_tool(name, definition, &local, implementations) {
+                Ok(t) => {
+                    // An inline definition of a local file's tool replaces its schema.
+                    if let Some(pos) = own.iter().position(|(o, _)| o.name() == t.name()) {
+                        own.remove(pos);
+                    }
+                    own.push((t, "inline".into()));
+                }
+                Err(e) => problems.push(format!("inline tool `{name}`: {e}")),
+            },
+        }
+    }
+
+    // 3. Built-ins.
+    let mut builtins = Vec::new();
+    for b in &file.builtin_tools {
+        if b == "bash" {
+            problems.push(
+                "`bash` cannot be listed in builtin_tools: set `sandbox: true`, which grants bash together with the workspace file tools".into(),
+            );
+            continue;
+        }
+        if let Some((_, origin)) = own.iter().find(|(t, _)| t.name() == b) {
+            problems.push(format!(
+                "built-in `{b}` collides with the agent's own tool `{b}` ({origin}); rename your tool or remove `{b}` from builtin_tools"
+            ));
+            continue;
+        }
+        match toolshed_stdlib::get(b) {
+            Some(t) => builtins.push(t),
+            None => {
+                let names: Vec<String> = toolshed_stdlib::tools()
+                    .iter()
+                    .map(|t| t.name().to_owned())
+                    .collect();
+                problems.push(format!(
+                    "unknown built-in `{b}`; available: {}",
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    if file.sandbox {
+        problems.push("`sandbox: true` is not supported yet (the sandbox arrives with its own issue); remove it for now".into());
+    }
+    extra_env.sort();
+
+    // 4. One toolset; a name defined twice is an error naming both places.
+    let mut origins = BTreeMap::new();
+    let mut b = ToolSet::builder();
+    for (t, origin) in &own {
+        if let Some(first) = origins.get(t.name()) {
+            problems.push(format!(
+                "tool `{}` is defined twice: by {first} and by {origin}; rename one",
+                t.name()
+            ));
+            continue;
+        }
+        origins.insert(t.name().to_owned(), origin.clone());
+        let _ = b.add(ToolSource::Own, t.clone());
+    }
+    for t in builtins {
+        origins.insert(t.name().to_owned(), "builtin".into());
+        let _ = b.add(ToolSource::Builtin, t);
+    }
+    if !problems.is_empty() {
+        return Err(AgentError::Invalid {
+            agent: file.name.clone(),
+            problems,
+        });
+    }
+
+    // 5. Env, last: fail fast with the full list of what is missing.
+    let declared: Vec<&str> = file
+        .env
+        .iter()
+        .map(String::as_str)
+        .chain(extra_env.iter().map(String::as_str))
+        .collect();
+    let env =
+        toolshed_core::env::resolve_declared_env(declared, lookup_env).map_err(|missing| {
+            AgentError::MissingEnv {
+                agent: file.name.clone(),
+                missing,
+            }
+        })?;
+    Ok(LoadedAgent {
+        toolset: b.build(),
+        file,
+        env,
+        origins,
+    })
+}
+
+async fn load_local(
+    path: &Path,
+    ext: &str,
+    implementations: &dyn Implementations,
+) -> Result<Tool, String> {
+    if DEFINITION_EXTENSIONS.contains(&ext) {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+        let shown = path.display().to_string();
+        let spec = parse_tool_file(&text, FileFormat::from_path(&shown), Some(&shown))
+            .map_err(|e| e.to_string())?;
+        let endpoint = spec.meta.endpoint.clone().ok_or_else(|| {
+            "has no `endpoint:`; say where the tool runs, e.g. `endpoint: python:/abs/path/tool.py:fn`".to_owned()
+        })?;
+        let handler = implementations.handler_for(&endpoint, spec.name.as_str())?;
+        Tool::from_spec(spec, handler).map_err(|e| e.to_string())
+    } else {
+        implementations.load_code_file(path).await
+    }
+}
+
+fn registry_tool(
+    found: RegistryTool,
+    implementations: &dyn Implementations,
+) -> Result<Tool, String> {
+    let spec = found.definition.into_spec().map_err(|e| e.to_string())?;
+    let handler = implementations.handler_for(&found.endpoint, spec.name.as_str())?;
+    Tool::from_spec(spec, handler).map_err(|e| e.to_string())
+}
+
+fn inline_tool(
+    name: &str,
+    def: &serde_json::Map<String, Value>,
+    local: &BTreeMap<String, (Tool, String)>,
+    implementations: &dyn Implementations,
+) -> Result<Tool, String> {
+    let mut file = serde_json::Map::new();
+    file.insert("spec_version".into(), Value::String("v1".into()));
+    for (k, v) in def {
+        // The seed writes `schema:`; the file format says `input_schema:`.
+        let key = if k == "schema" {
+            "input_schema"
+        } else {
+            k.as_str()
+        };
+        file.insert(key.to_owned(), v.clone());
+    }
+    let text = Value::Object(file).to_string();
+    let spec = parse_tool_file(&text, FileFormat::Json, None).map_err(|e| e.to_string())?;
+    let snake = snake_name(name);
+    let handler = match (
+        &spec.meta.endpoint,
+        local.get(&snake),
+        toolshed_stdlib::get(&snake),
+    ) {
+        (Some(ep), _, _) => implementations.handler_for(ep, name)?,
+        (None, Some((t, _)), _) => t.handler().clone(),
+        (None, None, Some(t)) => t.handler().clone(),
+        (None, None, None) => {
+            return Err(format!(
+                "no implementation: give it an `endpoint:`, or add tools/{snake}.py (or .js/.mjs/.ts), or name a standard-library tool"
+            ));
+        }
+    };
+    Tool::from_spec(spec, handler).map_err(|e| e.to_string())
+}

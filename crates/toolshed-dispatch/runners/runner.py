@@ -1,0 +1,330 @@
+"""toolshed's Python runner: runs one tool function behind the subprocess wire protocol.
+
+    python3 -S -E runner.py MODULE_PATH FUNCTION
+
+Reads newline-delimited JSON requests `{"id", "tool", "args", "context", "credentials"}`
+on stdin and answers each with zero or more `{"id", "partial"}` lines and exactly one
+`{"id", "result"}` or `{"id", "error": {"message", "code"}}` line on stdout. It serves
+requests one at a time until stdin closes: a cold call writes one request and closes
+stdin, a warm worker keeps it open.
+
+Start-up is kept near the bare interpreter's: the runtime starts it with `-S -E` and
+passes the `sys.path` a normal interpreter would have in TOOLSHED_SYS_PATH (so the
+`site` module and its `.pth` files are never run), and nothing heavy is imported
+unless a tool needs it (asyncio only for coroutines, traceback only on errors).
+"""
+
+import os
+import sys
+import types
+
+_MISSING = object()
+
+
+def _make_json():
+    """(loads, dumps) built on the C accelerator `_json`.
+
+    Importing the `json` package costs about ten milliseconds (it pulls in `re`); its C
+    core does the same work without it. Falls back to `json` where `_json` is missing.
+    """
+    try:
+        import _json
+
+        class _Options:
+            strict = True
+            object_hook = None
+            object_pairs_hook = None
+            parse_float = float
+            parse_int = int
+            parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+            memo = {}
+
+        scan = _json.make_scanner(_Options())
+
+        def loads(text):
+            if isinstance(text, bytes):
+                text = text.decode("utf-8")
+            text = text.strip()
+            try:
+                value, end = scan(text, 0)
+            except StopIteration as stop:
+                raise ValueError("invalid JSON at character %s" % stop.value) from None
+            if end != len(text):
+                raise ValueError("extra data after the JSON value at character %d" % end)
+            return value
+
+        def dumps(value):
+            encode = _json.make_encoder({}, _json_default, _json.encode_basestring, None, ":", ",", False, False, False)
+            return "".join(encode(value, 0))
+
+        return loads, dumps
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        def dumps(value):
+            return json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default, separators=(",", ":"))
+
+        return json.loads, dumps
+
+
+def _setup_protocol():
+    """Keep the real stdin and stdout for the protocol, out of the tool's reach.
+
+    File descriptor 1 is pointed at stderr, so `print()`, C extensions and child
+    processes that inherit stdout write logs, never a corrupt protocol line; fd 0 is
+    pointed at /dev/null, so a tool that reads stdin cannot swallow the next request.
+    """
+    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n", buffering=1 << 16)
+    proto_in = os.fdopen(os.dup(0), "rb")
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout = sys.stderr
+    return proto_in, proto_out
+
+
+def _set_sys_path(module_path):
+    paths = os.environ.get("TOOLSHED_SYS_PATH")
+    tool_dir = os.path.dirname(module_path)
+    if paths:
+        try:
+            extra = [p for p in _loads(paths) if isinstance(p, str) and p]
+        except ValueError:
+            extra = []
+        sys.path[:] = [tool_dir] + [p for p in extra if p != tool_dir]
+    else:
+        sys.path.insert(0, tool_dir)
+
+
+def _load(module_path, fn_name):
+    """Import the tool's module from its path; return (function, None) or (None, error)."""
+    try:
+        # The frozen import machinery is already loaded; `importlib.util` costs ~8 ms.
+        from _frozen_importlib import module_from_spec
+        from _frozen_importlib_external import spec_from_file_location
+    except ImportError:
+        from importlib.util import module_from_spec, spec_from_file_location
+
+    stem = os.path.splitext(os.path.basename(module_path))[0]
+    # Register under the file's own name so the tool's siblings (and pickle, dataclasses)
+    # can find it, unless that would replace a module that is already loaded.
+    name = stem if stem.isidentifier() and stem not in sys.modules else "_toolshed_tool_" + stem
+    try:
+        spec = spec_from_file_location(name, module_path)
+        if spec is None or spec.loader is None:
+            return None, {"message": "cannot load %s: not a Python module" % module_path, "code": "LoadError"}
+        module = module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001 - a broken module must not kill the worker
+        sys.modules.pop(name, None)
+        _print_traceback()
+        return None, {"message": "cannot load %s: %s" % (module_path, _describe(e)), "code": "LoadError"}
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        names = sorted(
+            k for k, v in vars(module).items()
+            if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == name
+        )
+        return None, {
+            "message": "%s has no function `%s`; it defines %s"
+            % (module_path, fn_name, ", ".join("`%s`" % n for n in names) or "no public functions"),
+            "code": "FunctionNotFound",
+        }
+    if not callable(fn):
+        return None, {"message": "`%s` in %s is not callable" % (fn_name, module_path), "code": "FunctionNotFound"}
+    return fn, None
+
+
+def _wants_ctx(fn):
+    """Whether the function declares a `ctx` parameter (it then gets the call's context)."""
+    seen = 0
+    while hasattr(fn, "__wrapped__") and seen < 16:
+        fn = fn.__wrapped__
+        seen += 1
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return "ctx" in names
+
+
+def _describe(e):
+    text = str(e)
+    return "%s: %s" % (type(e).__name__, text) if text else type(e).__name__
+
+
+def _print_traceback():
+    import traceback
+
+    traceback.print_exc(file=sys.stderr)
+
+
+def _json_default(value):
+    """Make common non-JSON values serializable: pydantic models, dataclasses, dates, sets."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
+        import dataclasses
+
+        return dataclasses.asdict(value)
+    iso = getattr(value, "isoformat", None)
+    if callable(iso):
+        return iso()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError("%s is not JSON-serializable" % type(value).__name__)
+
+
+_loads, _dumps = _make_json()
+
+
+class _Runner:
+    def __init__(self, proto, fn, load_error):
+        self.proto = proto
+        self.fn = fn
+        self.load_error = load_error
+        self.wants_ctx = fn is not None and _wants_ctx(fn)
+
+    def send(self, message):
+        try:
+            line = _dumps(message)
+        except (TypeError, ValueError) as e:
+            kind = "partial result" if "partial" in message else "result"
+            line = _dumps(
+                {
+                    "id": message.get("id"),
+                    "error": {"message": "the tool's %s is not JSON-serializable: %s" % (kind, e), "code": "InvalidResult"},
+                }
+            )
+            if "partial" in message:
+                # The stream cannot go on without a value; end the call here.
+                raise _Stop(line)
+        self.proto.write(line)
+        self.proto.write("\n")
+        self.proto.flush()
+
+    def finish(self, message):
+        # Logs written before the answer go out before it, so the runtime sees them with it.
+        sys.stderr.flush()
+        self.send(message)
+
+    def handle(self, raw):
+        try:
+            request = _loads(raw)
+            rid = request["id"]
+            args = request.get("args") or {}
+            if not isinstance(args, dict):
+                raise ValueError("args must be a JSON object")
+        except (ValueError, KeyError, TypeError) as e:
+            self.finish({"id": None, "error": {"message": "runner got a malformed request: %s" % e, "code": "BadRequest"}})
+            return
+        if self.load_error is not None:
+            self.finish({"id": rid, "error": self.load_error})
+            return
+        try:
+            self.run(rid, request, args)
+        except _Stop as stop:
+            sys.stderr.flush()
+            self.proto.write(stop.line + "\n")
+            self.proto.flush()
+        except _Empty as e:
+            self.finish({"id": rid, "error": {"message": str(e), "code": "EmptyStream"}})
+        except SystemExit as e:
+            self.finish({"id": rid, "error": {"message": "the tool called sys.exit(%r)" % (e.code,), "code": "SystemExit"}})
+        except BaseException as e:  # noqa: BLE001 - every failure is an error line
+            _print_traceback()
+            code = getattr(e, "code", None)
+            self.finish({"id": rid, "error": {"message": _describe(e), "code": code if isinstance(code, str) else type(e).__name__}})
+
+    def run(self, rid, request, args):
+        kwargs = dict(args)
+        if self.wants_ctx and "ctx" not in kwargs:
+            context = dict(request.get("context") or {})
+            context["tool"] = request.get("tool")
+            context["credentials"] = dict(request.get("credentials") or {})
+            kwargs["ctx"] = types.SimpleNamespace(**context)
+        value = self.fn(**kwargs)
+        kind = type(value)
+        if kind is types.CoroutineType:
+            import asyncio
+
+            value = asyncio.run(value)
+        elif kind is types.GeneratorType:
+            value = self.stream_sync(rid, value)
+        elif kind is types.AsyncGeneratorType:
+            value = self.stream_async(rid, value)
+        self.finish({"id": rid, "result": value})
+
+    def stream_sync(self, rid, gen):
+        last = _MISSING
+        for item in gen:
+            if last is not _MISSING:
+                self.send({"id": rid, "partial": last})
+            last = item
+        if last is _MISSING:
+            raise _Empty()
+        return last
+
+    def stream_async(self, rid, agen):
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        try:
+            last = _MISSING
+            while True:
+                try:
+                    item = loop.run_until_complete(agen.__anext__())
+                except StopAsyncIteration:
+                    break
+                if last is not _MISSING:
+                    self.send({"id": rid, "partial": last})
+                last = item
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+        if last is _MISSING:
+            raise _Empty()
+        return last
+
+
+class _Stop(Exception):
+    def __init__(self, line):
+        super().__init__(line)
+        self.line = line
+
+
+class _Empty(Exception):
+    code = "EmptyStream"
+
+    def __str__(self):
+        return "the tool's generator yielded nothing; its last yield is the result"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.stderr.write("usage: runner.py MODULE_PATH FUNCTION\n")
+        os._exit(2)
+    module_path, fn_name = sys.argv[1], sys.argv[2]
+    proto_in, proto = _setup_protocol()
+    _set_sys_path(module_path)
+    fn, load_error = _load(module_path, fn_name)
+    runner = _Runner(proto, fn, load_error)
+    readline = proto_in.readline
+    while True:
+        raw = readline()
+        if not raw:
+            break
+        if raw.strip():
+            runner.handle(raw)
+    sys.stderr.flush()
+    proto.flush()
+    # Skip interpreter teardown: nothing is left to flush, and it costs milliseconds.
+    os._exit(0)
+
+
+main()

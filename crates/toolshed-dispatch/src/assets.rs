@@ -1,0 +1,122 @@
+//! The runner files shipped inside the crate, written to the cache folder on first use
+//! under a folder named by their content hash (so an upgrade never runs stale runners).
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::DispatchError;
+
+/// The Python runner.
+pub(crate) const RUNNER_PY: &str = include_str!("../runners/runner.py");
+/// The Node runner (also reads a module's declared schema).
+pub(crate) const RUNNER_MJS: &str = include_str!("../runners/runner.mjs");
+/// Python schema inference.
+pub(crate) const INFER_PY: &str = include_str!("../runners/infer.py");
+/// The TypeScript transpile step.
+pub(crate) const TRANSPILE_MJS: &str = include_str!("../runners/transpile.mjs");
+
+const FILES: &[(&str, &str)] = &[
+    ("runner.py", RUNNER_PY),
+    ("runner.mjs", RUNNER_MJS),
+    ("infer.py", INFER_PY),
+    ("transpile.mjs", TRANSPILE_MJS),
+];
+
+/// Where the runners were written.
+#[derive(Debug, Clone)]
+pub(crate) struct Assets {
+    pub dir: PathBuf,
+    /// A short hash of every runner, part of the TypeScript cache key.
+    pub version: String,
+}
+
+impl Assets {
+    pub fn runner_py(&self) -> PathBuf {
+        self.dir.join("runner.py")
+    }
+    pub fn runner_mjs(&self) -> PathBuf {
+        self.dir.join("runner.mjs")
+    }
+    pub fn infer_py(&self) -> PathBuf {
+        self.dir.join("infer.py")
+    }
+    pub fn transpile_mjs(&self) -> PathBuf {
+        self.dir.join("transpile.mjs")
+    }
+
+    /// Write the runners below `cache_dir` unless they are there already.
+    pub fn materialize(cache_dir: &Path) -> Result<Assets, DispatchError> {
+        let mut hasher = Sha256::new();
+        for (name, text) in FILES {
+            hasher.update(name.as_bytes());
+            hasher.update([0]);
+            hasher.update(text.as_bytes());
+        }
+        let version = hex(&hasher.finalize())[..16].to_owned();
+        let dir = cache_dir.join(format!("runners-{version}"));
+        for (name, text) in FILES {
+            let path = dir.join(name);
+            if std::fs::metadata(&path).is_ok_and(|m| m.len() == text.len() as u64) {
+                continue;
+            }
+            write_atomically(&path, text.as_bytes()).map_err(|source| DispatchError::Io {
+                what: format!("cannot write the runner {}", path.display()),
+                source,
+            })?;
+        }
+        Ok(Assets { dir, version })
+    }
+}
+
+/// Write a file so readers never see it half-written: a unique temp file, then rename.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("a file path without a folder"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Lower-case hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// Hex SHA-256 of some bytes.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runners_are_written_once_under_their_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Assets::materialize(dir.path()).unwrap();
+        assert!(a.dir.starts_with(dir.path()));
+        assert_eq!(std::fs::read_to_string(a.runner_py()).unwrap(), RUNNER_PY);
+        assert_eq!(std::fs::read_to_string(a.runner_mjs()).unwrap(), RUNNER_MJS);
+        let b = Assets::materialize(dir.path()).unwrap();
+        assert_eq!(a.dir, b.dir);
+        assert_eq!(sha256_hex(b"abc").len(), 64);
+    }
+}

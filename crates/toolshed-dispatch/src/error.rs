@@ -1,0 +1,325 @@
+//! The dispatcher's typed errors, their stable codes, and how each becomes the
+//! [`ToolError`] a model sees.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value, json};
+use toolshed_core::{CredentialError, ErrorCode, ToolError};
+
+/// The endpoint forms [`crate::Endpoint::parse`] accepts, quoted in its errors.
+pub const ENDPOINT_FORMS: &str = "builtin:<name>, python:</abs/path.py>[:function], \
+     node:</abs/path.{js,mjs,cjs,ts,mts}>[:export], exec:</abs/path/to/executable>, \
+     http://… or https://…";
+
+/// Why a dispatch failed. Every variant has a stable [`code`](DispatchError::code);
+/// messages name the tool and what to do, never a credential value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// The endpoint string is malformed or names something unusable.
+    #[error("invalid endpoint `{endpoint}`: {reason}; accepted forms: {forms}", forms = ENDPOINT_FORMS)]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The endpoint names a file that does not exist (or is not a file).
+    #[error("endpoint `{endpoint}`: {path} {problem}")]
+    EndpointFileNotFound {
+        /// The endpoint as given.
+        endpoint: String,
+        /// The path it names.
+        path: PathBuf,
+        /// `does not exist`, `is not a file`, `is not executable`.
+        problem: String,
+    },
+    /// A `builtin:` endpoint names no tool the dispatcher was given.
+    #[error("unknown built-in tool `{name}`; the built-ins are {known}")]
+    UnknownBuiltin {
+        /// The name asked for.
+        name: String,
+        /// The names that exist, comma-separated.
+        known: String,
+    },
+    /// The interpreter or executable could not be started.
+    #[error("cannot start `{program}` for tool {tool}")]
+    Spawn {
+        /// The tool.
+        tool: String,
+        /// The program that failed to start.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The call ran past its timeout; the process was killed.
+    #[error("tool {tool} timed out after {ms}ms")]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The timeout in milliseconds.
+        ms: u128,
+    },
+    /// The tool wrote more to stdout than the cap allows; it was killed.
+    #[error(
+        "tool {tool} wrote more than {cap} bytes to stdout and was killed; stdout carries only \
+         protocol lines, so write logs to stderr and return large data as a blob"
+    )]
+    StdoutTooLarge {
+        /// The tool.
+        tool: String,
+        /// The cap in bytes.
+        cap: usize,
+    },
+    /// A line on the tool's stdout is not a valid protocol message.
+    #[error(
+        "tool {tool} broke the wire protocol: {problem}: `{excerpt}` (stdout must carry only \
+         {{\"id\", \"partial\"|\"result\"|\"error\"}} JSON lines; write logs to stderr)"
+    )]
+    Protocol {
+        /// The tool.
+        tool: String,
+        /// What is wrong with the line.
+        problem: String,
+        /// The start of the offending line.
+        excerpt: String,
+    },
+    /// The process ended without sending its answer.
+    #[error("tool {tool} {status} without sending a result{}", stderr_suffix(.stderr_tail))]
+    Exited {
+        /// The tool.
+        tool: String,
+        /// `exited with code 3`, `was killed by signal 9`.
+        status: String,
+        /// The exit code, when it exited normally.
+        exit_code: Option<i32>,
+        /// The end of what it wrote to stderr.
+        stderr_tail: String,
+    },
+    /// The tool answered with an error line: its own failure.
+    #[error("{message}")]
+    ToolFailed {
+        /// The tool.
+        tool: String,
+        /// The tool's message.
+        message: String,
+        /// The tool's own code (e.g. the Python exception type), if it sent one.
+        code: Option<String>,
+    },
+    /// An HTTP endpoint answered with a non-2xx status.
+    #[error("HTTP endpoint {url} answered {status} for tool {tool}: {excerpt}")]
+    HttpStatus {
+        /// The tool.
+        tool: String,
+        /// The URL.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// The start of the response body.
+        excerpt: String,
+    },
+    /// An HTTP request failed before an answer arrived (connection, TLS, timeout).
+    #[error("HTTP endpoint {url} failed for tool {tool}")]
+    Http {
+        /// The tool.
+        tool: String,
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An HTTP endpoint answered 2xx with a body that is not JSON.
+    #[error("HTTP endpoint {url} answered tool {tool} with a body that is not JSON: `{excerpt}`")]
+    HttpNotJson {
+        /// The tool.
+        tool: String,
+        /// The URL.
+        url: String,
+        /// The start of the body.
+        excerpt: String,
+    },
+    /// An HTTP response body is larger than the cap.
+    #[error("HTTP endpoint {url} answered tool {tool} with more than {cap} bytes")]
+    HttpTooLarge {
+        /// The tool.
+        tool: String,
+        /// The URL.
+        url: String,
+        /// The cap in bytes.
+        cap: usize,
+    },
+    /// The npm packages that run TypeScript tools are missing.
+    #[error("{message}")]
+    TranspilerNotInstalled {
+        /// What to install, and where.
+        message: String,
+    },
+    /// A TypeScript source could not be transpiled.
+    #[error("cannot transpile {path}: {message}")]
+    Transpile {
+        /// The source.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A schema could not be inferred from a Python function.
+    #[error("cannot infer a schema for `{function}` in {path}: {message}")]
+    Inference {
+        /// The module.
+        path: PathBuf,
+        /// The function.
+        function: String,
+        /// Why.
+        message: String,
+    },
+    /// A Node module declares no schema beside its function.
+    #[error("{message}")]
+    SchemaNotFound {
+        /// The module.
+        path: PathBuf,
+        /// What was looked for and how to declare it.
+        message: String,
+    },
+    /// A declared credential could not be read.
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    /// A local file operation failed (the runner cache, a probe).
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DispatchError {
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DispatchError::InvalidEndpoint { .. } => "INVALID_ENDPOINT",
+            DispatchError::EndpointFileNotFound { .. } => "ENDPOINT_FILE_NOT_FOUND",
+            DispatchError::UnknownBuiltin { .. } => "UNKNOWN_BUILTIN",
+            DispatchError::Spawn { .. } => "SPAWN_FAILED",
+            DispatchError::Timeout { .. } => "TIMEOUT",
+            DispatchError::StdoutTooLarge { .. } => "STDOUT_TOO_LARGE",
+            DispatchError::Protocol { .. } => "PROTOCOL_VIOLATION",
+            DispatchError::Exited { .. } => "TOOL_EXITED",
+            DispatchError::ToolFailed { .. } => "TOOL_ERROR",
+            DispatchError::HttpStatus { .. } => "HTTP_STATUS",
+            DispatchError::Http { .. } => "HTTP_ERROR",
+            DispatchError::HttpNotJson { .. } => "HTTP_NOT_JSON",
+            DispatchError::HttpTooLarge { .. } => "HTTP_RESPONSE_TOO_LARGE",
+            DispatchError::TranspilerNotInstalled { .. } => "TRANSPILER_NOT_INSTALLED",
+            DispatchError::Transpile { .. } => "TRANSPILE_FAILED",
+            DispatchError::Inference { .. } => "SCHEMA_INFERENCE_FAILED",
+            DispatchError::SchemaNotFound { .. } => "SCHEMA_NOT_FOUND",
+            DispatchError::Credential(e) => e.code.as_str(),
+            DispatchError::Io { .. } => "IO_ERROR",
+        }
+    }
+
+    /// The error result a model sees. The pipeline's code is `TIMEOUT` for timeouts,
+    /// `RESULT_TOO_LARGE` for caps, the credential's own code for credentials, and
+    /// `HANDLER_ERROR` otherwise; the dispatcher's code is in `details.dispatch_code`.
+    pub fn to_tool_error(&self) -> ToolError {
+        let code = match self {
+            DispatchError::Timeout { .. } => ErrorCode::Timeout,
+            DispatchError::StdoutTooLarge { .. } | DispatchError::HttpTooLarge { .. } => {
+                ErrorCode::ResultTooLarge
+            }
+            DispatchError::Credential(e) => e.code,
+            _ => ErrorCode::HandlerError,
+        };
+        let mut details = Map::new();
+        details.insert("dispatch_code".into(), json!(self.code()));
+        match self {
+            DispatchError::ToolFailed { code: Some(c), .. } => {
+                details.insert("tool_code".into(), json!(c));
+            }
+            DispatchError::Exited { exit_code, .. } => {
+                details.insert("exit_code".into(), json!(exit_code));
+            }
+            DispatchError::HttpStatus { status, .. } => {
+                details.insert("status".into(), json!(status));
+            }
+            _ => {}
+        }
+        ToolError::new(code, self.message()).with_details(Value::Object(details))
+    }
+
+    /// The message with every cause appended, for places that show one line (an error
+    /// result, an API answer) rather than walking the chain.
+    pub fn message(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    }
+}
+
+impl From<DispatchError> for ToolError {
+    fn from(e: DispatchError) -> Self {
+        e.to_tool_error()
+    }
+}
+
+fn stderr_suffix(tail: &str) -> String {
+    if tail.trim().is_empty() {
+        "; it wrote nothing to stderr".into()
+    } else {
+        format!("; stderr ends with:\n{}", tail.trim_end())
+    }
+}
+
+/// The start of `text`, at most `max` characters, with `…` when cut.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let text = text.trim_end_matches(['\n', '\r']);
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// The end of `text`, at most `max` characters, with `…` when cut.
+pub(crate) fn tail(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let skip = count - max;
+    let start = text.char_indices().nth(skip).map(|(i, _)| i).unwrap_or(0);
+    format!("…{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_cut_on_char_boundaries() {
+        assert_eq!(excerpt("héllo wörld\n", 5), "héllo…");
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(tail("héllo wörld", 5), "…wörld");
+        assert_eq!(tail("ok", 5), "ok");
+    }
+
+    #[test]
+    fn timeouts_keep_the_pipeline_code_and_wording() {
+        let e = DispatchError::Timeout {
+            tool: "slow".into(),
+            ms: 250,
+        };
+        let t = e.to_tool_error();
+        assert_eq!(t.code, ErrorCode::Timeout);
+        assert_eq!(t.message, "tool slow timed out after 250ms");
+        assert_eq!(t.details.unwrap()["dispatch_code"], "TIMEOUT");
+    }
+}

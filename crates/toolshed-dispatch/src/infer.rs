@@ -1,0 +1,176 @@
+//! Schema inference for the registry's `push`: a Python function's schema from its
+//! signature and Google-style docstring (parsed, never imported), and a Node module's
+//! schema from what it exports beside the function.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::DispatcherConfig;
+use crate::endpoint::file_stem;
+use crate::error::DispatchError;
+use crate::launcher::{HelperError, Launcher};
+
+/// What inference found: enough to register the tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InferredTool {
+    /// The function (Python) or export (Node) name; the file stem for a default export.
+    pub name: String,
+    /// The tool description: the docstring's first paragraph, or the declared one.
+    pub description: String,
+    /// The input JSON Schema.
+    pub input_schema: Value,
+    /// The output JSON Schema, when the return annotation (or declaration) gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Annotations or defaults that could not be expressed, each a sentence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Infer a Python function's tool schema, with the default [`DispatcherConfig`].
+///
+/// Reads the module with `ast` and runs none of its code: `str`→string,
+/// `int`→integer, `float`→number, `bool`→boolean, `list[T]`/`List[T]`→array,
+/// `dict`→object, `Optional[T]`/`T | None`→nullable, `Literal[...]`→enum; a default
+/// becomes `default` and makes the parameter optional; the docstring's `Args:` section
+/// describes parameters and its first paragraph the tool. A parameter named `ctx`
+/// (where the runner passes the call's context) is left out.
+pub async fn infer_python_schema(
+    path: &Path,
+    function: &str,
+) -> Result<InferredTool, DispatchError> {
+    let launcher = Launcher::new(DispatcherConfig::default());
+    python(&launcher, path, function).await
+}
+
+/// Read a Node module's declared schema, with the default [`DispatcherConfig`]: the
+/// function's `.schema` property, else `export const <export>Schema`, else
+/// `export const schema`. The schema is either an input schema or a definition
+/// `{name?, description?, input_schema | inputSchema | parameters, output_schema?}`;
+/// the description may also be exported as `description`. The module is imported
+/// (TypeScript transpiled first), so its top-level code runs.
+pub async fn infer_node_schema(
+    path: &Path,
+    export: Option<&str>,
+) -> Result<InferredTool, DispatchError> {
+    let launcher = Launcher::new(DispatcherConfig::default());
+    node(&launcher, path, export).await
+}
+
+pub(crate) async fn python(
+    launcher: &Launcher,
+    path: &Path,
+    function: &str,
+) -> Result<InferredTool, DispatchError> {
+    let fail = |message: String| DispatchError::Inference {
+        path: path.to_path_buf(),
+        function: function.to_owned(),
+        message,
+    };
+    if !path.is_absolute() {
+        return Err(fail("the path must be absolute".into()));
+    }
+    if !path.is_file() {
+        return Err(fail("the file does not exist".into()));
+    }
+    let assets = launcher.assets().await?;
+    let program = launcher.config.python.clone();
+    let args: Vec<OsString> = vec![
+        "-S".into(),
+        "-E".into(),
+        assets.infer_py().into(),
+        path.into(),
+        function.into(),
+    ];
+    let value = launcher
+        .run_helper(&program, &args, path.parent())
+        .await
+        .map_err(|e| match e {
+            HelperError::Spawn(source) => DispatchError::Spawn {
+                tool: function.to_owned(),
+                program: program.display().to_string(),
+                source,
+            },
+            HelperError::Failed(message) => fail(message),
+        })?;
+    if let Some(err) = value.get("error") {
+        return Err(fail(
+            err["message"]
+                .as_str()
+                .unwrap_or("inference failed")
+                .to_owned(),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| fail(format!("unexpected answer from infer.py: {e}")))
+}
+
+pub(crate) async fn node(
+    launcher: &Launcher,
+    path: &Path,
+    export: Option<&str>,
+) -> Result<InferredTool, DispatchError> {
+    let not_found = |message: String| DispatchError::SchemaNotFound {
+        path: path.to_path_buf(),
+        message,
+    };
+    if !path.is_absolute() || !path.is_file() {
+        return Err(not_found(format!(
+            "{} is not an absolute path to an existing file",
+            path.display()
+        )));
+    }
+    let is_ts = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("ts" | "mts")
+    );
+    let module = if is_ts {
+        launcher.typescript(path).await?
+    } else {
+        path.to_path_buf()
+    };
+    let assets = launcher.assets().await?;
+    let node = launcher.config.node.clone();
+    let args: Vec<OsString> = vec![
+        assets.runner_mjs().into(),
+        "--schema".into(),
+        module.into(),
+        export.unwrap_or_default().into(),
+        file_stem(path).into(),
+    ];
+    let value = launcher
+        .run_helper(&node, &args, path.parent())
+        .await
+        .map_err(|e| match e {
+            HelperError::Spawn(source) => DispatchError::Spawn {
+                tool: file_stem(path),
+                program: node.display().to_string(),
+                source,
+            },
+            HelperError::Failed(message) => not_found(message),
+        })?;
+    if let Some(err) = value.get("error") {
+        let message = err["message"].as_str().unwrap_or("no schema").to_owned();
+        // The runner names the module it loaded; for TypeScript that is the cache file.
+        let message = if is_ts {
+            format!("{} (transpiled from {})", message, path.display())
+        } else {
+            message
+        };
+        return Err(not_found(message));
+    }
+    let mut tool: InferredTool = serde_json::from_value(value)
+        .map_err(|e| not_found(format!("the declared schema is not usable: {e}")))?;
+    if !tool.input_schema.is_object() {
+        return Err(not_found(format!(
+            "the declared input schema of {} is not a JSON object",
+            path.display()
+        )));
+    }
+    if tool.output_schema.as_ref().is_some_and(Value::is_null) {
+        tool.output_schema = None;
+    }
+    Ok(tool)
+}

@@ -1,0 +1,85 @@
+//! # toolshed-dispatch
+//!
+//! Runs tools written in any language behind one [`toolshed_core::Handler`]:
+//!
+//! | endpoint | how it runs |
+//! | --- | --- |
+//! | `builtin:<name>` | a Rust [`toolshed_core::Tool`] given to [`Dispatcher::with_builtins`] |
+//! | `python:<abs_path>[:fn]` | the embedded Python runner calls `fn(**args)` |
+//! | `node:<abs_path>[:export]` | the embedded Node runner calls `export(args, ctx)`; `.ts` is transpiled once and cached |
+//! | `exec:<abs_path>` | any executable speaking the wire protocol |
+//! | `http(s)://…` | a JSON POST of `{"tool", "args", "context"}` |
+//!
+//! Subprocess tools speak newline-delimited JSON ([`protocol`]), either one process per
+//! call ([`Mode::OneShot`]) or from a warm pool of long-lived workers ([`Mode::Pool`]).
+//! stdout and stderr are capped, a process that floods stdout, breaks the protocol or
+//! outlives its timeout is killed with its whole process group and reaped, and every
+//! failure is an error result, never a panic or a stuck caller.
+//!
+//! ## Writing tools
+//!
+//! - **Python**: a plain function; the runner calls `fn(**args)`. `async def` works,
+//!   and so do generators and async generators (every value yielded but the last is a
+//!   partial result). An exception becomes an error line (`"ValueError: …"`, code the
+//!   exception's `code` attribute or its type name). A parameter named `ctx` receives
+//!   the call's context (`ctx.run_id`, `ctx.idempotency_key`, `ctx.credentials["NAME"]`,
+//!   …). `print()` and anything else written to stdout go to stderr (the tool's log);
+//!   stdin is `/dev/null`. The runner starts with `-S -E` and the `sys.path` a normal
+//!   start would have, so `site`'s `.pth` hooks do not run.
+//! - **Node**: an exported function (the default export, else the export named like
+//!   the file), called as `fn(args, ctx)`; sync, async, generator and async generator
+//!   functions work the same way. `console.log` and `process.stdout` go to stderr.
+//!   TypeScript is transpiled with sucrase once per source version (npm packages in
+//!   [`DispatcherConfig::typescript_deps`]), relative imports of other `.ts` files
+//!   included, then runs like `.mjs`.
+//! - **exec**: anything that reads request lines on stdin and writes protocol lines
+//!   on stdout ([`protocol`]).
+//!
+//! ```
+//! use serde_json::json;
+//! use toolshed_core::{Pipeline, RunContext, Tool, ToolCall, ToolSet};
+//! use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let echo = Tool::builder("echo")
+//!     .description("Answer with the arguments.")
+//!     .input_schema(json!({"type": "object"}))
+//!     .handler(|args, _ctx| async move { Ok::<_, String>(args) })
+//!     .build()
+//!     .unwrap();
+//! let dispatcher = Dispatcher::new(DispatcherConfig::default()).with_builtins(vec![echo]);
+//!
+//! // A registry entry pointing at the built-in, run through the pipeline like any tool.
+//! let endpoint = Endpoint::parse("builtin:echo").unwrap();
+//! let tool = Tool::builder("echo-again")
+//!     .description("The built-in echo, by endpoint.")
+//!     .input_schema(json!({"type": "object"}))
+//!     .raw_handler(dispatcher.handler(endpoint, "echo-again"))
+//!     .build()
+//!     .unwrap();
+//! let pipeline = Pipeline::builder(ToolSet::from_tools([tool]).unwrap()).build();
+//! let outcome = pipeline
+//!     .call(&RunContext::ephemeral(), ToolCall::new("echo-again", json!({"x": 1})))
+//!     .await;
+//! assert_eq!(outcome.result.unwrap(), json!({"x": 1}));
+//! # });
+//! ```
+
+mod assets;
+pub mod config;
+mod dispatcher;
+pub mod endpoint;
+pub mod error;
+mod http;
+pub mod infer;
+mod launcher;
+mod pool;
+mod process;
+pub mod protocol;
+
+pub use config::{ChildEnv, DispatcherConfig, Mode};
+pub use dispatcher::{Dispatcher, Execution, Request};
+pub use endpoint::Endpoint;
+pub use error::DispatchError;
+pub use infer::{InferredTool, infer_node_schema, infer_python_schema};
+pub use protocol::CallContext;

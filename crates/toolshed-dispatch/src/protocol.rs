@@ -1,0 +1,298 @@
+//! The subprocess wire protocol (DESIGN.md, "Subprocess wire protocol"): the request
+//! line the runtime writes and the validation of every line a tool writes back.
+//!
+//! ```text
+//! runtime → tool  {"id", "tool", "args", "context", "credentials"}
+//! tool → runtime  {"id", "partial": …}              zero or more
+//!                 {"id", "result": …}                exactly one of these two
+//!                 {"id", "error": {"message", "code"?}}
+//! ```
+//!
+//! One JSON object per line, UTF-8, `\n`-terminated. `context` holds `agent_id`,
+//! `run_id`, `session_id`, `tool_call_id`, `idempotency_key` (or null) and `principal`
+//! (or null); `credentials` maps each declared credential the provider has to its
+//! value. Unknown keys in a tool's line are ignored, so the protocol can grow.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolshed_core::{Principal, Secret, ToolContext};
+
+use crate::error::excerpt;
+
+/// The identity of one call, as sent to tools (`context` on the wire, in HTTP bodies).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallContext {
+    /// The agent id.
+    pub agent_id: String,
+    /// The run id.
+    pub run_id: String,
+    /// The session id.
+    pub session_id: String,
+    /// The tool call id.
+    pub tool_call_id: String,
+    /// The idempotency key of a keyed call: pass it on to external APIs.
+    pub idempotency_key: Option<String>,
+    /// Who the run acts for.
+    pub principal: Option<Principal>,
+}
+
+impl CallContext {
+    /// Fresh ids, no key, no principal: for one-off calls and tests.
+    pub fn ephemeral() -> Self {
+        let fresh = || uuid::Uuid::now_v7().to_string();
+        CallContext {
+            agent_id: "default".into(),
+            run_id: fresh(),
+            session_id: fresh(),
+            tool_call_id: format!("call_{}", uuid::Uuid::now_v7().simple()),
+            idempotency_key: None,
+            principal: None,
+        }
+    }
+
+    /// The context of a call running in the pipeline.
+    pub fn from_tool_context(ctx: &ToolContext) -> Self {
+        CallContext {
+            agent_id: ctx.agent_id().to_owned(),
+            run_id: ctx.run_id().to_owned(),
+            session_id: ctx.session_id().to_owned(),
+            tool_call_id: ctx.tool_call_id().to_owned(),
+            idempotency_key: ctx.idempotency_key().map(str::to_owned),
+            principal: ctx.principal().cloned(),
+        }
+    }
+}
+
+/// The request line the runtime writes.
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    id: &'a str,
+    tool: &'a str,
+    args: &'a Value,
+    context: &'a CallContext,
+    credentials: BTreeMap<&'a str, &'a str>,
+}
+
+/// Encode one request line, `\n` included.
+pub(crate) fn encode_request(
+    id: &str,
+    tool: &str,
+    args: &Value,
+    context: &CallContext,
+    credentials: &BTreeMap<String, Secret>,
+) -> Vec<u8> {
+    let wire = WireRequest {
+        id,
+        tool,
+        args,
+        context,
+        credentials: credentials
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.expose()))
+            .collect(),
+    };
+    // Serializing a struct of strings and a `Value` cannot fail.
+    let mut line = serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
+/// One valid line from a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Message {
+    /// A partial result.
+    Partial(Value),
+    /// The final result.
+    Result(Value),
+    /// The tool's own failure.
+    Error {
+        /// What went wrong.
+        message: String,
+        /// The tool's code, if any.
+        code: Option<String>,
+    },
+}
+
+impl Message {
+    pub(crate) fn is_final(&self) -> bool {
+        !matches!(self, Message::Partial(_))
+    }
+}
+
+/// Why a line is not a valid message: the problem and a short excerpt of the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadLine {
+    pub problem: String,
+    pub excerpt: String,
+}
+
+/// How much of a bad line an error quotes.
+const EXCERPT_CHARS: usize = 200;
+
+/// Validate one line (without its `\n`) against the request id.
+pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Message, BadLine> {
+    let text = String::from_utf8_lossy(line);
+    let bad = |problem: String| BadLine {
+        problem,
+        excerpt: excerpt(&text, EXCERPT_CHARS),
+    };
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) if std::str::from_utf8(line).is_err() => {
+            return Err(bad(format!("a line is not UTF-8 ({e})")));
+        }
+        Err(_) => return Err(bad("a line is not JSON".into())),
+    };
+    let Value::Object(mut obj) = value else {
+        return Err(bad("a line is JSON but not an object".into()));
+    };
+    match obj.get("id") {
+        None => return Err(bad("a line has no `id`".into())),
+        Some(Value::String(id)) if id == expected_id => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "a line answers request id {other} but the request in flight is \"{expected_id}\""
+            )));
+        }
+    }
+    let present: Vec<&str> = ["partial", "result", "error"]
+        .into_iter()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    match present.as_slice() {
+        [] => Err(bad(
+            "a line has none of the keys `partial`, `result`, `error`".into(),
+        )),
+        ["partial"] => Ok(Message::Partial(obj.remove("partial").unwrap_or_default())),
+        ["result"] => Ok(Message::Result(obj.remove("result").unwrap_or_default())),
+        ["error"] => match obj.remove("error") {
+            Some(Value::Object(mut err)) => {
+                let message = match err.remove("message") {
+                    Some(Value::String(m)) => m,
+                    _ => {
+                        return Err(bad("an error line has no string `error.message`".into()));
+                    }
+                };
+                let code = match err.remove("code") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(c)) => Some(c),
+                    Some(Value::Number(n)) => Some(n.to_string()),
+                    Some(_) => {
+                        return Err(bad(
+                            "an error line's `error.code` is neither a string nor a number".into(),
+                        ));
+                    }
+                };
+                Ok(Message::Error { message, code })
+            }
+            _ => Err(bad(
+                "an error line's `error` is not an object {\"message\", \"code\"?}".into(),
+            )),
+        },
+        _ => Err(bad(format!(
+            "a line has more than one of the keys {}",
+            present
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(line: &str) -> Result<Message, String> {
+        parse_line(line.as_bytes(), "r1").map_err(|b| format!("{} | {}", b.problem, b.excerpt))
+    }
+
+    #[test]
+    fn valid_lines() {
+        assert_eq!(
+            check(r#"{"id":"r1","result":{"a":1}}"#),
+            Ok(Message::Result(json!({"a": 1})))
+        );
+        assert_eq!(
+            check(r#"{"id":"r1","partial":2,"extra":true}"#),
+            Ok(Message::Partial(json!(2)))
+        );
+        assert_eq!(
+            check(r#"{"id":"r1","result":null}"#),
+            Ok(Message::Result(Value::Null))
+        );
+        assert_eq!(
+            check(r#"{"id":"r1","error":{"message":"boom","code":"E1"}}"#),
+            Ok(Message::Error {
+                message: "boom".into(),
+                code: Some("E1".into())
+            })
+        );
+    }
+
+    #[test]
+    fn invalid_lines_are_quoted() {
+        assert_eq!(
+            check("hello world").unwrap_err(),
+            "a line is not JSON | hello world"
+        );
+        assert!(
+            check("[1]")
+                .unwrap_err()
+                .starts_with("a line is JSON but not an object")
+        );
+        assert!(
+            check(r#"{"result":1}"#)
+                .unwrap_err()
+                .starts_with("a line has no `id`")
+        );
+        assert!(
+            check(r#"{"id":"r0","result":1}"#)
+                .unwrap_err()
+                .contains("answers request id \"r0\"")
+        );
+        assert!(
+            check(r#"{"id":"r1"}"#)
+                .unwrap_err()
+                .contains("none of the keys")
+        );
+        assert!(
+            check(r#"{"id":"r1","result":1,"error":{"message":"x"}}"#)
+                .unwrap_err()
+                .contains("more than one")
+        );
+        assert!(
+            check(r#"{"id":"r1","error":"x"}"#)
+                .unwrap_err()
+                .contains("not an object")
+        );
+        assert!(
+            check(r#"{"id":"r1","error":{}}"#)
+                .unwrap_err()
+                .contains("error.message")
+        );
+        let long = "x".repeat(1000);
+        let quoted = check(&long).unwrap_err();
+        assert!(quoted.len() < 300, "{quoted}");
+        assert!(quoted.ends_with('…'));
+    }
+
+    #[test]
+    fn requests_carry_only_the_given_credentials() {
+        let ctx = CallContext::ephemeral();
+        let mut creds = BTreeMap::new();
+        creds.insert("API_KEY".to_string(), Secret::new("k-123"));
+        let line = encode_request("r1", "t", &json!({"a": 1}), &ctx, &creds);
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["credentials"], json!({"API_KEY": "k-123"}));
+        assert_eq!(v["context"]["idempotency_key"], Value::Null);
+        assert_eq!(v["context"]["principal"], Value::Null);
+        assert_eq!(v["args"], json!({"a": 1}));
+    }
+}

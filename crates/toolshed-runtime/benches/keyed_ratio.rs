@@ -1,0 +1,108 @@
+//! The added latency of a keyed call as a ratio to one raw fsync'd SQLite commit,
+//! measured in alternating pairs so that a noisy machine slows both sides alike:
+//! each round times one raw commit, one call through the plain pipeline, and one keyed
+//! call through the durable runtime; the figure is the median over rounds of
+//! (durable − plain) / raw.
+//!
+//! Run: `cargo bench -p toolshed-runtime --bench keyed_ratio` (prints a table).
+
+use std::time::Instant;
+
+use serde_json::json;
+use toolshed_core::{Idempotency, Pipeline, RunContext, Tool, ToolCall, ToolSet};
+use toolshed_runtime::{NewRunBuilder, Runtime, RuntimeConfig};
+
+const ROUNDS: usize = 2000;
+
+fn pipeline() -> Pipeline {
+    let tool = Tool::builder("inc")
+        .description("Add one.")
+        .input_schema(
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+        )
+        .idempotency(Idempotency::Keyed)
+        .handler(|args, _| async move { Ok::<_, String>(args["n"].as_i64().unwrap_or(0) + 1) })
+        .build()
+        .expect("tool");
+    Pipeline::builder(ToolSet::from_tools([tool]).expect("toolset")).build()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument that does not match skips us.
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with("--") && !"keyed_ratio".contains(a.as_str()))
+    {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let raw = rusqlite::Connection::open(dir.path().join("raw.db")).expect("raw db");
+    raw.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT);")
+        .expect("schema");
+    let plain = pipeline();
+    let ctx = RunContext::ephemeral();
+    let journal = rt
+        .block_on(toolshed_journal::open(&format!(
+            "sqlite://{}",
+            dir.path().join("j.db").display()
+        )))
+        .expect("journal");
+    let runtime = rt.block_on(async {
+        Runtime::new(pipeline(), journal, RuntimeConfig::default()).expect("runtime")
+    });
+    let run = rt
+        .block_on(runtime.start(NewRunBuilder::new("bench").build()))
+        .expect("run");
+
+    let (mut raws, mut plains, mut durables, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS + 200 {
+        let t = Instant::now();
+        raw.execute(
+            "INSERT INTO t (v) VALUES ('a row of about the size of a journal record')",
+            [],
+        )
+        .expect("insert");
+        let r = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        rt.block_on(plain.call(&ctx, ToolCall::new("inc", json!({"n": 1}))))
+            .result
+            .expect("ok");
+        let p = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        rt.block_on(run.call(ToolCall::new("inc", json!({"n": 1}))))
+            .expect("call");
+        let d = t.elapsed().as_secs_f64() * 1e6;
+        if round >= 200 {
+            // The first rounds warm caches and the WAL; they are not counted.
+            raws.push(r);
+            plains.push(p);
+            durables.push(d);
+            ratios.push((d - p) / r);
+        }
+    }
+    println!("keyed call vs raw fsync'd SQLite commit, {ROUNDS} alternating rounds (medians):");
+    println!("  raw commit                 {:8.1} µs", median(&mut raws));
+    println!(
+        "  call, plain pipeline       {:8.1} µs",
+        median(&mut plains)
+    );
+    println!(
+        "  keyed call, durable        {:8.1} µs",
+        median(&mut durables)
+    );
+    println!(
+        "  (durable − plain) / raw    {:8.2}   (target ≤ 2.5; two commits are the floor)",
+        median(&mut ratios)
+    );
+}
