@@ -177,6 +177,17 @@ fn bench_throughput(c: &mut Criterion) {
         });
     }
     group.finish();
+    // Leave the database as we found it.
+    rt.block_on(async {
+        if let Ok((client, conn)) =
+            tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls).await
+        {
+            tokio::spawn(conn);
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .await;
+        }
+    });
 }
 
 fn bench_replay(c: &mut Criterion) {

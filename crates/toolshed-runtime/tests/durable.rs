@@ -22,6 +22,34 @@ struct Db {
     sqlite_path: Option<std::path::PathBuf>,
 }
 
+fn postgres_url() -> String {
+    std::env::var("TOOLSHED_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Run a test on a fresh PostgreSQL schema and drop the schema afterwards, even when
+/// the test fails.
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Db) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let schema = format!("rt_{}", uuid_like());
+    let db = postgres(&schema).await;
+    let outcome = tokio::spawn(test(db)).await;
+    if let Ok((client, conn)) =
+        tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls).await
+    {
+        tokio::spawn(conn);
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await;
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
 async fn sqlite() -> Db {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
@@ -35,11 +63,9 @@ async fn sqlite() -> Db {
     }
 }
 
-async fn postgres() -> Db {
-    let url = std::env::var("TOOLSHED_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let schema = format!("rt_{}", uuid_like());
-    let journal = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
+async fn postgres(schema: &str) -> Db {
+    let url = postgres_url();
+    let journal = toolshed_journal::PostgresJournal::connect_with_schema(&url, schema)
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -152,7 +178,7 @@ fn parked(step: CallStep) -> toolshed_runtime::PendingGate {
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod sqlite_backend { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::sqlite().await).await } )* }
-        mod postgres_backend { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::postgres().await).await } )* }
+        mod postgres_backend { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::on_postgres(super::$name).await } )* }
     };
 }
 

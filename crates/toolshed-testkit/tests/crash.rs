@@ -54,8 +54,10 @@ fn crash_until_done(url: &str, schema: &str, run_id: &str, ledger: &std::path::P
             .spawn()
             .unwrap();
         // Kill at a random moment; a start that finishes the run before its moment ends
-        // the loop.
-        let delay = Duration::from_millis(2 + rng.next() % 60);
+        // the loop. The window widens with every kill (up to 2 s), so the run completes
+        // even on a loaded machine where one start takes longer than the first windows.
+        let window = (60 + 5 * u64::from(kills)).min(2_000);
+        let delay = Duration::from_millis(2 + rng.next() % window);
         let waited = Instant::now();
         while waited.elapsed() < delay {
             if child.try_wait().unwrap().is_some() {
@@ -191,5 +193,16 @@ async fn postgres_survives_sigkill() {
     })
     .await
     .unwrap();
-    verify(Arc::new(journal), "crash-run", &ledger, kills).await;
+    let outcome =
+        tokio::spawn(async move { verify(Arc::new(journal), "crash-run", &ledger, kills).await })
+            .await;
+    if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        tokio::spawn(conn);
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await;
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
