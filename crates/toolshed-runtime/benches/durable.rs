@@ -37,17 +37,35 @@ fn runtime_on(journal: Arc<dyn Journal>) -> Runtime {
     Runtime::new(pipeline(), journal, RuntimeConfig::default()).expect("runtime")
 }
 
+/// The tokio runtime every group uses: two workers, like the machine.
+fn runtime_threads() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("rt")
+}
+
+/// A SQLite journal in `dir`.
+fn sqlite_journal(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    name: &str,
+) -> Arc<dyn Journal> {
+    rt.block_on(toolshed_journal::open(&format!(
+        "sqlite://{}",
+        dir.join(format!("{name}.db")).display()
+    )))
+    .expect("sqlite journal")
+}
+
 fn postgres_url() -> String {
     std::env::var("TOOLSHED_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 fn bench_latency(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime_threads();
     let dir = tempfile::tempdir().expect("tempdir");
 
     // The floor: one fsync'd commit of one small row.
@@ -76,12 +94,7 @@ fn bench_latency(c: &mut Criterion) {
         })
     });
 
-    let journal = rt
-        .block_on(toolshed_journal::open(&format!(
-            "sqlite://{}",
-            dir.path().join("j.db").display()
-        )))
-        .expect("journal");
+    let journal = sqlite_journal(&rt, dir.path(), "j");
     let runtime = rt.block_on(async { runtime_on(journal) });
     let run = rt
         .block_on(runtime.start(NewRunBuilder::new("bench").build()))
@@ -137,18 +150,9 @@ async fn futures_runs(runtime: &Runtime, n: usize) -> Vec<toolshed_runtime::RunH
 }
 
 fn bench_throughput(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime_threads();
     let dir = tempfile::tempdir().expect("tempdir");
-    let sqlite = rt
-        .block_on(toolshed_journal::open(&format!(
-            "sqlite://{}",
-            dir.path().join("t.db").display()
-        )))
-        .expect("sqlite journal");
+    let sqlite = sqlite_journal(&rt, dir.path(), "t");
     let schema = format!("bench_{}", std::process::id());
     let pg: Arc<dyn Journal> = Arc::new(
         rt.block_on(toolshed_journal::PostgresJournal::connect_with_schema(
@@ -191,18 +195,9 @@ fn bench_throughput(c: &mut Criterion) {
 }
 
 fn bench_replay(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("rt");
+    let rt = runtime_threads();
     let dir = tempfile::tempdir().expect("tempdir");
-    let journal = rt
-        .block_on(toolshed_journal::open(&format!(
-            "sqlite://{}",
-            dir.path().join("r.db").display()
-        )))
-        .expect("journal");
+    let journal = sqlite_journal(&rt, dir.path(), "r");
     let runtime = rt.block_on(async { runtime_on(journal) });
     // A run of 1,000 recorded calls, stopped before finishing (as after a crash).
     let id = rt.block_on(async {
