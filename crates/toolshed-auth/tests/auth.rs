@@ -1,0 +1,134 @@
+//! Roles, password hashes and tokens, including the bad cases: wrong passwords,
+//! tampered, foreign, expired and malformed tokens, weak passwords and secrets.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use toolshed_auth::{AuthError, Role, Tokens, hash_password, verify_password};
+
+fn tokens() -> Tokens {
+    Tokens::new(
+        b"0123456789abcdef0123456789abcdef",
+        "toolshed",
+        Duration::from_secs(3600),
+    )
+    .unwrap()
+}
+
+#[test]
+fn roles_are_ordered_and_parsed() {
+    assert!(Role::Viewer < Role::Deployer && Role::Deployer < Role::Admin);
+    assert_eq!("Deployer".parse::<Role>().unwrap(), Role::Deployer);
+    let e = "root".parse::<Role>().unwrap_err();
+    assert_eq!(e.code(), "INVALID_ROLE");
+    assert!(e.to_string().contains("viewer, deployer or admin"));
+}
+
+#[test]
+fn passwords_are_hashed_with_argon2_and_salted() {
+    let a = hash_password("correct horse battery").unwrap();
+    let b = hash_password("correct horse battery").unwrap();
+    assert!(a.starts_with("$argon2id$"), "{a}");
+    assert_ne!(a, b, "every hash has its own salt");
+    assert!(verify_password("correct horse battery", &a).unwrap());
+    assert!(!verify_password("wrong horse battery", &a).unwrap());
+    assert_eq!(hash_password("short").unwrap_err(), AuthError::WeakPassword);
+    assert_eq!(
+        verify_password("x", "not a hash").unwrap_err(),
+        AuthError::BadHash
+    );
+}
+
+#[test]
+fn tokens_round_trip_with_principal_and_role() {
+    let t = tokens();
+    let token = t.issue("ana", Role::Deployer, Some("acme")).unwrap();
+    let claims = t.verify(&token).unwrap();
+    assert_eq!(claims.sub, "ana");
+    assert_eq!(claims.role, Role::Deployer);
+    let p = claims.principal();
+    assert_eq!(
+        (p.iss.as_str(), p.sub.as_str(), p.tenant.as_deref()),
+        ("toolshed", "ana", Some("acme"))
+    );
+    assert!(claims.require(Role::Viewer).is_ok());
+    let e = claims.require(Role::Admin).unwrap_err();
+    assert_eq!(e.code(), "FORBIDDEN");
+    assert_eq!(e.to_string(), "this needs the admin role; you are deployer");
+}
+
+#[test]
+fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
+    let t = tokens();
+    let token = t.issue("ana", Role::Viewer, None).unwrap();
+    // Tampered: swap the payload for one claiming admin, keep the signature.
+    let parts: Vec<&str> = token.split('.').collect();
+    let forged_payload = {
+        let other = t.issue("ana", Role::Admin, None).unwrap();
+        other.split('.').nth(1).unwrap().to_owned()
+    };
+    let forged = format!("{}.{}.{}", parts[0], forged_payload, parts[2]);
+    assert_eq!(t.verify(&forged).unwrap_err().code(), "UNAUTHENTICATED");
+    // Signed with another secret.
+    let other = Tokens::new(&[9u8; 32], "toolshed", Duration::from_secs(60)).unwrap();
+    let foreign = other.issue("ana", Role::Admin, None).unwrap();
+    assert!(matches!(
+        t.verify(&foreign).unwrap_err(),
+        AuthError::InvalidToken(_)
+    ));
+    // Another issuer with the same secret.
+    let elsewhere = Tokens::new(
+        b"0123456789abcdef0123456789abcdef",
+        "elsewhere",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let e = t
+        .verify(&elsewhere.issue("ana", Role::Admin, None).unwrap())
+        .unwrap_err();
+    assert!(e.to_string().contains("issued by someone else"), "{e}");
+    // Expired: issued with a lifetime already over (ttl is at least one second).
+    let short = Tokens::new(
+        b"0123456789abcdef0123456789abcdef",
+        "toolshed",
+        Duration::ZERO,
+    )
+    .unwrap();
+    let old = short.issue("ana", Role::Admin, None).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let expired = loop {
+        match t.verify(&old) {
+            Err(e) => break e,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Ok(_) => panic!("a one-second token was still valid after 5 s"),
+        }
+    };
+    assert_eq!(expired, AuthError::Expired);
+    // Malformed.
+    for bad in ["", "abc", "a.b.c", "Bearer x"] {
+        assert_eq!(
+            t.verify(bad).unwrap_err().code(),
+            "UNAUTHENTICATED",
+            "{bad}"
+        );
+    }
+    // Messages never carry the token.
+    assert!(
+        !t.verify(&forged)
+            .unwrap_err()
+            .to_string()
+            .contains(parts[2])
+    );
+}
+
+#[test]
+fn weak_secrets_are_refused() {
+    assert_eq!(
+        Tokens::new(b"short", "toolshed", Duration::from_secs(60)).unwrap_err(),
+        AuthError::WeakSecret
+    );
+    let dbg = format!("{:?}", tokens());
+    assert!(!dbg.contains("0123456789abcdef"), "{dbg}");
+}
