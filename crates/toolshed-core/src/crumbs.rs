@@ -128,14 +128,24 @@ impl Crumb {
         tool_call_id: &str,
         tool_name: &str,
     ) -> Self {
+        Crumb::for_call(kind, run, &Arc::from(tool_call_id), &Arc::from(tool_name))
+    }
+
+    /// Like [`Crumb::new`], sharing the call's id and name instead of copying them.
+    pub(crate) fn for_call(
+        kind: CrumbKind,
+        run: &crate::RunContext,
+        tool_call_id: &Arc<str>,
+        tool_name: &Arc<str>,
+    ) -> Self {
         Crumb {
             kind,
             at: SystemTime::now(),
-            agent_id: Arc::from(run.agent_id()),
-            run_id: Arc::from(run.run_id()),
-            session_id: Arc::from(run.session_id()),
-            tool_call_id: Arc::from(tool_call_id),
-            tool_name: Arc::from(tool_name),
+            agent_id: run.agent_id_arc().clone(),
+            run_id: run.run_id_arc().clone(),
+            session_id: run.session_id_arc().clone(),
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
             payload: None,
             error: None,
             duration_ms: None,

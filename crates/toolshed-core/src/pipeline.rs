@@ -22,7 +22,7 @@
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::StreamExt;
@@ -324,20 +324,15 @@ impl Pipeline {
                     None,
                 ));
             }
-            let near = self.inner.toolset.nearest_names(&call.name);
-            let hint = if near.is_empty() {
-                let mut names: Vec<&str> = self.inner.toolset.iter().map(Tool::name).collect();
-                names.truncate(20);
-                format!("available tools: {}", names.join(", "))
-            } else {
-                format!(
-                    "did you mean {}?",
-                    near.iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                )
-            };
+            let hint = self
+                .inner
+                .toolset
+                .did_you_mean(&call.name)
+                .unwrap_or_else(|| {
+                    let mut names: Vec<&str> = self.inner.toolset.iter().map(Tool::name).collect();
+                    names.truncate(20);
+                    format!("available tools: {}", names.join(", "))
+                });
             let err = ToolError::new(
                 ErrorCode::UnknownTool,
                 format!("unknown tool `{}`; {hint}", call.name),
@@ -796,16 +791,10 @@ fn crumb(
     duration_ms: Option<f64>,
 ) -> Crumb {
     Crumb {
-        kind,
-        at: SystemTime::now(),
-        agent_id: run.agent_id_arc().clone(),
-        run_id: run.run_id_arc().clone(),
-        session_id: run.session_id_arc().clone(),
-        tool_call_id: id.clone(),
-        tool_name: name.clone(),
         payload,
         error,
         duration_ms,
+        ..Crumb::for_call(kind, run, id, name)
     }
 }
 

@@ -199,6 +199,12 @@ impl ToolSet {
         self.order.is_empty()
     }
 
+    /// "did you mean `a` or `b`?" for an unknown name, or `None` when nothing is close.
+    pub fn did_you_mean(&self, name: &str) -> Option<String> {
+        let near = self.nearest_names(name);
+        (!near.is_empty()).then(|| format!("did you mean `{}`?", near.join("` or `")))
+    }
+
     /// Up to three names closest to `name`, for "unknown tool" messages.
     pub fn nearest_names(&self, name: &str) -> Vec<&str> {
         let lower = name.to_ascii_lowercase();

@@ -306,30 +306,27 @@ impl RunHandle {
             .as_ref()
             .map(|r| r.tool_call_id.clone())
             .unwrap_or_else(|| call.id.clone());
-        let new_call = |tool: &str, args: &Value| NewCall {
-            call_id: uuid::Uuid::now_v7().to_string(),
-            run_id: state.run.id.clone(),
-            ordinal,
-            tool_call_id: tool_call_id.clone(),
-            tool: tool.to_owned(),
-            args_hash: hash.clone(),
-            args: args.clone(),
-        };
         let raw_args = call.args.clone();
         let call = ToolCall {
             id: tool_call_id.clone(),
             ..call
         };
         let name = call.name.clone();
+        let new_call = || NewCall {
+            call_id: uuid::Uuid::now_v7().to_string(),
+            run_id: state.run.id.clone(),
+            ordinal,
+            tool_call_id: tool_call_id.clone(),
+            tool: name.clone(),
+            args_hash: hash.clone(),
+            args: raw_args.clone(),
+        };
 
         // Steps 1–2: resolve and validate. A failure is an error result, recorded like any.
         let prepared = match pipeline.prepare(&state.ctx, call) {
             Ok(p) => p,
             Err(outcome) => {
-                let rec = match recorded {
-                    Some(r) => r,
-                    None => journal.open_call(new_call(&name, &raw_args)).await?,
-                };
+                let rec = self.recorded_or_open(recorded, &new_call).await?;
                 return self.finish_call(&rec, outcome).await.map(CallStep::Done);
             }
         };
@@ -354,10 +351,7 @@ impl RunHandle {
                         reason: spec.approval.describe(),
                     }),
                     Err(err) => {
-                        let rec = match recorded {
-                            Some(r) => r,
-                            None => journal.open_call(new_call(&name, &raw_args)).await?,
-                        };
+                        let rec = self.recorded_or_open(recorded, &new_call).await?;
                         let outcome =
                             pipeline.finish_prepared(&state.ctx, &prepared, Err(err), 0, &[]);
                         return self.finish_call(&rec, outcome).await.map(CallStep::Done);
@@ -365,10 +359,7 @@ impl RunHandle {
                 }
             };
             if let Some(gate) = gate {
-                let rec = match recorded {
-                    Some(r) => r,
-                    None => journal.open_call(new_call(&name, &raw_args)).await?,
-                };
+                let rec = self.recorded_or_open(recorded, &new_call).await?;
                 let kind = match gate {
                     Gate::Answer { .. } => CrumbKind::AnswerRequested,
                     Gate::Approval { .. } => CrumbKind::ApprovalRequested,
@@ -386,13 +377,8 @@ impl RunHandle {
         // Step 6: a keyed call is durably Started before its handler runs (one write for
         // a new call); past max_attempts starts (crashes), it fails closed instead.
         let rec = match (recorded, keyed) {
-            (None, true) => {
-                journal
-                    .open_and_start(new_call(&name, &raw_args))
-                    .await?
-                    .call
-            }
-            (None, false) => journal.open_call(new_call(&name, &raw_args)).await?,
+            (None, true) => journal.open_and_start(new_call()).await?.call,
+            (None, false) => journal.open_call(new_call()).await?,
             (Some(rec), true) => {
                 if let Some(max) = spec.max_attempts
                     && rec.attempts >= max
@@ -426,6 +412,18 @@ impl RunHandle {
             )
             .await;
         self.finish_call(&rec, outcome).await.map(CallStep::Done)
+    }
+
+    /// The call's record: the one the journal had, or a newly opened one.
+    async fn recorded_or_open(
+        &self,
+        recorded: Option<CallRecord>,
+        new_call: &impl Fn() -> NewCall,
+    ) -> Result<CallRecord, RuntimeError> {
+        match recorded {
+            Some(r) => Ok(r),
+            None => Ok(self.inner.runtime.journal().open_call(new_call()).await?),
+        }
     }
 
     /// Step 11: record the final result (capping its size).

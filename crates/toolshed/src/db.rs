@@ -37,8 +37,13 @@ impl Db {
 
     /// Open the journal and build the runtime over the CLI's tools.
     pub async fn runtime(&self) -> Result<Runtime, Failure> {
+        self.runtime_with(toolset()?).await
+    }
+
+    /// Open the journal and build the runtime over a toolset the caller already built.
+    pub async fn runtime_with(&self, set: ToolSet) -> Result<Runtime, Failure> {
         let journal = self.journal().await?;
-        let pipeline = Pipeline::builder(toolset()?).build();
+        let pipeline = Pipeline::builder(set).build();
         Runtime::new(pipeline, journal, RuntimeConfig::default()).map_err(runtime_failure)
     }
 }

@@ -173,19 +173,17 @@ async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> 
     if let Driver::Plan { steps } = &driver {
         for name in plan_tools(steps) {
             if set.get(&name).is_none() {
-                let near = set.nearest_names(&name);
-                let hint = if near.is_empty() {
-                    String::new()
-                } else {
-                    format!("; did you mean `{}`?", near.join("` or `"))
-                };
+                let hint = set
+                    .did_you_mean(&name)
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
                 return Err(Failure::bad_input(anyhow!(
                     "{shown}: unknown tool `{name}`{hint}"
                 )));
             }
         }
     }
-    let runtime = db.runtime().await?;
+    let runtime = db.runtime_with(set).await?;
     let new = NewRunBuilder::new(&args.agent)
         .budgets(Budgets {
             max_attempts_per_task: args.max_attempts_per_task,

@@ -126,18 +126,9 @@ fn list(json_out: bool) -> Result<(), Failure> {
 
 fn find<'a>(set: &'a ToolSet, name: &str) -> Result<&'a Tool, Failure> {
     set.get(name).ok_or_else(|| {
-        let near = set.nearest_names(name);
-        let hint = if near.is_empty() {
-            "run `toolshed tools list` to see the available tools".to_owned()
-        } else {
-            format!(
-                "did you mean {}?",
-                near.iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            )
-        };
+        let hint = set
+            .did_you_mean(name)
+            .unwrap_or_else(|| "run `toolshed tools list` to see the available tools".to_owned());
         Failure::bad_input(anyhow!("unknown tool `{name}`; {hint}"))
     })
 }
@@ -241,7 +232,7 @@ async fn run_tool(args: RunArgs, db: &Db, json_out: bool) -> Result<(), Failure>
     let set = toolset()?;
     find(&set, &args.name)?;
     let call_args = read_args(&args.args)?;
-    let runtime = db.runtime().await?;
+    let runtime = db.runtime_with(set).await?;
     let driver = Driver::Direct {
         tool: args.name.clone(),
         args: call_args,

@@ -275,3 +275,29 @@ fn one() -> u32 {
 pub fn schemars_schema() -> Value {
     crate::tool::__private::schema_of::<RealArgs>()
 }
+
+/// Every sub-schema of `schema` with its path, for invariant checks over a whole
+/// rewritten schema.
+pub fn walk_schema<'a>(schema: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
+    out.push((path.clone(), schema));
+    let Some(map) = schema.as_object() else {
+        return;
+    };
+    for key in ["properties", "$defs", "definitions"] {
+        if let Some(Value::Object(children)) = map.get(key) {
+            for (name, child) in children {
+                walk_schema(child, format!("{path}.{key}.{name}"), out);
+            }
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = map.get(key) {
+            for (i, child) in children.iter().enumerate() {
+                walk_schema(child, format!("{path}.{key}[{i}]"), out);
+            }
+        }
+    }
+    if let Some(items) = map.get("items") {
+        walk_schema(items, format!("{path}.items"), out);
+    }
+}

@@ -670,30 +670,10 @@ mod tests {
         "default",
     ];
 
-    fn walk<'a>(schema: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
-        out.push((path.clone(), schema));
-        let Some(map) = schema.as_object() else {
-            return;
-        };
-        if let Some(Value::Object(props)) = map.get("properties") {
-            for (name, child) in props {
-                walk(child, format!("{path}.properties.{name}"), out);
-            }
-        }
-        if let Some(Value::Array(branches)) = map.get("anyOf") {
-            for (i, child) in branches.iter().enumerate() {
-                walk(child, format!("{path}.anyOf[{i}]"), out);
-            }
-        }
-        if let Some(items) = map.get("items") {
-            walk(items, format!("{path}.items"), out);
-        }
-    }
-
     fn assert_gemini_invariants(schema: &Value) {
         assert_eq!(schema["type"], "object", "parameters must be an object");
         let mut nodes = Vec::new();
-        walk(schema, "parameters".into(), &mut nodes);
+        super::super::fixtures::walk_schema(schema, "parameters".into(), &mut nodes);
         for (path, node) in nodes {
             let map = node
                 .as_object()

@@ -936,35 +936,11 @@ mod tests {
     use crate::schema::CompiledSchema;
 
     /// Every subschema, with its path, for invariant checks.
-    fn walk<'a>(schema: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
-        out.push((path.clone(), schema));
-        let Some(map) = schema.as_object() else {
-            return;
-        };
-        for key in ["properties", "$defs", "definitions"] {
-            if let Some(Value::Object(children)) = map.get(key) {
-                for (name, child) in children {
-                    walk(child, format!("{path}.{key}.{name}"), out);
-                }
-            }
-        }
-        for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
-            if let Some(Value::Array(children)) = map.get(key) {
-                for (i, child) in children.iter().enumerate() {
-                    walk(child, format!("{path}.{key}[{i}]"), out);
-                }
-            }
-        }
-        if let Some(items) = map.get("items") {
-            walk(items, format!("{path}.items"), out);
-        }
-    }
-
     fn assert_strict_invariants(schema: &Value) {
         assert_eq!(schema["type"], "object", "root must be an object");
         assert!(schema.get("anyOf").is_none() && schema.get("oneOf").is_none());
         let mut nodes = Vec::new();
-        walk(schema, "parameters".into(), &mut nodes);
+        super::super::fixtures::walk_schema(schema, "parameters".into(), &mut nodes);
         for (path, node) in nodes {
             let map = node
                 .as_object()
