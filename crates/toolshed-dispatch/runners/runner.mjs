@@ -105,6 +105,11 @@ async function load(modulePath, exportName, stem) {
   return { mod, fn, name };
 }
 
+// Written to stderr before each final answer (see CALL_END_MARK in process.rs), so the
+// runtime knows it has every log line of the call once it reads the answer. Writes to
+// a pipe are synchronous on Linux, so the mark is in the pipe before the answer.
+const CALL_END = '\x1etoolshed:call-end\x1e\n';
+
 function send(message) {
   let line;
   try {
@@ -115,9 +120,11 @@ function send(message) {
       id: message.id,
       error: { message: `the tool's ${kind} is not JSON-serializable: ${describe(err)}`, code: 'InvalidResult' },
     });
+    process.stderr.write(CALL_END);
     protoWrite(`${line}\n`);
     return false;
   }
+  if (!('partial' in message)) process.stderr.write(CALL_END);
   protoWrite(`${line}\n`);
   return true;
 }

@@ -183,6 +183,10 @@ def _json_default(value):
 _loads, _dumps = _make_json()
 
 
+# Written to stderr before each final answer (see CALL_END_MARK in process.rs).
+_CALL_END = "\x1etoolshed:call-end\x1e\n"
+
+
 class _Runner:
     def __init__(self, proto, fn, load_error):
         self.proto = proto
@@ -209,7 +213,10 @@ class _Runner:
         self.proto.flush()
 
     def finish(self, message):
-        # Logs written before the answer go out before it, so the runtime sees them with it.
+        # Logs written before the answer go out before it, followed by the end-of-call
+        # mark, so the runtime knows it has them all when it reads the answer.
+        sys.stderr.flush()
+        sys.stderr.write(_CALL_END)
         sys.stderr.flush()
         self.send(message)
 
@@ -229,6 +236,8 @@ class _Runner:
         try:
             self.run(rid, request, args)
         except _Stop as stop:
+            sys.stderr.flush()
+            sys.stderr.write(_CALL_END)
             sys.stderr.flush()
             self.proto.write(stop.line + "\n")
             self.proto.flush()

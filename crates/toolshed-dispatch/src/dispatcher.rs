@@ -320,6 +320,42 @@ impl Dispatcher {
         execution
     }
 
+    /// [`Dispatcher::execute`] for a call the pipeline is making: the call's identity and
+    /// its declared credentials come from `ctx` (a credential that cannot be read is the
+    /// error result). The registry's execute route uses this to report stdout, stderr and
+    /// the exit code of a call that goes through the whole pipeline.
+    pub async fn execute_for(
+        &self,
+        endpoint: &Endpoint,
+        tool: &str,
+        args: Value,
+        ctx: &ToolContext,
+        timeout: Option<Duration>,
+    ) -> Execution {
+        let credentials = match read_credentials(ctx).await {
+            Ok(c) => c,
+            Err(e) => {
+                return Execution {
+                    result: Err(e),
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    exit_code: None,
+                    duration_ms: 0.0,
+                    partials: Vec::new(),
+                };
+            }
+        };
+        let request = Request {
+            tool: tool.to_owned(),
+            args,
+            context: CallContext::from_tool_context(ctx),
+            credentials,
+            timeout,
+            mode: None,
+        };
+        self.execute(endpoint, request).await
+    }
+
     async fn execute_process(
         &self,
         endpoint: &Endpoint,

@@ -149,6 +149,7 @@ impl Launcher {
             env: self.env.clone(),
             extra_env: Vec::new(),
             watch: endpoint.path().map(Path::to_path_buf),
+            marks_calls: !matches!(endpoint, Endpoint::Exec { .. }),
         };
         match endpoint {
             Endpoint::Python { path, function } => {
@@ -312,6 +313,7 @@ impl Launcher {
             env: self.env.clone(),
             extra_env: Vec::new(),
             watch: None,
+            marks_calls: false,
         };
         let mut proc = Proc::spawn(&spec, self.config.stderr_cap).map_err(HelperError::Spawn)?;
         drop(proc.take_stdin());

@@ -21,8 +21,12 @@ use crate::protocol::{Message, parse_line};
 
 /// How many characters of stderr an exit error quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
-/// How long to wait for the stderr pipe to close once the process is gone.
+/// How long to wait for the stderr pipe to close once the process is gone, or for a
+/// pooled worker's end-of-call mark.
 const STDERR_DRAIN: Duration = Duration::from_millis(250);
+/// What the runners write to stderr right before each final answer: once the reader has
+/// seen it, everything the call logged has been collected. Stripped from what is kept.
+pub(crate) const CALL_END_MARK: &[u8] = b"\x1etoolshed:call-end\x1e\n";
 
 /// How to start a tool process.
 #[derive(Debug, Clone)]
@@ -36,6 +40,9 @@ pub(crate) struct SpawnSpec {
     pub extra_env: Vec<(OsString, OsString)>,
     /// The source file whose change retires pooled workers.
     pub watch: Option<PathBuf>,
+    /// Whether the process writes [`CALL_END_MARK`] to stderr before each answer (the
+    /// Python and Node runners do; an `exec:` tool does not).
+    pub marks_calls: bool,
 }
 
 /// A source file's identity at one moment: a changed stamp means the file changed.
@@ -59,6 +66,27 @@ impl FileStamp {
 struct Tail {
     bytes: Vec<u8>,
     dropped: u64,
+    /// Where a mark may start that has not been looked for yet.
+    scan_from: usize,
+}
+
+impl Tail {
+    /// Remove the complete marks from the bytes; how many there were.
+    fn strip_marks(&mut self) -> u64 {
+        let mut found = 0;
+        while let Some(at) = self.bytes[self.scan_from.min(self.bytes.len())..]
+            .windows(CALL_END_MARK.len())
+            .position(|w| w == CALL_END_MARK)
+        {
+            let start = self.scan_from + at;
+            self.bytes.drain(start..start + CALL_END_MARK.len());
+            self.scan_from = start;
+            found += 1;
+        }
+        // A mark cut by the end of this read starts in its last len-1 bytes.
+        self.scan_from = self.bytes.len().saturating_sub(CALL_END_MARK.len() - 1);
+        found
+    }
 }
 
 /// A running tool process.
@@ -70,6 +98,9 @@ pub(crate) struct Proc {
     stderr: Arc<Mutex<Tail>>,
     stderr_eof: watch::Receiver<bool>,
     stderr_task: Option<JoinHandle<()>>,
+    /// How many end-of-call marks stderr has carried.
+    marks: watch::Receiver<u64>,
+    marks_calls: bool,
     status: Option<ExitStatus>,
     /// The watched source's stamp when this process started.
     pub stamp: Option<FileStamp>,
@@ -104,6 +135,7 @@ impl Proc {
         };
         let tail = Arc::new(Mutex::new(Tail::default()));
         let (eof_tx, eof_rx) = watch::channel(false);
+        let (marks_tx, marks_rx) = watch::channel(0_u64);
         let sink = tail.clone();
         let stderr_task = tokio::spawn(async move {
             let mut chunk = vec![0u8; 8192];
@@ -111,13 +143,19 @@ impl Proc {
                 match stderr.read(&mut chunk).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
+                        let mut marks = 0;
                         if let Ok(mut t) = sink.lock() {
                             t.bytes.extend_from_slice(&chunk[..n]);
+                            marks = t.strip_marks();
                             if t.bytes.len() > stderr_cap {
                                 let cut = t.bytes.len() - stderr_cap;
                                 t.bytes.drain(..cut);
                                 t.dropped += cut as u64;
+                                t.scan_from = t.scan_from.saturating_sub(cut);
                             }
+                        }
+                        if marks > 0 {
+                            marks_tx.send_modify(|m| *m += marks);
                         }
                     }
                 }
@@ -132,6 +170,8 @@ impl Proc {
             stderr: tail,
             stderr_eof: eof_rx,
             stderr_task: Some(stderr_task),
+            marks: marks_rx,
+            marks_calls: spec.marks_calls,
             status: None,
             stamp,
         })
@@ -227,6 +267,22 @@ impl Proc {
     /// Wait (briefly) until everything the process wrote to stderr is read.
     pub async fn drain_stderr(&mut self) {
         let _ = tokio::time::timeout(STDERR_DRAIN, self.stderr_eof.wait_for(|eof| *eof)).await;
+    }
+
+    /// How many calls this process has marked as ended on stderr.
+    pub fn marks(&self) -> u64 {
+        *self.marks.borrow()
+    }
+
+    /// Wait (briefly) until stderr has carried `count` end-of-call marks, i.e. until
+    /// everything a call logged before its answer is collected. A process that writes no
+    /// marks (an `exec:` tool) only gets one turn for its reader.
+    pub async fn wait_marks(&mut self, count: u64) {
+        if self.marks_calls {
+            let _ = tokio::time::timeout(STDERR_DRAIN, self.marks.wait_for(|m| *m >= count)).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Take the stderr collected so far.
@@ -359,6 +415,8 @@ pub(crate) struct Conversation {
     /// Set once the process misbehaved or died: it must not serve again.
     broken: bool,
     answered: bool,
+    /// The worker's end-of-call marks before this call.
+    marks_before: u64,
 }
 
 impl Conversation {
@@ -388,6 +446,7 @@ impl Conversation {
                 write_failed = lease.proc().send(&request).await.is_err();
             }
         }
+        let marks_before = worker.proc().marks();
         let conv = Conversation {
             worker,
             tool,
@@ -399,6 +458,7 @@ impl Conversation {
             grace,
             broken: write_failed,
             answered: false,
+            marks_before,
         };
         (conv, write_failed)
     }
@@ -498,7 +558,7 @@ impl Conversation {
             Worker::Pooled(mut lease) => {
                 if healthy {
                     // Logs written just before the answer may still be in the pipe.
-                    tokio::task::yield_now().await;
+                    lease.proc().wait_marks(self.marks_before + 1).await;
                     let stderr = lease.proc().take_stderr();
                     lease.release();
                     Leftovers {
@@ -535,4 +595,31 @@ impl Conversation {
 fn trim_newline(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CALL_END_MARK, Tail};
+
+    #[test]
+    fn marks_are_counted_and_stripped_even_when_split_across_reads() {
+        let mut t = Tail::default();
+        let mark = CALL_END_MARK;
+        let (head, rest) = mark.split_at(5);
+        let mut feed = |bytes: &[u8]| {
+            t.bytes.extend_from_slice(bytes);
+            t.strip_marks()
+        };
+        assert_eq!(feed(b"log one\n"), 0);
+        assert_eq!(feed(&[b"more\n".as_slice(), head].concat()), 0);
+        assert_eq!(
+            feed(&[rest, b"next call\n".as_slice(), mark, mark].concat()),
+            3
+        );
+        assert_eq!(feed(b"tail"), 0);
+        assert_eq!(
+            String::from_utf8_lossy(&t.bytes),
+            "log one\nmore\nnext call\ntail"
+        );
+    }
 }

@@ -350,6 +350,27 @@ pub(crate) struct RunInsert {
     pub now: i64,
 }
 
+impl RunInsert {
+    /// The row of a new run in `status`.
+    pub(crate) fn new(run: &NewRun, status: RunStatus, now: i64) -> Result<RunInsert> {
+        Ok(RunInsert {
+            id: run.id.clone(),
+            agent_id: run.agent_id.clone(),
+            session_id: run.session_id.clone(),
+            principal: run
+                .principal
+                .as_ref()
+                .map(|p| to_json("principal", p))
+                .transpose()?,
+            tenant: run.principal.as_ref().and_then(|p| p.tenant.clone()),
+            status: status.as_str(),
+            budgets: to_json("budgets", &run.budgets)?,
+            driver: to_json("driver", &run.driver)?,
+            now,
+        })
+    }
+}
+
 /// A call to insert.
 #[derive(Debug)]
 pub(crate) struct CallInsert {
@@ -439,21 +460,7 @@ impl WriteOp {
     }
 
     pub(crate) fn create_run(run: &NewRun, now: i64) -> Result<WriteOp> {
-        Ok(WriteOp::CreateRun(RunInsert {
-            id: run.id.clone(),
-            agent_id: run.agent_id.clone(),
-            session_id: run.session_id.clone(),
-            principal: run
-                .principal
-                .as_ref()
-                .map(|p| to_json("principal", p))
-                .transpose()?,
-            tenant: run.principal.as_ref().and_then(|p| p.tenant.clone()),
-            status: RunStatus::Running.as_str(),
-            budgets: to_json("budgets", &run.budgets)?,
-            driver: to_json("driver", &run.driver)?,
-            now,
-        }))
+        RunInsert::new(run, RunStatus::Running, now).map(WriteOp::CreateRun)
     }
 
     pub(crate) fn set_run_status(id: &str, status: RunStatus, error: Option<String>) -> WriteOp {
@@ -762,7 +769,7 @@ pub(crate) fn crumb_record(run_id: String, seq: i64, crumb: &str) -> Result<Crum
 
 // ---- conversions ----
 
-fn to_json<T: Serialize + ?Sized>(field: &str, value: &T) -> Result<String> {
+pub(crate) fn to_json<T: Serialize + ?Sized>(field: &str, value: &T) -> Result<String> {
     serde_json::to_string(value)
         .map_err(|e| JournalError::Backend(format!("cannot serialize the {field}: {e}")))
 }

@@ -167,6 +167,47 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// updated run. A final run is a `Conflict`.
     async fn begin_drive(&self, id: &str) -> Result<RunRecord>;
 
+    /// Record a whole run after the fact, in one durable write where the backend can:
+    /// created, driven once, its calls already finished with their results, its crumbs,
+    /// and its final `status`. What a run whose calls need nothing durable before they
+    /// execute (`idempotency: none`, no gate) records when it ends, instead of one
+    /// write per step. An existing id is a `Conflict` and nothing is stored.
+    ///
+    /// SQLite overrides it with one atomic write: if any part fails, nothing is
+    /// stored. The default implementation (PostgreSQL) makes one write per step; when a
+    /// step after the run's creation fails, the run is left `failed` with the reason.
+    async fn record_run(
+        &self,
+        run: NewRun,
+        calls: Vec<(NewCall, CallResult)>,
+        crumbs: Vec<Value>,
+        status: RunStatus,
+    ) -> Result<RunRecord> {
+        let id = run.id.clone();
+        self.create_run(run).await?;
+        let steps = async {
+            self.begin_drive(&id).await?;
+            for (call, result) in calls {
+                let rec = self.open_call(call).await?;
+                self.record_finished(&rec.call_id, result).await?;
+            }
+            if !crumbs.is_empty() {
+                self.append_crumbs(&id, crumbs).await?;
+            }
+            self.set_run_status(&id, status, None).await
+        };
+        match steps.await {
+            Ok(run) => Ok(run),
+            Err(e) => {
+                let reason = format!("recording the run failed part-way: {e}");
+                let _ = self
+                    .set_run_status(&id, RunStatus::Failed, Some(reason))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
     // ---- calls ----
 
     /// Every call of a run, by ordinal: what a resumed run replays from (one query). An

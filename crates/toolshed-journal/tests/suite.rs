@@ -174,6 +174,7 @@ suite!(
     concurrent_crumb_appends_get_unique_consecutive_seqs,
     a_failing_operation_does_not_undo_its_batch,
     data_survives_reopening,
+    record_run_stores_a_finished_run_at_once,
 );
 
 // ---- fixtures and assertions ----
@@ -1524,5 +1525,68 @@ mod postgres_only {
             }
         })
         .await;
+    }
+}
+
+async fn record_run_stores_a_finished_run_at_once(store: Store) {
+    let j = store.open().await;
+    let crumbs = vec![json!({"type": "tool:call"}), json!({"type": "tool:result"})];
+    let run = j
+        .record_run(
+            tenant_run("once", "registry", "acme"),
+            vec![(new_call("once", 0), ok(json!({"answer": 42})))],
+            crumbs.clone(),
+            RunStatus::Completed,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.resumes, 1);
+    assert_eq!(run.tenant.as_deref(), Some("acme"));
+    assert_eq!(j.get_run("once").await.unwrap(), run);
+    let calls = j.calls_of_run("once").await.unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(calls[0].result, Some(json!({"answer": 42})));
+    let stored: Vec<Value> = j
+        .crumbs_of_run("once")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.crumb)
+        .collect();
+    assert_eq!(stored, crumbs);
+    // The same id again: a conflict, and nothing of the second attempt is stored.
+    conflict(
+        j.record_run(
+            new_run("once"),
+            vec![(new_call("once", 1), ok(json!(1)))],
+            vec![],
+            RunStatus::Completed,
+        )
+        .await,
+    );
+    assert_eq!(j.calls_of_run("once").await.unwrap().len(), 1);
+    // A call id already used elsewhere: an error, and the run is never `completed`
+    // (SQLite stores nothing; PostgreSQL leaves it `failed` with the reason).
+    let mut reused = new_call("twice", 0);
+    reused.call_id = "once-call-0".into();
+    assert!(
+        j.record_run(
+            new_run("twice"),
+            vec![(reused, ok(json!(1)))],
+            vec![],
+            RunStatus::Completed
+        )
+        .await
+        .is_err()
+    );
+    match j.get_run("twice").await {
+        Err(JournalError::NotFound { .. }) => {}
+        Ok(run) => {
+            assert_eq!(run.status, RunStatus::Failed);
+            assert!(run.error.unwrap().contains("part-way"));
+        }
+        Err(other) => panic!("{other:?}"),
     }
 }

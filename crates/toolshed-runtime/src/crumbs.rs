@@ -6,6 +6,7 @@
 //! short lock and wakes the writer only when the buffer was empty; the writer lingers
 //! a moment so one append carries many crumbs. A flush (a drive ending) writes at once.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -21,6 +22,9 @@ struct Buffer {
     crumbs: Vec<Arc<Crumb>>,
     flushes: Vec<oneshot::Sender<()>>,
     closed: bool,
+    /// Crumbs of runs that are not in the journal yet (a one-call run records its run,
+    /// call and crumbs in one write when it ends), kept aside by run id.
+    held: HashMap<Arc<str>, Vec<Arc<Crumb>>>,
 }
 
 /// The sink. Cheap to clone; when the last clone is dropped, the writer task writes
@@ -108,6 +112,22 @@ impl JournalCrumbs {
         shared.wake.notify_one();
         let _ = rx.await;
     }
+
+    /// Keep the crumbs of `run_id` aside until [`take_held`](Self::take_held).
+    pub(crate) fn hold(&self, run_id: &str) {
+        if let Ok(mut b) = self.handle.shared.buffer.lock() {
+            b.held.insert(Arc::from(run_id), Vec::new());
+        }
+    }
+
+    /// The crumbs kept aside for `run_id`, as journal JSON; they are no longer held.
+    pub(crate) fn take_held(&self, run_id: &str, max_payload: usize) -> Vec<Value> {
+        let held = match self.handle.shared.buffer.lock() {
+            Ok(mut b) => b.held.remove(run_id).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        held.iter().map(|c| to_json(c, max_payload)).collect()
+    }
 }
 
 impl CrumbSink for JournalCrumbs {
@@ -115,6 +135,10 @@ impl CrumbSink for JournalCrumbs {
         let shared = &self.handle.shared;
         let was_empty = match shared.buffer.lock() {
             Ok(mut b) => {
+                if let Some(held) = b.held.get_mut(&crumb.run_id) {
+                    held.push(crumb.clone());
+                    return;
+                }
                 b.crumbs.push(crumb.clone());
                 b.crumbs.len() == 1
             }
@@ -139,17 +163,26 @@ fn to_json(crumb: &Crumb, max_payload: usize) -> Value {
 
 async fn write(journal: &dyn Journal, batch: &[Arc<Crumb>], max_payload: usize) {
     // Group by run, keeping the order within each run.
-    let mut groups: Vec<(Arc<str>, Vec<Value>)> = Vec::new();
+    let mut order: Vec<Arc<str>> = Vec::new();
+    let mut groups: HashMap<Arc<str>, Vec<Value>> = HashMap::new();
     for c in batch {
         let json = to_json(c, max_payload);
-        match groups.iter_mut().find(|(r, _)| *r == c.run_id) {
-            Some((_, v)) => v.push(json),
-            None => groups.push((c.run_id.clone(), vec![json])),
-        }
+        groups
+            .entry(c.run_id.clone())
+            .or_insert_with(|| {
+                order.push(c.run_id.clone());
+                Vec::new()
+            })
+            .push(json);
     }
-    for (run, crumbs) in groups {
-        if let Err(e) = journal.append_crumbs(&run, crumbs).await {
-            tracing::error!(run_id = &*run, error = %e, "cannot journal crumbs");
-        }
-    }
+    // Sent together, the appends of many runs share one journal commit.
+    let appends = order.into_iter().filter_map(|run| {
+        let crumbs = groups.remove(&run)?;
+        Some(async move {
+            if let Err(e) = journal.append_crumbs(&run, crumbs).await {
+                tracing::error!(run_id = &*run, error = %e, "cannot journal crumbs");
+            }
+        })
+    });
+    futures_util::future::join_all(appends).await;
 }

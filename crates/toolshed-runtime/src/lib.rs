@@ -26,6 +26,7 @@ mod crumbs;
 mod driver;
 mod error;
 mod gates;
+mod once;
 mod run;
 
 use std::collections::BTreeMap;
@@ -235,11 +236,14 @@ pub fn args_hash(value: &serde_json::Value) -> String {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     canonical(value, &mut hasher);
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {

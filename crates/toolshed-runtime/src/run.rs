@@ -432,22 +432,7 @@ impl RunHandle {
         rec: &CallRecord,
         mut outcome: CallOutcome,
     ) -> Result<CallOutcome, RuntimeError> {
-        let max = self.inner.runtime.config().max_result_bytes;
-        if let Ok(v) = &outcome.result {
-            let size = serde_json::to_string(v)
-                .map(|s| s.len())
-                .unwrap_or(usize::MAX);
-            if size > max {
-                outcome.result = Err(ToolError::new(
-                    ErrorCode::ResultTooLarge,
-                    format!(
-                        "the result of {} is {size} bytes, over the {max}-byte cap on recorded results; \
-                         return less (a summary, a page, or a blob URI)",
-                        rec.tool
-                    ),
-                ));
-            }
-        }
+        crate::once::cap_result(self.inner.runtime.config().max_result_bytes, &mut outcome);
         self.inner
             .runtime
             .journal()

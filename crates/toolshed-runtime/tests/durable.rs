@@ -195,6 +195,7 @@ on_both!(
     max_attempts_per_task_fails_a_run_that_keeps_crashing,
     crumbs_are_journaled_in_order,
     finished_runs_cannot_be_resumed,
+    one_call_runs_record_everything_at_once_or_take_the_ordinary_path,
 );
 
 async fn replay_executes_each_handler_once(db: Db) {
@@ -656,4 +657,85 @@ async fn wall_clock_budget_fails_the_run() {
         db.journal.get_run(&id).await.unwrap().status,
         RunStatus::Failed
     );
+}
+
+async fn one_call_runs_record_everything_at_once_or_take_the_ordinary_path(db: Db) {
+    let c = Counters::default();
+    let rt = runtime(&db, &c);
+    let principal = toolshed_core::Principal {
+        iss: "toolshed".into(),
+        sub: "dee".into(),
+        tenant: Some("acme".into()),
+    };
+    // idempotency none, no gate: executed first, recorded in one go.
+    let new = NewRunBuilder::new("registry")
+        .principal(principal.clone())
+        .build();
+    let id = new.id.clone();
+    let (run, step) = rt
+        .run_once(new, call("echo", json!({"v": 7})))
+        .await
+        .unwrap();
+    assert_eq!(done(step).result.unwrap(), json!(7));
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.tenant.as_deref(), Some("acme"));
+    assert_eq!(c.echo.load(Ordering::SeqCst), 1);
+    let calls = db.journal.calls_of_run(&id).await.unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].status, CallStatus::Completed);
+    assert_eq!(calls[0].result, Some(json!(7)));
+    let kinds: Vec<String> = db
+        .journal
+        .crumbs_of_run(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.crumb["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kinds, ["tool:call", "tool:result", "run:completed"]);
+    // Bad args: an error result, recorded the same way.
+    let new = NewRunBuilder::new("registry").build();
+    let id = new.id.clone();
+    let (_, step) = rt
+        .run_once(new, call("big", json!({"bytes": "many"})))
+        .await
+        .unwrap();
+    assert_eq!(done(step).result.unwrap_err().code, ErrorCode::InvalidArgs);
+    assert_eq!(
+        db.journal.calls_of_run(&id).await.unwrap()[0].status,
+        CallStatus::Failed
+    );
+    // Results over the cap are refused here too.
+    let (_, step) = rt
+        .run_once(
+            NewRunBuilder::new("registry").build(),
+            call("big", json!({"bytes": 2_000_000})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        done(step).result.unwrap_err().code,
+        ErrorCode::ResultTooLarge
+    );
+    // A gated call parks through the ordinary path, with its run parked.
+    let (run, step) = rt
+        .run_once(
+            NewRunBuilder::new("registry").build(),
+            call("pay", json!({"amount": 500})),
+        )
+        .await
+        .unwrap();
+    parked(step);
+    assert_eq!(run.status, RunStatus::Parked);
+    assert_eq!(c.pay.load(Ordering::SeqCst), 0);
+    // A keyed call is durably started first (the ordinary path).
+    let new = NewRunBuilder::new("registry").build();
+    let id = new.id.clone();
+    let (run, step) = rt.run_once(new, call("keyed", json!({}))).await.unwrap();
+    assert!(done(step).result.is_ok());
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(db.journal.calls_of_run(&id).await.unwrap()[0].attempts, 1);
+    // Crumbs of ordinary runs still reach the journal (nothing stays held).
+    let kinds = db.journal.crumbs_of_run(&id).await.unwrap();
+    assert!(!kinds.is_empty());
 }

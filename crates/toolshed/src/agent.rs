@@ -1,15 +1,17 @@
 //! `toolshed agent validate [DIR]`: load an agent project as it would start (agent.yaml,
-//! the tools folder, the resolver chain, built-ins, declared env) and report every
-//! problem at once.
+//! the tools folder, the resolver chain local → stdlib → registry, built-ins, declared
+//! env) and report every problem at once. `toolshed agent register [DIR]`: record the
+//! agent in the registry server, whose `tools/<name>` refs become usage edges.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use clap::Subcommand;
-use serde_json::json;
-use toolshed_agent::{DispatchImplementations, load_agent};
+use serde_json::{Value, json};
+use toolshed_agent::{DispatchImplementations, RegistryLookup, load_agent, parse_agent_file};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
 
+use crate::client::{Client, HttpRegistry};
 use crate::output::{EXIT_BAD_INPUT, Failure, print, print_json, table};
 
 /// `toolshed agent` subcommands.
@@ -22,16 +24,41 @@ pub enum AgentCommand {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Register the agent in DIR with the registry server (`TOOLSHED_URL`); its
+    /// `tools/<name>` refs found there become the tools' usage edges.
+    Register {
+        /// The project folder holding agent.yaml.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 /// Run an `agent` subcommand.
 pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
-    let AgentCommand::Validate { dir } = cmd;
+    match cmd {
+        AgentCommand::Validate { dir } => validate(&dir, json_out).await,
+        AgentCommand::Register { dir } => register(&dir, json_out).await,
+    }
+}
+
+async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
     let dispatcher =
         Dispatcher::new(DispatcherConfig::default()).with_builtins(toolshed_stdlib::tools());
     let implementations = DispatchImplementations::new(dispatcher.clone());
     let lookup = |name: &str| std::env::var(name).ok();
-    let loaded = load_agent(&dir, &implementations, None, &lookup).await;
+    // The registry step of the resolver chain, only when a server is configured.
+    let registry = if Client::configured() {
+        Some(HttpRegistry::new(Client::from_env()?))
+    } else {
+        None
+    };
+    let loaded = load_agent(
+        dir,
+        &implementations,
+        registry.as_ref().map(|r| r as &dyn RegistryLookup),
+        &lookup,
+    )
+    .await;
     dispatcher.shutdown();
     let agent = loaded.map_err(|e| Failure::Error {
         code: EXIT_BAD_INPUT,
@@ -64,5 +91,61 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
             table(&["TOOL", "FROM", "DESCRIPTION"], &rows, 70)
         ));
     }
+    Ok(())
+}
+
+async fn register(dir: &Path, json_out: bool) -> Result<(), Failure> {
+    let path = dir.join("agent.yaml");
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Failure::bad_input(anyhow!("cannot read {shown}: {e}")))?;
+    let file = parse_agent_file(&text, &shown)
+        .map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
+    let body: Value = serde_yaml_ng::from_str(&text)
+        .map_err(|e| Failure::bad_input(anyhow!("{shown} cannot be sent as JSON: {e}")))?;
+    let client = Client::from_env()?;
+    let answer = client
+        .post(&["api", "v1", "registry", "agents"], &body)
+        .await?;
+    let d = &answer.data;
+    if json_out {
+        print_json(d);
+        return Ok(());
+    }
+    let id = d.get("id").and_then(Value::as_str).unwrap_or("-");
+    let tool_ids: Vec<String> = d
+        .get("tool_ids")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut text = format!("registered agent {} (id {id})", file.name);
+    if tool_ids.is_empty() {
+        text.push_str("\nit uses no registry tools (refs resolved locally or in the standard library are not edges)");
+    } else {
+        text.push_str("\nuses registry tools:");
+        for tool_id in &tool_ids {
+            // Names read better than ids; an id the server cannot show is printed as is.
+            let name = client
+                .get(&["api", "v1", "registry", "tools", tool_id])
+                .await
+                .ok()
+                .and_then(|a| {
+                    a.data
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                });
+            match name {
+                Some(n) => text.push_str(&format!("\n  {n} ({tool_id})")),
+                None => text.push_str(&format!("\n  {tool_id}")),
+            }
+        }
+    }
+    print(&text);
     Ok(())
 }

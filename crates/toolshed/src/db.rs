@@ -28,6 +28,11 @@ impl Db {
         }
     }
 
+    /// The database URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Open the journal.
     pub async fn journal(&self) -> Result<Arc<dyn Journal>, Failure> {
         toolshed_journal::open(&self.url)

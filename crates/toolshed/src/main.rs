@@ -2,24 +2,38 @@
 //!
 //! Exit codes (scripts rely on them; see README):
 //! - 0: success;
-//! - 1: the tool ran and returned an error result (handler error, timeout, bad output);
+//! - 1: the tool ran and returned an error result (handler error, timeout, bad output),
+//!   locally or on the registry server;
 //! - 2: bad input: a usage error, an unknown tool, arguments that are not JSON or do
-//!   not match the schema, an invalid definition file;
-//! - 3: an internal error, or the journal cannot be reached;
+//!   not match the schema, an invalid definition file, a weak password; and every 4xx
+//!   answer of the registry server (not logged in, forbidden, not found, conflict);
+//! - 3: an internal error, the journal cannot be reached, the registry server cannot be
+//!   reached or answers 5xx;
 //! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
 
 mod agent;
 mod approvals;
+mod client;
 mod db;
 mod output;
+mod prompt;
+mod registry;
 mod runs;
+mod serve;
 mod tools;
+mod user;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use crate::output::Failure;
+
+/// mimalloc instead of the system allocator: the server allocates many small, short-lived
+/// buffers per request (JSON, tokens, crumbs) and glibc malloc took a third of its CPU
+/// under load (BENCHMARKS.md, "Registry server").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// toolshed: a durable tool runtime and tool registry for AI agents.
 #[derive(Debug, Parser)]
@@ -44,8 +58,18 @@ enum Command {
     Approvals(Group<approvals::ApprovalsCommand>),
     /// Answer a human tool's call; the answer must match the tool's schema.
     Answer(approvals::AnswerArgs),
-    /// Check an agent project (agent.yaml and its tools folder).
+    /// Check an agent project (agent.yaml and its tools folder), or register it with
+    /// the registry server.
     Agent(Group<agent::AgentCommand>),
+    /// Run the registry server (REST API) on the `--database-url` database.
+    Serve(serve::ServeArgs),
+    /// Add and list registry users, directly in the `--database-url` database.
+    User(Group<user::UserCommand>),
+    /// Log in to the registry server (`TOOLSHED_URL`) and save the token.
+    Login(client::LoginArgs),
+    /// Work with the registry server (`TOOLSHED_URL`, logged in): its tools, and the runs
+    /// their executions park.
+    Registry(Group<registry::RegistryCommand>),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -62,14 +86,24 @@ struct Group<C: Subcommand> {
     command: C,
 }
 
+/// Send `tracing` events to stderr: the filter from `TOOLSHED_LOG` (else `default`),
+/// JSON lines when `TOOLSHED_LOG_FORMAT=json`.
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLSHED_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let json = std::env::var("TOOLSHED_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    if json {
+        builder.json().with_current_span(false).init();
+    } else {
+        builder.init();
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TOOLSHED_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -78,6 +112,12 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // A server reports what it does; a one-shot command only its errors.
+    init_logging(if matches!(cli.command, Command::Serve(_)) {
+        "info"
+    } else {
+        "error"
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -96,6 +136,10 @@ fn main() -> ExitCode {
             Command::Approvals(g) => approvals::run(g.command, &db, g.json).await,
             Command::Answer(args) => approvals::answer(args, &db).await,
             Command::Agent(g) => agent::run(g.command, g.json).await,
+            Command::Serve(args) => serve::run(args, db.url()).await,
+            Command::User(g) => user::run(g.command, db.url(), g.json).await,
+            Command::Login(args) => client::login(args).await,
+            Command::Registry(g) => registry::run(g.command, g.json).await,
         }
     });
     match result {

@@ -21,6 +21,10 @@ fn toolshed(args: &[&str]) -> Output {
             format!("sqlite://{}/journal.db", scratch().display()),
         )
         .env("TOOLSHED_OUTPUT_DIR", scratch().join("output"))
+        // No saved login or server from the machine running the tests.
+        .env("TOOLSHED_CONFIG_DIR", scratch().join("config"))
+        .env_remove("TOOLSHED_URL")
+        .env_remove("TOOLSHED_API_TOKEN")
         .output()
         .unwrap()
 }
@@ -288,7 +292,10 @@ fn agent_validate_loads_the_project_and_lists_every_missing_env_var() {
             .env_remove("TICKETS_API_KEY")
             .env_remove("REGION")
             .env_remove("SLACK_TOKEN")
-            .env("TOOLSHED_CACHE_DIR", scratch().join("cache"));
+            .env("TOOLSHED_CACHE_DIR", scratch().join("cache"))
+            .env("TOOLSHED_CONFIG_DIR", scratch().join("config"))
+            .env_remove("TOOLSHED_URL")
+            .env_remove("TOOLSHED_API_TOKEN");
         for (k, v) in env {
             c.env(k, v);
         }

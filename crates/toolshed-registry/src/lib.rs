@@ -1,0 +1,206 @@
+//! # toolshed-registry
+//!
+//! The registry's store: tools (every revision kept), agents and the agent → tool usage
+//! graph, and users, behind one trait ([`RegistryStore`]) with two backends that pass
+//! the same behavioural test suite: SQLite and PostgreSQL.
+//!
+//! The registry lives in the same database as the journal (one `sqlite://` file or one
+//! PostgreSQL database/schema); its tables are prefixed `registry_` and its schema
+//! version is the `registry_schema_version` key of the shared `toolshed_meta` table, so
+//! opening the journal and the registry in either order works.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), toolshed_registry::RegistryError> {
+//! use toolshed_registry::{NewTool, ToolFilter};
+//!
+//! let dir = tempfile::tempdir().map_err(|e| toolshed_registry::RegistryError::Backend(e.to_string()))?;
+//! let url = format!("sqlite://{}", dir.path().join("toolshed.db").display());
+//! let store = toolshed_registry::open(&url).await?;
+//! let tool = store
+//!     .create_tool(NewTool {
+//!         name: "order-lookup".into(),
+//!         description: "Look up an order".into(),
+//!         tool_type: "function".into(),
+//!         source: "manual".into(),
+//!         endpoint: Some("python:/srv/tools/order_lookup.py".into()),
+//!         version: None,
+//!         definition: serde_json::json!({"spec_version": "v1", "name": "order-lookup", "description": "Look up an order"}),
+//!         created_by: "admin".into(),
+//!     })
+//!     .await?;
+//! assert_eq!(tool.revision, 1);
+//! let page = store.list_tools(&ToolFilter::default()).await?;
+//! assert_eq!(page.total, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+mod common;
+mod postgres;
+mod records;
+mod sqlite;
+
+pub use postgres::PostgresRegistry;
+pub use records::*;
+pub use sqlite::SqliteRegistry;
+
+/// What can go wrong in the registry store. Each kind maps to one stable code, the
+/// same for both backends.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The URL is not `sqlite://PATH` or `postgres://…`.
+    #[error("invalid database URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL as given (passwords masked).
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database cannot be reached or opened (passwords masked).
+    #[error("registry database {target} is unavailable: {message}")]
+    Unavailable {
+        /// The file or masked URL.
+        target: String,
+        /// Why.
+        message: String,
+    },
+    /// No such tool, agent or user (deleted tools count as missing).
+    #[error("{what} `{id}` not found")]
+    NotFound {
+        /// `tool`, `agent` or `user`.
+        what: &'static str,
+        /// The id or name asked for.
+        id: String,
+    },
+    /// The change conflicts with what is stored (a name taken, a stale revision).
+    #[error("{0}")]
+    Conflict(String),
+    /// Anything else the backend reported.
+    #[error("registry error: {0}")]
+    Backend(String),
+}
+
+impl RegistryError {
+    /// The stable code: `INVALID_DATABASE_URL`, `REGISTRY_UNAVAILABLE`, `NOT_FOUND`,
+    /// `CONFLICT` or `REGISTRY_ERROR`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistryError::InvalidUrl { .. } => "INVALID_DATABASE_URL",
+            RegistryError::Unavailable { .. } => "REGISTRY_UNAVAILABLE",
+            RegistryError::NotFound { .. } => "NOT_FOUND",
+            RegistryError::Conflict(_) => "CONFLICT",
+            RegistryError::Backend(_) => "REGISTRY_ERROR",
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+/// The registry store. Every write is committed before it returns.
+#[async_trait]
+pub trait RegistryStore: Send + Sync + fmt::Debug {
+    /// Register a tool (revision 1, status active). `Conflict` when an active tool
+    /// already has the name.
+    async fn create_tool(&self, new: NewTool) -> Result<ToolRecord>;
+
+    /// The current revision of an active tool by id. Deleted or unknown: `NotFound`.
+    async fn get_tool(&self, id: &str) -> Result<ToolRecord>;
+
+    /// The active tool with this exact name, if any.
+    async fn find_tool_by_name(&self, name: &str) -> Result<Option<ToolRecord>>;
+
+    /// Active tools matching the filter, ordered by name, one page.
+    async fn list_tools(&self, filter: &ToolFilter) -> Result<Page<ToolRecord>>;
+
+    /// Replace an active tool's definition: a new revision (+1) becomes current, the
+    /// previous one is kept. With `expected_revision`, a different current revision is
+    /// `Conflict` (someone else updated it). Renaming onto another active tool's name is
+    /// `Conflict`.
+    async fn update_tool(
+        &self,
+        id: &str,
+        update: NewTool,
+        expected_revision: Option<u32>,
+    ) -> Result<ToolRecord>;
+
+    /// Every revision of a tool (active or deleted), oldest first. Unknown: `NotFound`.
+    async fn tool_versions(&self, id: &str) -> Result<Vec<ToolRecord>>;
+
+    /// Mark an active tool deleted (its revisions are kept, its name is free again).
+    /// Returns the record as deleted. Unknown or already deleted: `NotFound`.
+    async fn delete_tool(&self, id: &str) -> Result<ToolRecord>;
+
+    /// The agents using a tool, ordered by agent name. Unknown or deleted tool:
+    /// `NotFound`.
+    async fn tool_usage(&self, id: &str) -> Result<Vec<ToolUsage>>;
+
+    /// Register an agent, or replace the one with the same name (same id, new
+    /// definition, its usage edges replaced). Unknown tool ids: `NotFound`.
+    async fn upsert_agent(&self, new: NewAgent) -> Result<AgentRecord>;
+
+    /// An agent by id or by name. Unknown: `NotFound`.
+    async fn get_agent(&self, id_or_name: &str) -> Result<AgentRecord>;
+
+    /// Agents ordered by name, one page (`page`/`per_page` as in [`ToolFilter`]).
+    async fn list_agents(&self, page: u32, per_page: u32) -> Result<Page<AgentRecord>>;
+
+    /// Add a user. `Conflict` when the name is taken.
+    async fn create_user(&self, new: NewUser) -> Result<UserRecord>;
+
+    /// A user by name, if any.
+    async fn get_user(&self, username: &str) -> Result<Option<UserRecord>>;
+
+    /// Every user, ordered by name.
+    async fn list_users(&self) -> Result<Vec<UserRecord>>;
+
+    /// Change a user's password hash and/or role. Unknown: `NotFound`.
+    async fn update_user(
+        &self,
+        username: &str,
+        password_hash: Option<String>,
+        role: Option<String>,
+    ) -> Result<UserRecord>;
+
+    /// Remove a user. Unknown: `NotFound`.
+    async fn delete_user(&self, username: &str) -> Result<()>;
+
+    /// How many users exist (the server seeds an admin when there are none).
+    async fn count_users(&self) -> Result<u64>;
+
+    /// A server setting shared by every process using this database (e.g. the token
+    /// signing secret): the stored value of `key`, or `value` stored and returned when
+    /// there is none yet. Concurrent first calls agree on one value. Kept in a
+    /// `registry_settings` table.
+    async fn get_or_init_setting(&self, key: &str, value: String) -> Result<String>;
+}
+
+/// Open the registry named by a database URL, creating and migrating its tables:
+/// `sqlite://PATH` or `postgres://…` / `postgresql://…`. Same rules and errors as
+/// `toolshed_journal::open` (a file that is someone else's database is refused).
+pub async fn open(url: &str) -> Result<Arc<dyn RegistryStore>> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err(RegistryError::InvalidUrl {
+                url: toolshed_journal::mask_password(url),
+                reason: "the path is missing: use `sqlite://PATH`, e.g. `sqlite://toolshed.db`"
+                    .into(),
+            });
+        }
+        Ok(Arc::new(SqliteRegistry::open(path).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresRegistry::connect(url).await?))
+    } else {
+        Err(RegistryError::InvalidUrl {
+            url: toolshed_journal::mask_password(url),
+            reason: "use `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`".into(),
+        })
+    }
+}

@@ -1,0 +1,197 @@
+//! The registry's records: what is stored and what callers pass in.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A tool's state in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// Listed and runnable.
+    Active,
+    /// Deleted: no longer listed or runnable by id or name; its versions are kept.
+    Deleted,
+}
+
+impl ToolStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Active => "active",
+            ToolStatus::Deleted => "deleted",
+        }
+    }
+
+    /// Parse the stored text.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(ToolStatus::Active),
+            "deleted" => Some(ToolStatus::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// What registering (or updating) a tool stores. The caller has validated
+/// `definition` (a `tool.yaml` as JSON, see `toolshed_core::ToolFile`); the other
+/// fields are copies of its parts kept in columns for listing and filtering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewTool {
+    /// The tool name (unique among active tools).
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// `function`, `mcp` or `api`.
+    pub tool_type: String,
+    /// Where the registration came from: `manual`, `cli`, `stdlib`, `scan`, …
+    pub source: String,
+    /// The dispatch endpoint (`builtin:…`, `python:…`, …), if any.
+    pub endpoint: Option<String>,
+    /// The tool's own version label (`1.0.0`), if given.
+    pub version: Option<String>,
+    /// The whole definition (`ToolFile` as JSON).
+    pub definition: Value,
+    /// Who registered it (a user name).
+    pub created_by: String,
+}
+
+/// A tool as stored: the current revision, or one of its earlier ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRecord {
+    /// The tool id (a UUID), the same for every revision.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// `function`, `mcp` or `api`.
+    pub tool_type: String,
+    /// Where the registration came from.
+    pub source: String,
+    /// Active or deleted.
+    pub status: ToolStatus,
+    /// The dispatch endpoint.
+    pub endpoint: Option<String>,
+    /// The tool's own version label.
+    pub version: Option<String>,
+    /// The registry revision: 1 when registered, +1 on every update.
+    pub revision: u32,
+    /// The whole definition.
+    pub definition: Value,
+    /// Who registered (or last updated) it.
+    pub created_by: String,
+    /// When the tool was first registered (milliseconds since the Unix epoch).
+    pub created_at_ms: i64,
+    /// When this revision was written (milliseconds since the Unix epoch).
+    pub updated_at_ms: i64,
+}
+
+/// Which tools to list.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolFilter {
+    /// Only this `tool_type`.
+    pub tool_type: Option<String>,
+    /// Only this `source`.
+    pub source: Option<String>,
+    /// Only names starting with this text.
+    pub name_prefix: Option<String>,
+    /// The page, from 1 (0 is read as 1).
+    pub page: u32,
+    /// Items per page (0 means 20; at most [`MAX_PER_PAGE`]).
+    pub per_page: u32,
+}
+
+/// The largest page a listing returns.
+pub const MAX_PER_PAGE: u32 = 500;
+
+/// One page of a listing, ordered by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Page<T> {
+    /// The items of this page.
+    pub items: Vec<T>,
+    /// The page number, from 1.
+    pub page: u32,
+    /// Items per page as applied.
+    pub per_page: u32,
+    /// How many items match the filter in all.
+    pub total: u64,
+}
+
+/// What registering an agent stores. Registering a name again replaces the agent's
+/// definition and its edges in the usage graph (same id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewAgent {
+    /// The agent name (unique).
+    pub name: String,
+    /// The framework named in agent.yaml.
+    pub framework: String,
+    /// The whole agent.yaml as JSON.
+    pub definition: Value,
+    /// The ids of the registry tools the agent uses (the usage graph's edges).
+    pub tool_ids: Vec<String>,
+    /// Who registered it.
+    pub created_by: String,
+}
+
+/// An agent as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The agent id (a UUID).
+    pub id: String,
+    /// The agent name.
+    pub name: String,
+    /// The framework.
+    pub framework: String,
+    /// `registered` (deployment states come later).
+    pub status: String,
+    /// The whole agent.yaml as JSON.
+    pub definition: Value,
+    /// The ids of the registry tools it uses, sorted.
+    pub tool_ids: Vec<String>,
+    /// Who registered it (last).
+    pub created_by: String,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at_ms: i64,
+}
+
+/// One agent using a tool (the seed's usage answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolUsage {
+    /// The agent id.
+    pub agent_id: String,
+    /// The agent name.
+    pub agent_name: String,
+    /// The agent status.
+    pub agent_status: String,
+}
+
+/// What adding a user stores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewUser {
+    /// The user name (unique).
+    pub username: String,
+    /// The argon2 PHC string (never the password).
+    pub password_hash: String,
+    /// `viewer`, `deployer` or `admin`.
+    pub role: String,
+    /// The tenant the user's runs belong to.
+    pub tenant: String,
+}
+
+/// A user as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    /// The user name.
+    pub username: String,
+    /// The argon2 PHC string.
+    #[serde(skip_serializing, default)]
+    pub password_hash: String,
+    /// `viewer`, `deployer` or `admin`.
+    pub role: String,
+    /// The tenant.
+    pub tenant: String,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}

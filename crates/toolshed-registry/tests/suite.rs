@@ -1,0 +1,1546 @@
+//! The registry's behavioural suite: every test is written once against
+//! `Arc<dyn RegistryStore>` and runs on both backends, SQLite on a temporary file and
+//! PostgreSQL on the local server (each test in a fresh schema, dropped at the end).
+//! Backend-specific tests (foreign files, sharing the database with the journal,
+//! migrations, several handles at once) follow.
+//!
+//! PostgreSQL comes from `TOOLSHED_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`); when it is not reachable the PostgreSQL
+//! tests fail and say how to start it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use toolshed_registry::{
+    MAX_PER_PAGE, NewAgent, NewTool, NewUser, PostgresRegistry, RegistryError, RegistryStore,
+    SqliteRegistry, ToolFilter, ToolStatus,
+};
+
+// ---- harness ----
+
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn postgres_url() -> String {
+    std::env::var("TOOLSHED_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+async fn on_sqlite<F, Fut>(test: F)
+where
+    F: FnOnce(Arc<dyn RegistryStore>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteRegistry::open(dir.path().join("toolshed.db"))
+        .await
+        .expect("open the SQLite registry");
+    test(Arc::new(store)).await;
+}
+
+/// A connection for setting up and dropping schemas; fails the test with the fix when
+/// PostgreSQL is not running.
+async fn admin() -> tokio_postgres::Client {
+    let url = postgres_url();
+    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        Ok((client, connection)) => {
+            tokio::spawn(connection);
+            client
+        }
+        Err(e) => panic!(
+            "PostgreSQL is not reachable at {} ({}). Start it with \
+             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
+             or point TOOLSHED_TEST_POSTGRES_URL at a server (trust auth, database `test`)",
+            toolshed_journal::mask_password(&url),
+            error_chain(&e)
+        ),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+fn fresh_schema() -> String {
+    format!("toolshed_test_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Run `test` with a fresh schema name and an admin connection, then drop the schema
+/// (also when the test panics).
+async fn with_schema<F, Fut>(test: F)
+where
+    F: FnOnce(tokio_postgres::Client, String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let schema = fresh_schema();
+    // Run the test as a task so its panic can be caught, the schema dropped, and the
+    // panic resumed.
+    let outcome = tokio::spawn(test(admin().await, schema.clone())).await;
+    admin()
+        .await
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+    if let Err(e) = outcome {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        panic!("the test task failed: {e}");
+    }
+}
+
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Arc<dyn RegistryStore>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    with_schema(|_admin, schema| async move {
+        let store = PostgresRegistry::connect_with_schema(&postgres_url(), &schema)
+            .await
+            .expect("connect the PostgreSQL registry");
+        test(Arc::new(store)).await;
+    })
+    .await;
+}
+
+/// Declare each behavioural test once; it runs on both backends.
+macro_rules! suite {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::on_sqlite(crate::$test).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    crate::on_postgres(crate::$test).await;
+                }
+            )*
+        }
+    };
+}
+
+suite!(
+    tools_round_trip,
+    a_taken_name_is_a_conflict,
+    list_tools_pages_and_filters,
+    update_keeps_every_revision,
+    stale_revisions_and_renames_conflict,
+    delete_frees_the_name_and_keeps_the_versions,
+    agents_upsert_by_name_and_replace_their_edges,
+    usage_follows_deletes_and_re_registrations,
+    agents_page_by_name,
+    users_crud_and_conflicts,
+    unknown_ids_are_not_found,
+    settings_are_initialised_once,
+    json_definitions_round_trip,
+);
+
+// ---- helpers ----
+
+fn tool(name: &str) -> NewTool {
+    tool_of(name, "function", "manual")
+}
+
+fn tool_of(name: &str, tool_type: &str, source: &str) -> NewTool {
+    NewTool {
+        name: name.to_owned(),
+        description: format!("the {name} tool"),
+        tool_type: tool_type.to_owned(),
+        source: source.to_owned(),
+        endpoint: Some(format!("python:/srv/tools/{name}.py")),
+        version: Some("1.0.0".to_owned()),
+        definition: json!({"spec_version": "v1", "name": name, "description": format!("the {name} tool")}),
+        created_by: "admin".to_owned(),
+    }
+}
+
+fn agent(name: &str, tool_ids: &[&str]) -> NewAgent {
+    NewAgent {
+        name: name.to_owned(),
+        framework: "langgraph".to_owned(),
+        definition: json!({"name": name, "tools": tool_ids}),
+        tool_ids: tool_ids.iter().map(|s| (*s).to_owned()).collect(),
+        created_by: "deployer".to_owned(),
+    }
+}
+
+fn user(name: &str, role: &str) -> NewUser {
+    NewUser {
+        username: name.to_owned(),
+        password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$salt${name}"),
+        role: role.to_owned(),
+        tenant: "acme".to_owned(),
+    }
+}
+
+fn filter() -> ToolFilter {
+    ToolFilter::default()
+}
+
+fn names(page: &toolshed_registry::Page<toolshed_registry::ToolRecord>) -> Vec<String> {
+    page.items.iter().map(|t| t.name.clone()).collect()
+}
+
+#[track_caller]
+fn assert_not_found(result: Result<impl std::fmt::Debug, RegistryError>, what: &str, id: &str) {
+    match result {
+        Err(RegistryError::NotFound { what: w, id: i }) => {
+            assert_eq!((w, i.as_str()), (what, id));
+        }
+        other => panic!("expected NotFound {what} `{id}`, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn conflict_message(result: Result<impl std::fmt::Debug, RegistryError>) -> String {
+    match result {
+        Err(e @ RegistryError::Conflict(_)) => {
+            assert_eq!(e.code(), "CONFLICT");
+            e.to_string()
+        }
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+}
+
+// ---- tools ----
+
+async fn tools_round_trip(store: Arc<dyn RegistryStore>) {
+    let before = chrono::Utc::now().timestamp_millis();
+    let created = store.create_tool(tool("order-lookup")).await.unwrap();
+    let id = uuid::Uuid::parse_str(&created.id).expect("the id is a UUID");
+    assert_eq!(id.get_version_num(), 7, "ids are UUID v7");
+    assert_eq!(created.name, "order-lookup");
+    assert_eq!(created.status, ToolStatus::Active);
+    assert_eq!(created.revision, 1);
+    assert_eq!(created.created_at_ms, created.updated_at_ms);
+    assert!(created.created_at_ms >= before);
+    assert_eq!(
+        created.endpoint.as_deref(),
+        Some("python:/srv/tools/order-lookup.py")
+    );
+    assert_eq!(created.version.as_deref(), Some("1.0.0"));
+    assert_eq!(created.created_by, "admin");
+
+    assert_eq!(store.get_tool(&created.id).await.unwrap(), created);
+    assert_eq!(
+        store.find_tool_by_name("order-lookup").await.unwrap(),
+        Some(created.clone())
+    );
+    assert_eq!(store.find_tool_by_name("Order-Lookup").await.unwrap(), None);
+    assert_eq!(store.find_tool_by_name("order").await.unwrap(), None);
+    assert_eq!(
+        store.tool_versions(&created.id).await.unwrap(),
+        std::slice::from_ref(&created)
+    );
+
+    // Optional columns may be empty.
+    let bare = store
+        .create_tool(NewTool {
+            endpoint: None,
+            version: None,
+            ..tool("bare")
+        })
+        .await
+        .unwrap();
+    let read = store.get_tool(&bare.id).await.unwrap();
+    assert_eq!((read.endpoint, read.version), (None, None));
+    assert_ne!(bare.id, created.id);
+}
+
+async fn a_taken_name_is_a_conflict(store: Arc<dyn RegistryStore>) {
+    let first = store.create_tool(tool("search")).await.unwrap();
+    let message = conflict_message(store.create_tool(tool_of("search", "mcp", "cli")).await);
+    assert!(
+        message.contains("a tool named `search` is already registered"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&first.id),
+        "the message names the holder: {message}"
+    );
+    assert!(message.contains("PUT"), "{message}");
+    // Nothing was written.
+    assert_eq!(store.list_tools(&filter()).await.unwrap().total, 1);
+    assert_eq!(store.get_tool(&first.id).await.unwrap(), first);
+}
+
+async fn list_tools_pages_and_filters(store: Arc<dyn RegistryStore>) {
+    // 45 tools, created out of order: types cycle function/mcp/api, sources manual/cli.
+    let types = ["function", "mcp", "api"];
+    let sources = ["manual", "cli"];
+    for i in (0..45).rev() {
+        let name = if i % 5 == 0 {
+            format!("alpha-{i:02}")
+        } else {
+            format!("beta-{i:02}")
+        };
+        store
+            .create_tool(tool_of(&name, types[i % 3], sources[i % 2]))
+            .await
+            .unwrap();
+    }
+    let mut all_names: Vec<String> = (0..45)
+        .map(|i| {
+            if i % 5 == 0 {
+                format!("alpha-{i:02}")
+            } else {
+                format!("beta-{i:02}")
+            }
+        })
+        .collect();
+    all_names.sort();
+
+    // Defaults: page 1, 20 per page, by name.
+    let first = store.list_tools(&filter()).await.unwrap();
+    assert_eq!((first.page, first.per_page, first.total), (1, 20, 45));
+    assert_eq!(names(&first), all_names[..20]);
+    // Page 0 is page 1.
+    let zero = store
+        .list_tools(&ToolFilter {
+            page: 0,
+            per_page: 20,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(zero, first);
+    let third = store
+        .list_tools(&ToolFilter {
+            page: 3,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!((third.page, third.total), (3, 45));
+    assert_eq!(names(&third), all_names[40..]);
+    // Past the end: empty, with the total.
+    let past = store
+        .list_tools(&ToolFilter {
+            page: 4,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert!(past.items.is_empty());
+    assert_eq!((past.page, past.total), (4, 45));
+    let far = store
+        .list_tools(&ToolFilter {
+            page: u32::MAX,
+            per_page: u32::MAX,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert!(far.items.is_empty());
+    assert_eq!((far.per_page, far.total), (MAX_PER_PAGE, 45));
+    // The cap.
+    let capped = store
+        .list_tools(&ToolFilter {
+            per_page: 100_000,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(capped.per_page, MAX_PER_PAGE);
+    assert_eq!(names(&capped), all_names);
+    let small = store
+        .list_tools(&ToolFilter {
+            page: 2,
+            per_page: 7,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&small), all_names[7..14]);
+
+    // Filters, alone and together; totals count the filter's matches.
+    let by_type = store
+        .list_tools(&ToolFilter {
+            tool_type: Some("mcp".into()),
+            per_page: 100,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_type.total, 15);
+    assert!(by_type.items.iter().all(|t| t.tool_type == "mcp"));
+    assert!(by_type.items.is_sorted_by(|a, b| a.name < b.name));
+    let by_source = store
+        .list_tools(&ToolFilter {
+            source: Some("cli".into()),
+            per_page: 100,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_source.total, 22);
+    assert!(by_source.items.iter().all(|t| t.source == "cli"));
+    let by_prefix = store
+        .list_tools(&ToolFilter {
+            name_prefix: Some("alpha-".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_prefix.total, 9);
+    assert_eq!(names(&by_prefix), all_names[..9]);
+    let combined = store
+        .list_tools(&ToolFilter {
+            tool_type: Some("function".into()),
+            source: Some("manual".into()),
+            name_prefix: Some("alpha".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    // i % 5 == 0, i % 3 == 0, i % 2 == 0: 0 and 30.
+    assert_eq!(names(&combined), ["alpha-00", "alpha-30"]);
+    assert_eq!(combined.total, 2);
+    let combined_page_2 = store
+        .list_tools(&ToolFilter {
+            tool_type: Some("function".into()),
+            source: Some("manual".into()),
+            name_prefix: Some("alpha".into()),
+            page: 2,
+            per_page: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&combined_page_2), ["alpha-30"]);
+    assert_eq!(combined_page_2.total, 2);
+    // A prefix is a prefix: not a pattern, case-sensitive, exact at the edges.
+    for (prefix, expected) in [
+        ("beta-4", 4),
+        ("beta-44", 1),
+        ("beta-440", 0),
+        ("b", 36),
+        ("BETA", 0),
+        ("%", 0),
+        ("_", 0),
+        ("", 45),
+        ("\u{10FFFF}", 0),
+    ] {
+        let page = store
+            .list_tools(&ToolFilter {
+                name_prefix: Some(prefix.into()),
+                ..filter()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.total, expected, "prefix `{prefix}`");
+    }
+    let none = store
+        .list_tools(&ToolFilter {
+            tool_type: Some("nope".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!((none.items.len(), none.total), (0, 0));
+
+    // Deleted tools are not listed.
+    let gone = store.find_tool_by_name("alpha-00").await.unwrap().unwrap();
+    store.delete_tool(&gone.id).await.unwrap();
+    let after = store.list_tools(&filter()).await.unwrap();
+    assert_eq!(after.total, 44);
+    assert_eq!(names(&after)[0], "alpha-05");
+}
+
+async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {
+    let v1 = store.create_tool(tool("convert")).await.unwrap();
+    let v2 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                description: "converts, faster".into(),
+                definition: json!({"name": "convert", "rev": 2}),
+                created_by: "bob".into(),
+                ..tool("convert")
+            },
+            Some(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(v2.id, v1.id);
+    assert_eq!(v2.revision, 2);
+    assert_eq!(v2.created_at_ms, v1.created_at_ms);
+    assert!(v2.updated_at_ms >= v1.updated_at_ms);
+    assert_eq!(v2.created_by, "bob");
+    assert_eq!(v2.status, ToolStatus::Active);
+    let v3 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                tool_type: "api".into(),
+                endpoint: None,
+                definition: json!({"name": "convert", "rev": 3}),
+                ..tool("convert")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v3.revision, 3);
+    assert_eq!(v3.endpoint, None);
+
+    assert_eq!(store.get_tool(&v1.id).await.unwrap(), v3);
+    assert_eq!(
+        store.find_tool_by_name("convert").await.unwrap(),
+        Some(v3.clone())
+    );
+    let versions = store.tool_versions(&v1.id).await.unwrap();
+    assert_eq!(versions, [v1.clone(), v2, v3.clone()]);
+    // Still one tool in the listing, at its current revision.
+    let page = store.list_tools(&filter()).await.unwrap();
+    assert_eq!(page.total, 1);
+    assert_eq!(page.items, [v3]);
+}
+
+async fn stale_revisions_and_renames_conflict(store: Arc<dyn RegistryStore>) {
+    let a = store.create_tool(tool("alpha")).await.unwrap();
+    let b = store.create_tool(tool("beta")).await.unwrap();
+    store
+        .update_tool(&a.id, tool("alpha"), Some(1))
+        .await
+        .unwrap();
+
+    let message = conflict_message(store.update_tool(&a.id, tool("alpha"), Some(1)).await);
+    assert_eq!(
+        message,
+        "tool `alpha` is at revision 2, not 1: reload it and try again"
+    );
+    conflict_message(store.update_tool(&a.id, tool("alpha"), Some(7)).await);
+
+    // Renaming onto another active tool's name.
+    let message = conflict_message(store.update_tool(&a.id, tool("beta"), Some(2)).await);
+    assert!(
+        message.contains("a tool named `beta` is already registered"),
+        "{message}"
+    );
+    assert!(message.contains(&b.id), "{message}");
+    // Nothing changed.
+    assert_eq!(store.get_tool(&a.id).await.unwrap().revision, 2);
+    assert_eq!(store.tool_versions(&a.id).await.unwrap().len(), 2);
+    assert_eq!(store.get_tool(&b.id).await.unwrap(), b);
+
+    // Renaming onto a free name (or keeping one's own) works; the old name is free.
+    let renamed = store
+        .update_tool(&a.id, tool("gamma"), Some(2))
+        .await
+        .unwrap();
+    assert_eq!((renamed.name.as_str(), renamed.revision), ("gamma", 3));
+    assert_eq!(store.find_tool_by_name("alpha").await.unwrap(), None);
+    let names: Vec<String> = store
+        .tool_versions(&a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["alpha", "alpha", "gamma"]);
+    let again = store.create_tool(tool("alpha")).await.unwrap();
+    assert_ne!(again.id, a.id);
+}
+
+async fn delete_frees_the_name_and_keeps_the_versions(store: Arc<dyn RegistryStore>) {
+    let v1 = store.create_tool(tool("scraper")).await.unwrap();
+    let v2 = store
+        .update_tool(&v1.id, tool("scraper"), None)
+        .await
+        .unwrap();
+    let deleted = store.delete_tool(&v1.id).await.unwrap();
+    assert_eq!(deleted.status, ToolStatus::Deleted);
+    assert_eq!((deleted.id.as_str(), deleted.revision), (v1.id.as_str(), 2));
+    assert_eq!(deleted.definition, v2.definition);
+
+    assert_not_found(store.get_tool(&v1.id).await, "tool", &v1.id);
+    assert_not_found(store.tool_usage(&v1.id).await, "tool", &v1.id);
+    assert_not_found(store.delete_tool(&v1.id).await, "tool", &v1.id);
+    assert_not_found(
+        store.update_tool(&v1.id, tool("scraper"), None).await,
+        "tool",
+        &v1.id,
+    );
+    assert_eq!(store.find_tool_by_name("scraper").await.unwrap(), None);
+    assert_eq!(store.list_tools(&filter()).await.unwrap().total, 0);
+
+    // The history is kept; its last revision shows the deletion.
+    let versions = store.tool_versions(&v1.id).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0], v1);
+    assert_eq!(versions[1], deleted);
+
+    // The name is free again: a new tool, a new id, its own history.
+    let reborn = store.create_tool(tool("scraper")).await.unwrap();
+    assert_ne!(reborn.id, v1.id);
+    assert_eq!(reborn.revision, 1);
+    assert_eq!(
+        store.find_tool_by_name("scraper").await.unwrap(),
+        Some(reborn.clone())
+    );
+    assert_eq!(
+        store.tool_versions(&reborn.id).await.unwrap(),
+        std::slice::from_ref(&reborn)
+    );
+    assert_eq!(store.tool_versions(&v1.id).await.unwrap().len(), 2);
+    // Deleted again, and registered a third time.
+    store.delete_tool(&reborn.id).await.unwrap();
+    let third = store.create_tool(tool("scraper")).await.unwrap();
+    assert_eq!(store.list_tools(&filter()).await.unwrap().items, [third]);
+}
+
+// ---- agents and usage ----
+
+async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistryStore>) {
+    let t1 = store.create_tool(tool("t1")).await.unwrap();
+    let t2 = store.create_tool(tool("t2")).await.unwrap();
+    let t3 = store.create_tool(tool("t3")).await.unwrap();
+
+    // Edges are sorted and deduplicated.
+    let a = store
+        .upsert_agent(agent("support-bot", &[&t2.id, &t1.id, &t2.id]))
+        .await
+        .unwrap();
+    let mut expected = vec![t1.id.clone(), t2.id.clone()];
+    expected.sort();
+    assert_eq!(a.tool_ids, expected);
+    assert_eq!(a.status, "registered");
+    assert_eq!(a.framework, "langgraph");
+    assert_eq!(uuid::Uuid::parse_str(&a.id).unwrap().get_version_num(), 7);
+    let b = store
+        .upsert_agent(agent("billing-bot", &[&t2.id]))
+        .await
+        .unwrap();
+
+    assert_eq!(store.get_agent(&a.id).await.unwrap(), a);
+    assert_eq!(store.get_agent("support-bot").await.unwrap(), a);
+
+    let usage = store.tool_usage(&t2.id).await.unwrap();
+    let users: Vec<(&str, &str, &str)> = usage
+        .iter()
+        .map(|u| {
+            (
+                u.agent_id.as_str(),
+                u.agent_name.as_str(),
+                u.agent_status.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        users,
+        [
+            (b.id.as_str(), "billing-bot", "registered"),
+            (a.id.as_str(), "support-bot", "registered")
+        ]
+    );
+    assert!(store.tool_usage(&t3.id).await.unwrap().is_empty());
+
+    // Registering the name again: same id, same creation time, edges replaced.
+    let again = store
+        .upsert_agent(NewAgent {
+            framework: "crewai".into(),
+            ..agent("support-bot", &[&t3.id])
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.id, a.id);
+    assert_eq!(again.created_at_ms, a.created_at_ms);
+    assert!(again.updated_at_ms >= a.updated_at_ms);
+    assert_eq!(again.framework, "crewai");
+    assert_eq!(again.tool_ids, std::slice::from_ref(&t3.id));
+    assert_eq!(store.get_agent("support-bot").await.unwrap(), again);
+    assert!(store.tool_usage(&t1.id).await.unwrap().is_empty());
+    let t2_users: Vec<String> = store
+        .tool_usage(&t2.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.agent_name)
+        .collect();
+    assert_eq!(t2_users, ["billing-bot"]);
+    assert_eq!(store.tool_usage(&t3.id).await.unwrap()[0].agent_id, a.id);
+
+    // An unknown tool id: NotFound, and nothing changed (the write is atomic).
+    assert_not_found(
+        store
+            .upsert_agent(agent("support-bot", &[&t1.id, "no-such-tool"]))
+            .await,
+        "tool",
+        "no-such-tool",
+    );
+    assert_eq!(store.get_agent(&a.id).await.unwrap(), again);
+    assert_not_found(
+        store
+            .upsert_agent(agent("new-bot", &["no-such-tool"]))
+            .await,
+        "tool",
+        "no-such-tool",
+    );
+    assert_not_found(store.get_agent("new-bot").await, "agent", "new-bot");
+
+    // No tools at all is fine.
+    let empty = store.upsert_agent(agent("idle-bot", &[])).await.unwrap();
+    assert!(empty.tool_ids.is_empty());
+    assert_eq!(store.get_agent(&empty.id).await.unwrap(), empty);
+
+    // An agent named like another agent's id: the id wins.
+    let lookalike = store.upsert_agent(agent(&b.id, &[])).await.unwrap();
+    assert_eq!(store.get_agent(&b.id).await.unwrap().name, "billing-bot");
+    assert_eq!(store.get_agent(&lookalike.id).await.unwrap(), lookalike);
+}
+
+async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore>) {
+    let old = store.create_tool(tool("lookup")).await.unwrap();
+    let bot = store.upsert_agent(agent("bot", &[&old.id])).await.unwrap();
+    // An update keeps the id, so the edge holds.
+    store
+        .update_tool(&old.id, tool("lookup"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.tool_usage(&old.id).await.unwrap()[0].agent_name,
+        "bot"
+    );
+
+    // Deleted: no usage answer, and no new edges to it.
+    store.delete_tool(&old.id).await.unwrap();
+    assert_not_found(store.tool_usage(&old.id).await, "tool", &old.id);
+    assert_not_found(
+        store.upsert_agent(agent("other", &[&old.id])).await,
+        "tool",
+        &old.id,
+    );
+    // The agent still records what it was registered with.
+    assert_eq!(
+        store.get_agent("bot").await.unwrap().tool_ids,
+        std::slice::from_ref(&old.id)
+    );
+
+    // Re-registered under the same name: a new id nobody uses yet…
+    let new = store.create_tool(tool("lookup")).await.unwrap();
+    assert!(store.tool_usage(&new.id).await.unwrap().is_empty());
+    // …until the agent is registered again against it.
+    let bot2 = store.upsert_agent(agent("bot", &[&new.id])).await.unwrap();
+    assert_eq!(bot2.id, bot.id);
+    assert_eq!(bot2.tool_ids, std::slice::from_ref(&new.id));
+    let usage = store.tool_usage(&new.id).await.unwrap();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(
+        (usage[0].agent_id.as_str(), usage[0].agent_name.as_str()),
+        (bot.id.as_str(), "bot")
+    );
+}
+
+async fn agents_page_by_name(store: Arc<dyn RegistryStore>) {
+    let t = store.create_tool(tool("shared")).await.unwrap();
+    let u = store.create_tool(tool("other")).await.unwrap();
+    for i in (0..25).rev() {
+        let tools: Vec<&str> = if i % 2 == 0 {
+            vec![t.id.as_str(), u.id.as_str()]
+        } else {
+            vec![]
+        };
+        store
+            .upsert_agent(agent(&format!("agent-{i:02}"), &tools))
+            .await
+            .unwrap();
+    }
+    let first = store.list_agents(0, 0).await.unwrap();
+    assert_eq!((first.page, first.per_page, first.total), (1, 20, 25));
+    let names: Vec<&str> = first.items.iter().map(|a| a.name.as_str()).collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("agent-{i:02}")).collect();
+    assert_eq!(names, expected);
+    let mut both = vec![t.id.clone(), u.id.clone()];
+    both.sort();
+    assert_eq!(first.items[0].tool_ids, both);
+    assert!(first.items[1].tool_ids.is_empty());
+    for item in &first.items {
+        assert_eq!(&store.get_agent(&item.id).await.unwrap(), item);
+    }
+    let second = store.list_agents(2, 20).await.unwrap();
+    assert_eq!(second.items.len(), 5);
+    assert_eq!(second.items[4].name, "agent-24");
+    assert_eq!(second.items[4].tool_ids, both);
+    let past = store.list_agents(3, 20).await.unwrap();
+    assert!(past.items.is_empty());
+    assert_eq!(past.total, 25);
+    let capped = store.list_agents(1, 9_999).await.unwrap();
+    assert_eq!((capped.per_page, capped.items.len()), (MAX_PER_PAGE, 25));
+    assert_eq!(store.tool_usage(&t.id).await.unwrap().len(), 13);
+}
+
+// ---- users ----
+
+async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
+    assert_eq!(store.count_users().await.unwrap(), 0);
+    assert!(store.list_users().await.unwrap().is_empty());
+    let admin = store.create_user(user("admin", "admin")).await.unwrap();
+    assert_eq!(admin.role, "admin");
+    assert_eq!(admin.tenant, "acme");
+    let message = conflict_message(store.create_user(user("admin", "viewer")).await);
+    assert_eq!(message, "user `admin` already exists");
+    store.create_user(user("carol", "viewer")).await.unwrap();
+    store.create_user(user("bob", "deployer")).await.unwrap();
+    assert_eq!(store.count_users().await.unwrap(), 3);
+
+    assert_eq!(store.get_user("admin").await.unwrap(), Some(admin.clone()));
+    assert_eq!(store.get_user("Admin").await.unwrap(), None);
+    assert_eq!(store.get_user("nobody").await.unwrap(), None);
+    let listed: Vec<String> = store
+        .list_users()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.username)
+        .collect();
+    assert_eq!(listed, ["admin", "bob", "carol"]);
+
+    let promoted = store
+        .update_user("carol", None, Some("admin".into()))
+        .await
+        .unwrap();
+    assert_eq!(promoted.role, "admin");
+    assert_eq!(
+        promoted.password_hash,
+        user("carol", "viewer").password_hash
+    );
+    let rehashed = store
+        .update_user("carol", Some("$argon2id$new".into()), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (rehashed.role.as_str(), rehashed.password_hash.as_str()),
+        ("admin", "$argon2id$new")
+    );
+    let both = store
+        .update_user(
+            "carol",
+            Some("$argon2id$newer".into()),
+            Some("viewer".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.get_user("carol").await.unwrap(), Some(both.clone()));
+    assert_eq!(both.created_at_ms, promoted.created_at_ms);
+    let unchanged = store.update_user("bob", None, None).await.unwrap();
+    assert_eq!(unchanged.role, "deployer");
+
+    assert_not_found(
+        store
+            .update_user("nobody", None, Some("admin".into()))
+            .await,
+        "user",
+        "nobody",
+    );
+    store.delete_user("carol").await.unwrap();
+    assert_not_found(store.delete_user("carol").await, "user", "carol");
+    assert_eq!(store.get_user("carol").await.unwrap(), None);
+    assert_eq!(store.count_users().await.unwrap(), 2);
+    // The name is free again.
+    store.create_user(user("carol", "viewer")).await.unwrap();
+    assert_eq!(store.count_users().await.unwrap(), 3);
+}
+
+// ---- errors ----
+
+async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
+    let id = uuid::Uuid::now_v7().to_string();
+    assert_not_found(store.get_tool(&id).await, "tool", &id);
+    assert_not_found(store.update_tool(&id, tool("x"), None).await, "tool", &id);
+    assert_not_found(
+        store.update_tool(&id, tool("x"), Some(1)).await,
+        "tool",
+        &id,
+    );
+    assert_not_found(store.tool_versions(&id).await, "tool", &id);
+    assert_not_found(store.delete_tool(&id).await, "tool", &id);
+    assert_not_found(store.tool_usage(&id).await, "tool", &id);
+    assert_not_found(store.get_agent(&id).await, "agent", &id);
+    assert_not_found(store.get_agent("no-agent").await, "agent", "no-agent");
+    assert_not_found(store.upsert_agent(agent("a", &[&id])).await, "tool", &id);
+    assert_not_found(
+        store.update_user("ghost", None, None).await,
+        "user",
+        "ghost",
+    );
+    assert_not_found(store.delete_user("ghost").await, "user", "ghost");
+    assert_eq!(store.find_tool_by_name("x").await.unwrap(), None);
+    let e = store.get_tool(&id).await.unwrap_err();
+    assert_eq!(e.code(), "NOT_FOUND");
+    assert_eq!(e.to_string(), format!("tool `{id}` not found"));
+    // Nothing was created on the way.
+    assert_eq!(store.list_tools(&filter()).await.unwrap().total, 0);
+    assert_eq!(store.list_agents(1, 20).await.unwrap().total, 0);
+}
+
+async fn settings_are_initialised_once(store: Arc<dyn RegistryStore>) {
+    let first = store
+        .get_or_init_setting("jwt_secret", "one".into())
+        .await
+        .unwrap();
+    assert_eq!(first, "one");
+    let second = store
+        .get_or_init_setting("jwt_secret", "two".into())
+        .await
+        .unwrap();
+    assert_eq!(second, "one");
+    // Concurrent first calls agree on one value.
+    let calls = (0..8).map(|i| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .get_or_init_setting("other", format!("value-{i}"))
+                .await
+                .unwrap()
+        })
+    });
+    let mut values = Vec::new();
+    for call in calls {
+        values.push(call.await.unwrap());
+    }
+    values.dedup();
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert!(values[0].starts_with("value-"));
+}
+
+async fn json_definitions_round_trip(store: Arc<dyn RegistryStore>) {
+    let definition = json!({
+        "spec_version": "v1",
+        "name": "weird",
+        "unicode": "héllo \u{1F600} \"quoted\" \\ back",
+        "numbers": [0, -1, 1.5, 9_007_199_254_740_993_u64, 1e-7],
+        "nested": {"empty": {}, "list": [], "null": null, "bool": false},
+    });
+    let created = store
+        .create_tool(NewTool {
+            definition: definition.clone(),
+            ..tool("weird")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_tool(&created.id).await.unwrap().definition,
+        definition
+    );
+    let a = store
+        .upsert_agent(NewAgent {
+            definition: definition.clone(),
+            ..agent("weird-agent", &[&created.id])
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.get_agent(&a.id).await.unwrap().definition, definition);
+    let page = store.list_agents(1, 20).await.unwrap();
+    assert_eq!(page.items[0].definition, definition);
+    let _: Value = store.tool_versions(&created.id).await.unwrap()[0]
+        .definition
+        .clone();
+}
+
+// ---- 10,000 tools ----
+
+/// Seed `n` tools in one transaction (through the API each would be its own fsync'd
+/// commit), then check the listing through the trait.
+async fn check_ten_thousand(store: Arc<dyn RegistryStore>) {
+    // One more through the API, in the middle of the order.
+    store
+        .create_tool(tool_of("tool-05000-api", "function", "manual"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let first = store.list_tools(&filter()).await.unwrap();
+    let first_elapsed = started.elapsed();
+    assert_eq!(first.total, 10_001);
+    let expected: Vec<String> = (0..20).map(|i| format!("tool-{i:05}")).collect();
+    assert_eq!(names(&first), expected);
+    assert_eq!(first.items[3].definition, json!({"name": "tool-00003"}));
+    assert_eq!(first.items[3].tool_type, "function");
+
+    let started = Instant::now();
+    let mcp = store
+        .list_tools(&ToolFilter {
+            tool_type: Some("mcp".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    let filtered_elapsed = started.elapsed();
+    assert_eq!(mcp.total, 3_333);
+    assert_eq!(mcp.items[0].name, "tool-00001");
+    let started = Instant::now();
+    let prefixed = store
+        .list_tools(&ToolFilter {
+            name_prefix: Some("tool-050".into()),
+            source: Some("manual".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    let prefixed_elapsed = started.elapsed();
+    // tool-05000..tool-05099 with an even number, plus the API one.
+    assert_eq!(prefixed.total, 51);
+    assert_eq!(names(&prefixed)[..2], ["tool-05000", "tool-05000-api"]);
+    let last = store
+        .list_tools(&ToolFilter {
+            page: 501,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&last), ["tool-09999"]);
+    let one = store.get_tool(&first.items[0].id).await.unwrap();
+    assert_eq!(one, first.items[0]);
+    // Timing is reported, not asserted (CI machines vary).
+    eprintln!(
+        "10,001 tools: first page {first_elapsed:?}, by type {filtered_elapsed:?}, \
+         by prefix and source {prefixed_elapsed:?}"
+    );
+}
+
+const SEED_SQLITE: &str = "
+    WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 9999)
+    INSERT INTO registry_tools (id, name, description, tool_type, source, status, endpoint,
+                                version, revision, definition, created_by, created_at_ms,
+                                updated_at_ms)
+    SELECT printf('seed-%05d', i), printf('tool-%05d', i), 'seeded',
+           CASE i % 3 WHEN 0 THEN 'function' WHEN 1 THEN 'mcp' ELSE 'api' END,
+           CASE i % 2 WHEN 0 THEN 'manual' ELSE 'cli' END,
+           'active', NULL, NULL, 1, json_object('name', printf('tool-%05d', i)), 'seed', 1, 1
+    FROM n;
+    INSERT INTO registry_tool_versions (tool_id, name, description, tool_type, source, status,
+                                        endpoint, version, revision, definition, created_by,
+                                        created_at_ms, updated_at_ms)
+    SELECT id, name, description, tool_type, source, status, endpoint, version, revision,
+           definition, created_by, created_at_ms, updated_at_ms FROM registry_tools;
+";
+
+const SEED_POSTGRES: &str = "
+    INSERT INTO registry_tools (id, name, description, tool_type, source, status, endpoint,
+                                version, revision, definition, created_by, created_at_ms,
+                                updated_at_ms)
+    SELECT format('seed-%s', lpad(i::text, 5, '0')), format('tool-%s', lpad(i::text, 5, '0')),
+           'seeded',
+           CASE i % 3 WHEN 0 THEN 'function' WHEN 1 THEN 'mcp' ELSE 'api' END,
+           CASE i % 2 WHEN 0 THEN 'manual' ELSE 'cli' END,
+           'active', NULL, NULL, 1,
+           jsonb_build_object('name', format('tool-%s', lpad(i::text, 5, '0'))), 'seed', 1, 1
+    FROM generate_series(0, 9999) AS i;
+    INSERT INTO registry_tool_versions (tool_id, name, description, tool_type, source, status,
+                                        endpoint, version, revision, definition, created_by,
+                                        created_at_ms, updated_at_ms)
+    SELECT id, name, description, tool_type, source, status, endpoint, version, revision,
+           definition, created_by, created_at_ms, updated_at_ms FROM registry_tools;
+    ANALYZE registry_tools;
+";
+
+mod ten_thousand {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        drop(SqliteRegistry::open(&path).await.unwrap());
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute_batch(SEED_SQLITE).unwrap();
+        tx.commit().unwrap();
+        drop(conn);
+        check_ten_thousand(Arc::new(SqliteRegistry::open(&path).await.unwrap())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        with_schema(|admin, schema| async move {
+            let url = postgres_url();
+            drop(
+                PostgresRegistry::connect_with_schema(&url, &schema)
+                    .await
+                    .unwrap(),
+            );
+            admin
+                .batch_execute(&format!(
+                    "BEGIN; SET LOCAL search_path TO \"{schema}\"; {SEED_POSTGRES} COMMIT;"
+                ))
+                .await
+                .unwrap();
+            let store = PostgresRegistry::connect_with_schema(&url, &schema)
+                .await
+                .unwrap();
+            check_ten_thousand(Arc::new(store)).await;
+        })
+        .await;
+    }
+}
+
+// ---- SQLite only ----
+
+mod sqlite_only {
+    use super::*;
+
+    fn tables(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap();
+        stmt.query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .unwrap()
+    }
+
+    fn meta(path: &Path) -> Vec<(String, String)> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT key, value FROM toolshed_meta ORDER BY key")
+            .unwrap();
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .unwrap()
+    }
+
+    #[track_caller]
+    fn unavailable(result: Result<impl std::fmt::Debug, RegistryError>) -> String {
+        match result {
+            Err(e @ RegistryError::Unavailable { .. }) => {
+                assert_eq!(e.code(), "REGISTRY_UNAVAILABLE");
+                e.to_string()
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_stores_share_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/folder/toolshed.db");
+        let a = SqliteRegistry::open(&path).await.unwrap();
+        assert_eq!(a.applied_migrations(), [1]);
+        let b = SqliteRegistry::open(&path).await.unwrap();
+        assert!(b.applied_migrations().is_empty());
+        assert_eq!(b.path(), path);
+
+        let t = a.create_tool(tool("shared")).await.unwrap();
+        assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
+        let updated = b.update_tool(&t.id, tool("shared"), Some(1)).await.unwrap();
+        assert_eq!(a.get_tool(&t.id).await.unwrap(), updated);
+        conflict_message(a.update_tool(&t.id, tool("shared"), Some(1)).await);
+
+        // Writers from both handles at once: every write lands, none fails busy, and of
+        // two registrations of one name exactly one wins.
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let store = if i % 2 == 0 {
+                Arc::clone(&a)
+            } else {
+                Arc::clone(&b)
+            };
+            tasks.push(tokio::spawn(async move {
+                store
+                    .create_tool(tool(&format!("tool-{i:02}")))
+                    .await
+                    .map(|_| ())
+            }));
+            let store = if i % 2 == 0 {
+                Arc::clone(&b)
+            } else {
+                Arc::clone(&a)
+            };
+            tasks.push(tokio::spawn(async move {
+                store.create_tool(tool("contested")).await.map(|_| ())
+            }));
+        }
+        let mut conflicts = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(()) => {}
+                Err(RegistryError::Conflict(_)) => conflicts += 1,
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(conflicts, 19);
+        assert_eq!(a.list_tools(&filter()).await.unwrap().total, 22);
+        assert_eq!(b.list_tools(&filter()).await.unwrap().total, 22);
+
+        drop((a, b));
+        let again = SqliteRegistry::open(&path).await.unwrap();
+        assert!(again.applied_migrations().is_empty());
+        assert_eq!(again.list_tools(&filter()).await.unwrap().total, 22);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn someone_elses_database_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crm.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);
+                 INSERT INTO customers (name) VALUES ('ada');",
+            )
+            .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let message = unavailable(SqliteRegistry::open(&path).await);
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(
+            message.contains(
+                "it has tables (customers) but no toolshed_meta: not a toolshed database"
+            ),
+            "{message}"
+        );
+        // Through the URL too.
+        let url = format!("sqlite://{}", path.display());
+        unavailable(toolshed_registry::open(&url).await);
+        assert_eq!(tables(&path), ["customers"]);
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_text_file_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notes.txt");
+        let text = "these are my notes, not a database\n".repeat(100);
+        std::fs::write(&path, &text).unwrap();
+        let message = unavailable(SqliteRegistry::open(&path).await);
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("not a SQLite database"), "{message}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_registry_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        drop(SqliteRegistry::open(&path).await.unwrap());
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE toolshed_meta SET value = '99' WHERE key = 'registry_schema_version'",
+                [],
+            )
+            .unwrap();
+        let message = unavailable(SqliteRegistry::open(&path).await);
+        assert!(
+            message.contains("registry schema version 99 is newer than this toolshed supports (1)"),
+            "{message}"
+        );
+        assert!(message.contains("upgrade toolshed"), "{message}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn journal_first_then_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let url = format!("sqlite://{}", path.display());
+        let journal = toolshed_journal::open(&url).await.unwrap();
+        journal.create_run(new_run("r1")).await.unwrap();
+        let registry = toolshed_registry::open(&url).await.unwrap();
+        let t = registry.create_tool(tool("t")).await.unwrap();
+        // Both in use at once, then reopened in the other order.
+        journal.create_run(new_run("r2")).await.unwrap();
+        drop((journal, registry));
+        let registry = toolshed_registry::open(&url).await.unwrap();
+        let journal = toolshed_journal::open(&url).await.unwrap();
+        assert_eq!(registry.get_tool(&t.id).await.unwrap(), t);
+        assert_eq!(journal.get_run("r2").await.unwrap().id, "r2");
+        check_shared_file(&path);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn registry_first_then_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let url = format!("sqlite://{}", path.display());
+        let registry = toolshed_registry::open(&url).await.unwrap();
+        let t = registry.create_tool(tool("t")).await.unwrap();
+        let journal = toolshed_journal::open(&url).await.unwrap();
+        journal.create_run(new_run("r1")).await.unwrap();
+        registry.create_user(user("admin", "admin")).await.unwrap();
+        drop((journal, registry));
+        let journal = toolshed_journal::open(&url).await.unwrap();
+        let registry = toolshed_registry::open(&url).await.unwrap();
+        assert_eq!(registry.get_tool(&t.id).await.unwrap(), t);
+        assert_eq!(registry.count_users().await.unwrap(), 1);
+        assert_eq!(journal.get_run("r1").await.unwrap().id, "r1");
+        check_shared_file(&path);
+    }
+
+    fn check_shared_file(path: &Path) {
+        let tables = tables(path);
+        for table in [
+            "runs",
+            "calls",
+            "crumbs",
+            "toolshed_meta",
+            "registry_tools",
+            "registry_tool_versions",
+            "registry_agents",
+            "registry_agent_tools",
+            "registry_users",
+            "registry_settings",
+        ] {
+            assert!(
+                tables.iter().any(|t| t == table),
+                "{table} missing: {tables:?}"
+            );
+        }
+        let keys: Vec<String> = meta(path).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "format_version",
+                "registry_schema_version",
+                "schema_version"
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_urls_are_refused() {
+        for url in ["sqlite://", "mysql://root:hunter2@db/x", "toolshed.db"] {
+            match toolshed_registry::open(url).await {
+                Err(e @ RegistryError::InvalidUrl { .. }) => {
+                    assert_eq!(e.code(), "INVALID_DATABASE_URL");
+                    assert!(!e.to_string().contains("hunter2"), "{e}");
+                }
+                other => panic!("expected InvalidUrl for `{url}`, got {other:?}"),
+            }
+        }
+    }
+}
+
+fn new_run(id: &str) -> toolshed_journal::NewRun {
+    toolshed_journal::NewRun {
+        id: id.to_owned(),
+        agent_id: "agent-a".to_owned(),
+        session_id: format!("session-{id}"),
+        principal: None,
+        budgets: toolshed_journal::Budgets::default(),
+        driver: json!({"kind": "direct", "tool": "echo", "args": {"text": id}}),
+    }
+}
+
+// ---- PostgreSQL only ----
+
+mod postgres_only {
+    use toolshed_journal::Journal as _;
+
+    use super::*;
+
+    async fn table_names(admin: &tokio_postgres::Client, schema: &str) -> Vec<String> {
+        admin
+            .query(
+                "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_is_migrated_once() {
+        with_schema(|admin, schema| async move {
+            let url = postgres_url();
+            let (a, b) = tokio::join!(
+                PostgresRegistry::connect_with_schema(&url, &schema),
+                PostgresRegistry::connect_with_schema(&url, &schema)
+            );
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let mut applied = [
+                a.applied_migrations().to_vec(),
+                b.applied_migrations().to_vec(),
+            ];
+            applied.sort();
+            assert_eq!(applied, [vec![], vec![1]]);
+            let t = a.create_tool(tool("t")).await.unwrap();
+            assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
+
+            // Two handles registering one name at once: exactly one wins, the other's
+            // conflict names the winner.
+            let (x, y) = tokio::join!(
+                a.create_tool(tool("contested")),
+                b.create_tool(tool("contested"))
+            );
+            let (winner, message) = match (x, y) {
+                (Ok(w), Err(e)) | (Err(e), Ok(w)) => (w, conflict_message(Err::<(), _>(e))),
+                other => panic!("expected one winner, got {other:?}"),
+            };
+            assert!(message.contains(&winner.id), "{message}");
+
+            drop((a, b));
+            let again = PostgresRegistry::connect_with_schema(&url, &schema)
+                .await
+                .unwrap();
+            assert!(again.applied_migrations().is_empty());
+            assert_eq!(
+                table_names(&admin, &schema).await,
+                [
+                    "registry_agent_tools",
+                    "registry_agents",
+                    "registry_settings",
+                    "registry_tool_versions",
+                    "registry_tools",
+                    "registry_users",
+                    "toolshed_meta"
+                ]
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn journal_and_registry_share_a_schema_in_either_order() {
+        for journal_first in [true, false] {
+            with_schema(move |admin, schema| async move {
+                let url = postgres_url();
+                let (journal, registry) = if journal_first {
+                    let j = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
+                        .await
+                        .unwrap();
+                    let r = PostgresRegistry::connect_with_schema(&url, &schema)
+                        .await
+                        .unwrap();
+                    (j, r)
+                } else {
+                    let r = PostgresRegistry::connect_with_schema(&url, &schema)
+                        .await
+                        .unwrap();
+                    let j = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
+                        .await
+                        .unwrap();
+                    (j, r)
+                };
+                assert_eq!(journal.applied_migrations(), [1]);
+                assert_eq!(registry.applied_migrations(), [1]);
+                journal.create_run(new_run("r1")).await.unwrap();
+                let t = registry.create_tool(tool("t")).await.unwrap();
+                drop((journal, registry));
+                // Both at once, reopening: nothing left to migrate.
+                let (j, r) = tokio::join!(
+                    toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema),
+                    PostgresRegistry::connect_with_schema(&url, &schema)
+                );
+                let (j, r) = (j.unwrap(), r.unwrap());
+                assert!(j.applied_migrations().is_empty());
+                assert!(r.applied_migrations().is_empty());
+                assert_eq!(j.get_run("r1").await.unwrap().id, "r1");
+                assert_eq!(r.get_tool(&t.id).await.unwrap(), t);
+                let keys: Vec<String> = admin
+                    .query(
+                        &format!("SELECT key FROM \"{schema}\".toolshed_meta ORDER BY key"),
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|row| row.get(0))
+                    .collect();
+                assert_eq!(
+                    keys,
+                    [
+                        "format_version",
+                        "registry_schema_version",
+                        "schema_version"
+                    ]
+                );
+            })
+            .await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_url_can_choose_the_schema() {
+        with_schema(|admin, schema| async move {
+            let url = format!("{}?options=-csearch_path%3D{schema}", postgres_url());
+            match PostgresRegistry::connect(&url).await {
+                Err(e @ RegistryError::Unavailable { .. }) => {
+                    assert!(e.to_string().contains("names no existing schema"), "{e}");
+                }
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+            admin
+                .batch_execute(&format!("CREATE SCHEMA \"{schema}\""))
+                .await
+                .unwrap();
+            let r = toolshed_registry::open(&url).await.unwrap();
+            r.create_tool(tool("t")).await.unwrap();
+            let count: i64 = admin
+                .query_one(
+                    &format!("SELECT count(*) FROM \"{schema}\".registry_tools"),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(count, 1);
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_registry_schema_is_refused() {
+        with_schema(|admin, schema| async move {
+            let url = postgres_url();
+            drop(
+                PostgresRegistry::connect_with_schema(&url, &schema)
+                    .await
+                    .unwrap(),
+            );
+            admin
+                .batch_execute(&format!(
+                    "UPDATE \"{schema}\".toolshed_meta SET value = '99' \
+                     WHERE key = 'registry_schema_version'"
+                ))
+                .await
+                .unwrap();
+            match PostgresRegistry::connect_with_schema(&url, &schema).await {
+                Err(e @ RegistryError::Unavailable { .. }) => {
+                    assert!(
+                        e.to_string()
+                            .contains("registry schema version 99 is newer"),
+                        "{e}"
+                    );
+                }
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_server_is_unavailable_with_the_password_masked() {
+        let url = "postgres://toolshed:hunter2@127.0.0.1:1/toolshed";
+        match toolshed_registry::open(url).await {
+            Err(e @ RegistryError::Unavailable { .. }) => {
+                let text = e.to_string();
+                assert!(!text.contains("hunter2"), "{text}");
+                assert!(text.contains("toolshed:***@127.0.0.1:1"), "{text}");
+                assert!(
+                    text.contains("is PostgreSQL running at 127.0.0.1:1?"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! One-call runs (the registry's execute): when the call needs nothing durable before
+//! it executes, it runs first and the whole run is recorded in one journal write.
+//!
+//! Why this is safe: a call with `idempotency: none` records no Started entry in an
+//! ordinary run either, so a crash before its result is recorded loses nothing an
+//! ordinary run would have kept except an empty `running` run. Calls that must be
+//! durable before they run (keyed, gated, human) take the ordinary path.
+
+use serde_json::json;
+use toolshed_core::{
+    Approval, CallOutcome, Crumb, CrumbKind, ErrorCode, Idempotency, RunContext, ToolCall,
+    ToolError,
+};
+use toolshed_journal::{Budgets, CallResult, NewCall, NewRun, RunRecord, RunStatus};
+
+use crate::run::CallStep;
+use crate::{Runtime, RuntimeError, args_hash};
+
+impl Runtime {
+    /// A run that makes one call and ends: the run record after it, and the call's step.
+    ///
+    /// A call with `idempotency: none`, no approval and no budgets executes first, and
+    /// its run (created, the call with its result, its crumbs, `completed`) is recorded
+    /// in one journal write. Any other call takes the ordinary path: the run is created,
+    /// the call is made (durably started, or parked at its gate), and the run finishes
+    /// or parks.
+    pub async fn run_once(
+        &self,
+        new: NewRun,
+        call: ToolCall,
+    ) -> Result<(RunRecord, CallStep), RuntimeError> {
+        let eligible = new.budgets == Budgets::default()
+            && self.pipeline().toolset().get(&call.name).is_some_and(|t| {
+                let s = t.spec();
+                s.idempotency == Idempotency::None
+                    && !s.human
+                    && matches!(s.approval, Approval::Never)
+            });
+        if !eligible {
+            let handle = self.start(new).await?;
+            let step = handle.call(call).await?;
+            let run = handle.finish().await?;
+            return Ok((run, step));
+        }
+
+        let ctx = context_of(&new, self);
+        let crumbs = self.journal_crumbs();
+        crumbs.hold(&new.id);
+        let hash = args_hash(&call.args);
+        let new_call = NewCall {
+            call_id: uuid::Uuid::now_v7().to_string(),
+            run_id: new.id.clone(),
+            ordinal: 0,
+            tool_call_id: call.id.clone(),
+            tool: call.name.clone(),
+            args_hash: hash,
+            args: call.args.clone(),
+        };
+        let mut outcome = self.pipeline().call(&ctx, call).await;
+        cap_result(self.config().max_result_bytes, &mut outcome);
+        self.pipeline().crumbs().emit(
+            Crumb::new(CrumbKind::RunCompleted, &ctx, "", "")
+                .with_payload(json!({"waiting_for": []})),
+        );
+        let max = self.config().max_result_bytes;
+        let held = crumbs.take_held(&new.id, max);
+        let result = CallResult {
+            result: outcome.result.clone(),
+            duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+        };
+        let run = self
+            .journal()
+            .record_run(new, vec![(new_call, result)], held, RunStatus::Completed)
+            .await?;
+        Ok((run, CallStep::Done(outcome)))
+    }
+}
+
+fn context_of(new: &NewRun, runtime: &Runtime) -> RunContext {
+    let config = runtime.config();
+    let mut b = RunContext::builder()
+        .agent_id(new.agent_id.clone())
+        .run_id(new.id.clone())
+        .session_id(new.session_id.clone())
+        .env(config.env.clone());
+    if let Some(p) = &new.principal {
+        b = b.principal(p.clone());
+    }
+    if let Some(c) = &config.credentials {
+        b = b.credentials(c.clone());
+    }
+    if let Some(s) = &config.blob_store {
+        b = b.blob_store(s.clone());
+    }
+    b.build()
+}
+
+/// Replace a result larger than `max` serialized bytes by a non-retryable
+/// `RESULT_TOO_LARGE` error result.
+pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
+    if let Ok(v) = &outcome.result {
+        let size = serde_json::to_string(v)
+            .map(|s| s.len())
+            .unwrap_or(usize::MAX);
+        if size > max {
+            outcome.result = Err(ToolError::new(
+                ErrorCode::ResultTooLarge,
+                format!(
+                    "the result of {} is {size} bytes, over the {max}-byte cap on recorded results; \
+                     return less (a summary, a page, or a blob URI)",
+                    outcome.tool_name
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Request extractors whose rejections are API errors: the bearer token, a JSON body
+//! (bad JSON → 400, a wrong field → 422 naming it, too large → 413) and the query
+//! string (400 naming the parameter).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use toolshed_auth::{Claims, Role};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The caller, from `Authorization: Bearer TOKEN`. Missing, malformed, tampered or
+/// expired → 401.
+#[derive(Debug, Clone)]
+pub struct Auth(pub Claims);
+
+impl Auth {
+    /// Refuse with 403 unless the caller has at least `role`.
+    pub fn require(&self, role: Role) -> Result<&Claims, ApiError> {
+        self.0.require(role)?;
+        Ok(&self.0)
+    }
+
+    /// The caller's claims.
+    pub fn claims(&self) -> &Claims {
+        &self.0
+    }
+}
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let unauthenticated = |message: &str| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                message.to_owned(),
+            )
+        };
+        let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
+            return Err(unauthenticated(
+                "no token: log in with POST /api/v1/auth/login and send `Authorization: Bearer TOKEN`",
+            ));
+        };
+        let Some(token) = header
+            .to_str()
+            .ok()
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        else {
+            return Err(unauthenticated(
+                "the Authorization header must be `Bearer TOKEN`",
+            ));
+        };
+        let claims = state.tokens().verify(token)?;
+        Ok(Auth(claims))
+    }
+}
+
+/// A JSON body deserialized with field paths in its errors.
+#[derive(Debug, Clone)]
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                too_large(state.config().max_body_bytes)
+            } else {
+                ApiError::invalid_json(format!("cannot read the body: {}", rejection.body_text()))
+            }
+        })?;
+        parse_body(&bytes).map(Body)
+    }
+}
+
+/// The 413 answer.
+pub fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PAYLOAD_TOO_LARGE",
+        format!("the body is larger than the server's limit of {limit} bytes"),
+    )
+}
+
+/// Parse a JSON body: syntax errors are `INVALID_JSON` (400) with line and column, type
+/// and field errors `INVALID_BODY` (422) naming the field.
+pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // An empty body reads as `{}`: routes whose fields are all optional need none, and
+    // the others name the first missing field.
+    let value: serde_json::Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(Default::default())
+    } else {
+        // Syntax first, so "not JSON" and "wrong field" get different codes.
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::invalid_json(format!("the body is not valid JSON: {e}")))?
+    };
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            ApiError::invalid_body(format!("invalid body: {inner}"))
+        } else {
+            ApiError::invalid_body(format!("field `{path}`: {inner}"))
+                .with_details(serde_json::json!({ "field": path }))
+        }
+    })
+}
+
+/// The query string, with a 400 naming the parameter on a bad value.
+#[derive(Debug, Clone)]
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| Query(q.0))
+            .map_err(|e| {
+                ApiError::invalid_query(format!("invalid query string: {}", e.body_text()))
+            })
+    }
+}

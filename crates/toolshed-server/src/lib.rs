@@ -1,0 +1,463 @@
+//! # toolshed-server
+//!
+//! The registry server: one organisation-wide catalogue of tools and agents over HTTP,
+//! on top of the durable runtime. Every execution is a run in the journal; every route
+//! is behind a bearer token (roles viewer < deployer < admin); every answer is
+//! `{"data": …}` and every error `{"error": {"code", "message", "details"}}`, never a
+//! bare 500 for a bad request.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), toolshed_server::ServerError> {
+//! let config = toolshed_server::ServerConfig::new("sqlite://toolshed.db");
+//! let server = toolshed_server::Server::open(config).await?;
+//! println!("listening on {}", server.local_addr());
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+//!
+//! Routes are listed in the OpenAPI document (`GET /api/v1/openapi.json`, committed as
+//! `docs/openapi.json`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use toolshed_auth::{Role, Tokens};
+use toolshed_dispatch::{Dispatcher, DispatcherConfig};
+use toolshed_registry::{NewTool, NewUser};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+pub use axum::Json;
+
+mod error;
+mod extract;
+pub mod routes;
+mod state;
+mod tools;
+mod views;
+
+pub use error::{ApiError, ErrorBody, ErrorEnvelope};
+pub use routes::meta::ApiDoc;
+pub use state::AppState;
+
+/// The tenant of users added without one.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Settings of the server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen (default `127.0.0.1:8000`; port 0 picks a free one).
+    pub addr: SocketAddr,
+    /// The database of the journal and the registry: `sqlite://PATH` or `postgres://…`.
+    pub database_url: String,
+    /// The largest request body, in bytes (default 2 MiB); larger is a 413.
+    pub max_body_bytes: usize,
+    /// How long one request may take (default 10 minutes); longer is a 503.
+    pub request_timeout: Duration,
+    /// How long a login token is valid (default 12 hours).
+    pub token_ttl: Duration,
+    /// The token issuer, also the principal's `iss` (default `toolshed`).
+    pub issuer: String,
+    /// The token signing secret. `None`: one is generated on first start and kept in
+    /// the database, so every server sharing it accepts the same tokens.
+    pub jwt_secret: Option<String>,
+    /// The first admin's password, used only when the database has no users. `None`:
+    /// a random one is generated and reported in [`Seeded`].
+    pub admin_password: Option<String>,
+    /// How subprocess and HTTP tools run.
+    pub dispatcher: DispatcherConfig,
+}
+
+impl ServerConfig {
+    /// Defaults, with this database.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            database_url: database_url.into(),
+            max_body_bytes: 2 * 1024 * 1024,
+            request_timeout: Duration::from_secs(600),
+            token_ttl: Duration::from_secs(12 * 3600),
+            issuer: "toolshed".into(),
+            jwt_secret: None,
+            admin_password: None,
+            dispatcher: DispatcherConfig::default(),
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The journal could not be opened.
+    #[error("cannot open the journal")]
+    Journal(#[source] toolshed_journal::JournalError),
+    /// The registry could not be opened or seeded.
+    #[error("cannot open the registry")]
+    Registry(#[source] toolshed_registry::RegistryError),
+    /// The signing secret or the admin password was refused.
+    #[error("invalid auth settings")]
+    Auth(#[source] toolshed_auth::AuthError),
+    /// The address could not be bound or serving failed.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Seeding the database failed.
+    #[error("cannot seed the registry: {0}")]
+    Seed(String),
+}
+
+impl ServerError {
+    /// The stable code: `JOURNAL_UNAVAILABLE`, `REGISTRY_UNAVAILABLE`, `AUTH_SETTINGS`,
+    /// `LISTEN_FAILED` or `SEED_FAILED`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServerError::Journal(_) => "JOURNAL_UNAVAILABLE",
+            ServerError::Registry(_) => "REGISTRY_UNAVAILABLE",
+            ServerError::Auth(_) => "AUTH_SETTINGS",
+            ServerError::Listen { .. } => "LISTEN_FAILED",
+            ServerError::Seed(_) => "SEED_FAILED",
+        }
+    }
+}
+
+/// What the first start of an empty database created.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seeded {
+    /// The admin account and its password, when one was created.
+    pub admin: Option<(String, String)>,
+    /// How many stdlib tools were registered.
+    pub tools: usize,
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    seeded: Seeded,
+}
+
+impl Server {
+    /// Open the journal and the registry, seed an empty database (an `admin` account and
+    /// the stdlib tools), and bind the address.
+    pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
+        let journal = toolshed_journal::open(&config.database_url)
+            .await
+            .map_err(ServerError::Journal)?;
+        let registry = toolshed_registry::open(&config.database_url)
+            .await
+            .map_err(ServerError::Registry)?;
+        let secret = match &config.jwt_secret {
+            Some(s) => s.clone(),
+            None => registry
+                .get_or_init_setting("jwt_secret", random_hex(64))
+                .await
+                .map_err(ServerError::Registry)?,
+        };
+        let tokens = Tokens::new(secret.as_bytes(), &config.issuer, config.token_ttl)
+            .map_err(ServerError::Auth)?;
+        let dispatcher =
+            Dispatcher::new(config.dispatcher.clone()).with_builtins(toolshed_stdlib::tools());
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServerError::Listen {
+                addr: config.addr,
+                source,
+            })?;
+        let state = AppState::new(config, journal, registry, tokens, dispatcher);
+        let seeded = seed(&state).await?;
+        Ok(Server {
+            state,
+            listener,
+            seeded,
+        })
+    }
+
+    /// The address it listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or(self.state.config().addr)
+    }
+
+    /// What was seeded on this start.
+    pub fn seeded(&self) -> &Seeded {
+        &self.seeded
+    }
+
+    /// The shared state (tests use it to issue tokens).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting, let requests in flight
+    /// finish, and stop the tool workers.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let addr = self.local_addr();
+        let app = router(self.state.clone());
+        let result = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| ServerError::Listen { addr, source });
+        self.state.dispatcher().shutdown();
+        result
+    }
+}
+
+/// Create the admin account and register the stdlib tools when the database has no
+/// users yet.
+async fn seed(state: &AppState) -> Result<Seeded, ServerError> {
+    let registry = state.registry();
+    let mut seeded = Seeded::default();
+    // The stdlib tools are registered once per database (whoever stores the marker
+    // first does it), not on every start: an operator may delete one on purpose.
+    let marker = random_hex(16);
+    let stored = registry
+        .get_or_init_setting("stdlib_seeded", marker.clone())
+        .await
+        .map_err(ServerError::Registry)?;
+    if stored == marker {
+        seeded.tools = seed_stdlib(registry.as_ref()).await?;
+    }
+    if registry
+        .count_users()
+        .await
+        .map_err(ServerError::Registry)?
+        > 0
+    {
+        return Ok(seeded);
+    }
+    let password = state
+        .config()
+        .admin_password
+        .clone()
+        .unwrap_or_else(|| random_hex(24));
+    let hash = {
+        let password = password.clone();
+        tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
+            .await
+            .map_err(|e| ServerError::Seed(e.to_string()))?
+            .map_err(ServerError::Auth)?
+    };
+    match registry
+        .create_user(NewUser {
+            username: "admin".into(),
+            password_hash: hash,
+            role: Role::Admin.as_str().into(),
+            tenant: DEFAULT_TENANT.into(),
+        })
+        .await
+    {
+        Ok(_) => seeded.admin = Some(("admin".into(), password)),
+        // Another server sharing the database seeded it first.
+        Err(toolshed_registry::RegistryError::Conflict(_)) => {}
+        Err(e) => return Err(ServerError::Registry(e)),
+    }
+    Ok(seeded)
+}
+
+/// Register the stdlib tools missing from the registry; returns how many.
+async fn seed_stdlib(
+    registry: &dyn toolshed_registry::RegistryStore,
+) -> Result<usize, ServerError> {
+    let mut count = 0;
+    for tool in toolshed_stdlib::tools() {
+        if registry
+            .find_tool_by_name(tool.name())
+            .await
+            .map_err(ServerError::Registry)?
+            .is_some()
+        {
+            continue;
+        }
+        let mut file = toolshed_core::file::ToolFile::from_spec(tool.spec());
+        file.endpoint = Some(format!("builtin:{}", tool.name()));
+        let definition =
+            serde_json::to_value(&file).map_err(|e| ServerError::Seed(e.to_string()))?;
+        match registry
+            .create_tool(NewTool {
+                name: tool.name().to_owned(),
+                description: tool.spec().description.clone(),
+                tool_type: "function".into(),
+                source: "stdlib".into(),
+                endpoint: file.endpoint.clone(),
+                version: file.version.clone(),
+                definition,
+                created_by: "toolshed".into(),
+            })
+            .await
+        {
+            Ok(_) => count += 1,
+            // Registered meanwhile by someone else: theirs stays.
+            Err(toolshed_registry::RegistryError::Conflict(_)) => {}
+            Err(e) => return Err(ServerError::Registry(e)),
+        }
+    }
+    Ok(count)
+}
+
+/// Random hex text of `len` characters (UUID v4 randomness, from the OS).
+fn random_hex(len: usize) -> String {
+    let mut out = String::with_capacity(len + 32);
+    while out.len() < len {
+        out.push_str(&uuid::Uuid::new_v4().simple().to_string());
+    }
+    out.truncate(len);
+    out
+}
+
+/// An argon2 hash to verify against when a login names an unknown user, so both
+/// answers take as long.
+pub(crate) fn dummy_hash() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| toolshed_auth::hash_password(&random_hex(32)).unwrap_or_default())
+}
+
+/// The application: every route, the body limit, the timeout, the panic guard, and
+/// error envelopes for whatever a layer answers bare.
+pub fn router(state: AppState) -> Router {
+    use routes::{auth, meta, registry, runs};
+    let config = state.config().clone();
+    Router::new()
+        .route("/healthz", get(meta::healthz))
+        .route("/api/v1/openapi.json", get(meta::openapi))
+        .route("/api/v1/auth/login", post(auth::login))
+        .route("/api/v1/users", get(auth::list_users).post(auth::add_user))
+        .route(
+            "/api/v1/users/{username}",
+            axum::routing::delete(auth::delete_user),
+        )
+        .route(
+            "/api/v1/registry/tools",
+            get(registry::list_tools).post(registry::create_tool),
+        )
+        .route(
+            "/api/v1/registry/tools/{id}",
+            get(registry::get_tool)
+                .put(registry::update_tool)
+                .delete(registry::delete_tool),
+        )
+        .route(
+            "/api/v1/registry/tools/{id}/versions",
+            get(registry::tool_versions),
+        )
+        .route(
+            "/api/v1/registry/tools/{id}/usage",
+            get(registry::tool_usage),
+        )
+        .route(
+            "/api/v1/registry/tools/{id}/execute",
+            post(registry::execute_tool),
+        )
+        .route(
+            "/api/v1/registry/agents",
+            get(registry::list_agents).post(registry::register_agent),
+        )
+        .route("/api/v1/registry/agents/{id}", get(registry::get_agent))
+        .route("/api/v1/runs", get(runs::list_runs))
+        .route("/api/v1/runs/{id}", get(runs::get_run))
+        .route("/api/v1/runs/{id}/resume", post(runs::resume_run))
+        .route("/api/v1/runs/{id}/cancel", post(runs::cancel_run))
+        .route("/api/v1/approvals", get(runs::list_approvals))
+        .route("/api/v1/approvals/{call_id}/approve", post(runs::approve))
+        .route("/api/v1/approvals/{call_id}/deny", post(runs::deny))
+        .route("/api/v1/answers/{call_id}", post(runs::answer))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::from_fn(envelope_bare_errors))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            config.request_timeout,
+        ))
+        .layer(CatchPanicLayer::custom(panicked))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {} {}; the routes are listed at GET /api/v1/openapi.json",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!(
+            "{} is not allowed on {}; see GET /api/v1/openapi.json",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "INTERNAL",
+        "the server hit a bug handling this request; the server log has the details",
+    )
+    .into_response()
+}
+
+/// Give an error answer without a JSON body (a timeout, a layer's rejection) the
+/// envelope.
+async fn envelope_bare_errors(req: Request, next: Next) -> Response {
+    let limit_hint = req.extensions().get::<Arc<usize>>().map(|l| **l);
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v == HeaderValue::from_static("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return response;
+    }
+    let (code, message) = match status {
+        StatusCode::SERVICE_UNAVAILABLE => (
+            "TIMEOUT",
+            "the request took longer than the server allows".to_owned(),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "PAYLOAD_TOO_LARGE",
+            format!(
+                "the body is larger than the server's limit{}",
+                limit_hint
+                    .map(|l| format!(" of {l} bytes"))
+                    .unwrap_or_default()
+            ),
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            "UNSUPPORTED_MEDIA_TYPE",
+            "send JSON (Content-Type: application/json)".to_owned(),
+        ),
+        _ => (
+            "HTTP_ERROR",
+            status
+                .canonical_reason()
+                .unwrap_or("request failed")
+                .to_owned(),
+        ),
+    };
+    ApiError::new(status, code, message).into_response()
+}

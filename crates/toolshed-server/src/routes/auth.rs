@@ -1,0 +1,182 @@
+//! `POST /api/v1/auth/login` and user management (admin only).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use toolshed_auth::Role;
+use toolshed_registry::NewUser;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, ErrorEnvelope};
+use crate::extract::{Auth, Body};
+use crate::state::AppState;
+use crate::views::{Data, TokenView, UserView};
+use crate::{DEFAULT_TENANT, Json};
+
+/// A login.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+/// Exchange a user name and password for a bearer token.
+#[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginBody,
+    responses(
+        (status = 200, description = "A token", body = Data<TokenView>),
+        (status = 401, description = "Wrong user name or password", body = ErrorEnvelope),
+        (status = 422, description = "A field is missing or wrong", body = ErrorEnvelope),
+    ))]
+pub async fn login(
+    State(state): State<AppState>,
+    Body(body): Body<LoginBody>,
+) -> Result<Json<Data<TokenView>>, ApiError> {
+    let wrong = || {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            "wrong user name or password",
+        )
+    };
+    let user = state.registry().get_user(&body.username).await?;
+    // Verify against a fixed hash when the user is unknown, so both answers take as long.
+    let hash = user.as_ref().map(|u| u.password_hash.clone());
+    let password = body.password;
+    let ok = tokio::task::spawn_blocking(move || {
+        let hash = hash.as_deref().unwrap_or(crate::dummy_hash());
+        toolshed_auth::verify_password(&password, hash)
+    })
+    .await
+    .map_err(|e| ApiError::internal("password check failed", e))?
+    .unwrap_or(false);
+    let Some(user) = user.filter(|_| ok) else {
+        return Err(wrong());
+    };
+    let role: Role = user
+        .role
+        .parse()
+        .map_err(|e| ApiError::internal("a stored role is unreadable", e))?;
+    let token = state
+        .tokens()
+        .issue(&user.username, role, Some(&user.tenant))?;
+    Ok(Json(Data {
+        data: TokenView {
+            token,
+            expires_in: state.config().token_ttl.as_secs(),
+            role: role.as_str().to_owned(),
+        },
+    }))
+}
+
+/// A new user.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserBody {
+    /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
+    pub username: String,
+    /// At least 8 characters.
+    pub password: String,
+    /// `viewer`, `deployer` or `admin`.
+    pub role: String,
+    /// The tenant (default `default`).
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// Check a user name: what the CLI and the API accept.
+pub fn check_username(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a user name; use 1-64 letters, digits, `.`, `_`, `-` or `@`"
+        ))
+    }
+}
+
+/// Add a user (admin).
+#[utoipa::path(post, path = "/api/v1/users", tag = "auth", request_body = NewUserBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Added", body = Data<UserView>),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 409, description = "The name is taken", body = ErrorEnvelope),
+        (status = 422, body = ErrorEnvelope),
+    ))]
+pub async fn add_user(
+    State(state): State<AppState>,
+    auth: Auth,
+    Body(body): Body<NewUserBody>,
+) -> Result<(StatusCode, Json<Data<UserView>>), ApiError> {
+    auth.require(Role::Admin)?;
+    check_username(&body.username).map_err(|m| crate::tools::field_error("username", m))?;
+    let role: Role = body.role.parse()?;
+    let tenant = body.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+    check_username(&tenant).map_err(|m| crate::tools::field_error("tenant", m))?;
+    let password = body.password;
+    let hash = tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
+        .await
+        .map_err(|e| ApiError::internal("password hashing failed", e))??;
+    let user = state
+        .registry()
+        .create_user(NewUser {
+            username: body.username,
+            password_hash: hash,
+            role: role.as_str().to_owned(),
+            tenant,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(Data { data: user.into() })))
+}
+
+/// List users (admin).
+#[utoipa::path(get, path = "/api/v1/users", tag = "auth", security(("bearer" = [])),
+    responses(
+        (status = 200, body = Data<Vec<UserView>>),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+    ))]
+pub async fn list_users(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<Data<Vec<UserView>>>, ApiError> {
+    auth.require(Role::Admin)?;
+    let users = state.registry().list_users().await?;
+    Ok(Json(Data {
+        data: users.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Remove a user (admin). You cannot remove yourself.
+#[utoipa::path(delete, path = "/api/v1/users/{username}", tag = "auth", security(("bearer" = [])),
+    params(("username" = String, Path, description = "The user name")),
+    responses(
+        (status = 200, body = Data<Object>),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
+    ))]
+pub async fn delete_user(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(username): Path<String>,
+) -> Result<Json<Data<serde_json::Value>>, ApiError> {
+    let claims = auth.require(Role::Admin)?;
+    if claims.sub == username {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "CONFLICT",
+            "you cannot remove yourself; another admin can",
+        ));
+    }
+    state.registry().delete_user(&username).await?;
+    Ok(Json(Data {
+        data: serde_json::json!({"username": username, "deleted": true}),
+    }))
+}

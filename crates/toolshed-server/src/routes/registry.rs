@@ -1,0 +1,516 @@
+//! `/api/v1/registry/…`: tools (register, list, show, update, delete, versions, usage,
+//! execute) and agents (register, list, show).
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolshed_agent::ToolEntry;
+use toolshed_auth::Role;
+use toolshed_core::ToolCall;
+use toolshed_registry::{NewAgent, ToolFilter};
+use toolshed_runtime::{CallStep, NewRunBuilder};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::Json;
+use crate::error::{ApiError, ErrorEnvelope};
+use crate::extract::{Auth, Body, Query};
+use crate::state::AppState;
+use crate::tools::{
+    CAPTURE, Captured, complete_registration, find_tool, name_forms, new_tool, parse_registration,
+};
+use crate::views::{AgentView, Data, ExecuteView, Paged, ToolDetail, ToolSummary, UsageView};
+
+/// The agent id recorded on runs started by the execute route.
+pub const REGISTRY_AGENT: &str = "registry";
+
+/// Listing filters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ToolQuery {
+    /// Only this type: `function`, `mcp` or `api`.
+    pub tool_type: Option<String>,
+    /// Only this source: `manual`, `cli`, `stdlib`, …
+    pub source: Option<String>,
+    /// Only names starting with this.
+    pub q: Option<String>,
+    /// The page, from 1.
+    pub page: Option<u32>,
+    /// Items per page (default 20, at most 500).
+    pub per_page: Option<u32>,
+}
+
+/// A tool registration: the seed's fields plus any `tool.yaml` field (`output_schema`,
+/// `version`, `team`, `owner`, `tags`, `timeout_seconds`, `timeout_ms`, `effects`,
+/// `idempotency`, `approval`, `max_attempts`, `retry`, `credentials`, …). Unknown
+/// fields are refused.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ToolRegistration {
+    /// `^[A-Za-z0-9_-]{1,64}$`, e.g. `order-lookup`.
+    pub name: String,
+    /// Shown in the registry and to models.
+    pub description: String,
+    /// `function` (default), `mcp` or `api`.
+    pub tool_type: Option<String>,
+    /// The input JSON Schema (inferred from the code for `python:`/`node:` endpoints
+    /// when left out).
+    #[schema(value_type = Option<Object>)]
+    pub schema_definition: Option<Value>,
+    /// `builtin:<name>`, `python:<abs_path>[:fn]`, `node:<abs_path>[:export]`,
+    /// `exec:<path>` or `http(s)://…`.
+    pub endpoint: Option<String>,
+    /// Where it came from (default `manual`).
+    pub source: Option<String>,
+    /// Updates only: the revision you last saw; a different current revision is 409.
+    pub expected_revision: Option<u32>,
+}
+
+/// Register a tool.
+#[utoipa::path(post, path = "/api/v1/registry/tools", tag = "tools", security(("bearer" = [])),
+    request_body = ToolRegistration,
+    responses(
+        (status = 201, description = "Registered", body = Data<ToolDetail>),
+        (status = 400, description = "Not JSON", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 409, description = "The name is taken", body = ErrorEnvelope),
+        (status = 413, body = ErrorEnvelope),
+        (status = 422, description = "A field is wrong (all are listed)", body = ErrorEnvelope),
+    ))]
+pub async fn create_tool(
+    State(state): State<AppState>,
+    auth: Auth,
+    Body(body): Body<Value>,
+) -> Result<(StatusCode, Json<Data<ToolDetail>>), ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    let reg = parse_registration(body)?;
+    if reg.expected_revision.is_some() {
+        return Err(crate::tools::field_error(
+            "expected_revision",
+            "only updates (PUT) take an expected revision",
+        ));
+    }
+    let reg = complete_registration(&state, reg).await?;
+    let new = new_tool(&reg, &claims.sub)?;
+    // Build it once before storing: a definition the runtime would refuse (e.g. external
+    // effects without keyed idempotency) is refused now, not at its first execution.
+    check_executable(&state, &new)?;
+    let record = state.registry().create_tool(new).await?;
+    tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(Data {
+            data: (&record).into(),
+        }),
+    ))
+}
+
+fn check_executable(state: &AppState, new: &toolshed_registry::NewTool) -> Result<(), ApiError> {
+    let probe = toolshed_registry::ToolRecord {
+        id: "probe".into(),
+        name: new.name.clone(),
+        description: new.description.clone(),
+        tool_type: new.tool_type.clone(),
+        source: new.source.clone(),
+        status: toolshed_registry::ToolStatus::Active,
+        endpoint: new.endpoint.clone(),
+        version: new.version.clone(),
+        revision: 1,
+        definition: new.definition.clone(),
+        created_by: new.created_by.clone(),
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    };
+    let tool = crate::tools::build_tool(state.dispatcher(), &probe)
+        .map_err(|e| ApiError::invalid_body(e.message))?;
+    let s = tool.spec();
+    if s.effects == toolshed_core::Effects::External
+        && s.idempotency == toolshed_core::Idempotency::None
+        && !s.allow_unkeyed_external
+    {
+        return Err(crate::tools::field_error(
+            "idempotency",
+            "a tool with `effects: external` must be `idempotency: keyed` so a resumed run never repeats its side effect (or set `allow_unkeyed_external: true`)",
+        ));
+    }
+    Ok(())
+}
+
+/// List tools, ordered by name.
+#[utoipa::path(get, path = "/api/v1/registry/tools", tag = "tools", security(("bearer" = [])),
+    params(ToolQuery),
+    responses(
+        (status = 200, body = Paged<ToolSummary>),
+        (status = 400, description = "A bad query parameter", body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+    ))]
+pub async fn list_tools(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(q): Query<ToolQuery>,
+) -> Result<Json<Paged<ToolSummary>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let page = state
+        .registry()
+        .list_tools(&ToolFilter {
+            tool_type: q.tool_type,
+            source: q.source,
+            name_prefix: q.q,
+            page: q.page.unwrap_or(1),
+            per_page: q.per_page.unwrap_or(0),
+        })
+        .await?;
+    Ok(Json(Paged::from_page(page, |t| (&t).into())))
+}
+
+/// A tool with its full schema, by id or name.
+#[utoipa::path(get, path = "/api/v1/registry/tools/{id}", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    responses(
+        (status = 200, body = Data<ToolDetail>),
+        (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+    ))]
+pub async fn get_tool(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<ToolDetail>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let record = find_tool(&state, &id).await?;
+    Ok(Json(Data {
+        data: (&record).into(),
+    }))
+}
+
+/// Replace a tool's definition: a new revision; earlier ones are kept.
+#[utoipa::path(put, path = "/api/v1/registry/tools/{id}", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    request_body = ToolRegistration,
+    responses(
+        (status = 200, body = Data<ToolDetail>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+        (status = 409, description = "Stale revision or name taken", body = ErrorEnvelope),
+        (status = 413, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope),
+    ))]
+pub async fn update_tool(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Body(body): Body<Value>,
+) -> Result<Json<Data<ToolDetail>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    let current = find_tool(&state, &id).await?;
+    let reg = parse_registration(body)?;
+    let expected = reg.expected_revision;
+    let reg = complete_registration(&state, reg).await?;
+    let new = new_tool(&reg, &claims.sub)?;
+    check_executable(&state, &new)?;
+    let record = state
+        .registry()
+        .update_tool(&current.id, new, expected)
+        .await?;
+    state.forget(&current);
+    tracing::info!(tool = %record.name, id = %record.id, revision = record.revision, by = %claims.sub, "tool updated");
+    Ok(Json(Data {
+        data: (&record).into(),
+    }))
+}
+
+/// Delete a tool: no longer listed or runnable; its revisions are kept.
+#[utoipa::path(delete, path = "/api/v1/registry/tools/{id}", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    responses(
+        (status = 200, body = Data<ToolSummary>),
+        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope),
+    ))]
+pub async fn delete_tool(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<ToolSummary>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    let current = find_tool(&state, &id).await?;
+    let record = state.registry().delete_tool(&current.id).await?;
+    state.forget(&current);
+    tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool deleted");
+    Ok(Json(Data {
+        data: (&record).into(),
+    }))
+}
+
+/// Every revision of a tool, oldest first.
+#[utoipa::path(get, path = "/api/v1/registry/tools/{id}/versions", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    responses(
+        (status = 200, body = Data<Vec<ToolDetail>>),
+        (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+    ))]
+pub async fn tool_versions(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<Vec<ToolDetail>>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let id = match find_tool(&state, &id).await {
+        Ok(t) => t.id,
+        // A deleted tool's history is still readable by id.
+        Err(e) if e.status == StatusCode::NOT_FOUND => id,
+        Err(e) => return Err(e),
+    };
+    let versions = state.registry().tool_versions(&id).await?;
+    Ok(Json(Data {
+        data: versions.iter().map(Into::into).collect(),
+    }))
+}
+
+/// The agents using a tool.
+#[utoipa::path(get, path = "/api/v1/registry/tools/{id}/usage", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    responses(
+        (status = 200, body = Data<Vec<UsageView>>),
+        (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+    ))]
+pub async fn tool_usage(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<Vec<UsageView>>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let tool = find_tool(&state, &id).await?;
+    let usage = state.registry().tool_usage(&tool.id).await?;
+    Ok(Json(Data {
+        data: usage.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// What to execute with.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteBody {
+    /// The arguments (a JSON object; `{}` when left out).
+    #[schema(value_type = Option<Object>)]
+    #[serde(default)]
+    pub args: Option<Value>,
+}
+
+/// Execute a registered tool through the whole pipeline, recorded as a run (needs the
+/// deployer role). A tool failure is a 200 with `error` set; arguments that do not
+/// match the tool's schema are a 422 listing every violation; a call that needs an
+/// approval or an answer is a 202 with `status: parked`.
+#[utoipa::path(post, path = "/api/v1/registry/tools/{id}/execute", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name")),
+    request_body = ExecuteBody,
+    responses(
+        (status = 200, description = "Executed (see `error` for a tool failure)", body = Data<ExecuteView>),
+        (status = 202, description = "Parked: approve, deny or answer `call_id`, then resume the run", body = Data<ExecuteView>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+        (status = 413, body = ErrorEnvelope),
+        (status = 422, description = "The args do not match the tool's schema", body = ErrorEnvelope),
+    ))]
+pub async fn execute_tool(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Body(body): Body<ExecuteBody>,
+) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    let args = match body.args {
+        None | Some(Value::Null) => json!({}),
+        Some(a @ Value::Object(_)) => a,
+        Some(other) => {
+            return Err(crate::tools::field_error(
+                "args",
+                format!(
+                    "must be a JSON object, not {}",
+                    toolshed_core::schema::kind_of(&other)
+                ),
+            ));
+        }
+    };
+    let prepared = state.prepared(&id).await?;
+    let name = prepared.record.name.clone();
+    let pipeline = prepared.runtime.pipeline();
+    if let Some(tool) = pipeline.toolset().get(&name) {
+        let mut checked = args.clone();
+        if let Err(violations) = tool.input_schema().validate_with_defaults(&mut checked) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_ARGS",
+                toolshed_core::schema::describe_violations(
+                    &format!("invalid arguments for tool `{name}`"),
+                    &violations,
+                ),
+            )
+            .with_details(json!({ "violations": violations })));
+        }
+    }
+    let new = NewRunBuilder::new(REGISTRY_AGENT)
+        .principal(claims.principal())
+        .driver(json!({"kind": "direct", "tool": name, "args": args}))
+        .build();
+    let slot = Arc::new(Mutex::new(None::<Captured>));
+    let runtime = prepared.runtime.clone();
+    let call_args = args.clone();
+    let call_name = name.clone();
+    let (run, step) = CAPTURE
+        .scope(slot.clone(), async move {
+            runtime
+                .run_once(
+                    new,
+                    ToolCall {
+                        id: "call_0".into(),
+                        name: call_name,
+                        args: call_args,
+                    },
+                )
+                .await
+        })
+        .await?;
+    let run_id = run.id;
+    let captured = slot
+        .lock()
+        .ok()
+        .and_then(|mut s| s.take())
+        .unwrap_or_default();
+    let (status, view) = match step {
+        CallStep::Done(outcome) => {
+            let (output, error) = match outcome.result {
+                Ok(v) => (v, Value::Null),
+                Err(e) => (Value::Null, serde_json::to_value(&e).unwrap_or(Value::Null)),
+            };
+            (
+                StatusCode::OK,
+                ExecuteView {
+                    status: "completed".into(),
+                    output,
+                    stdout: captured.stdout,
+                    stderr: captured.stderr,
+                    exit_code: captured.exit_code,
+                    duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+                    error,
+                    run_id,
+                    call_id: None,
+                    gate: Value::Null,
+                },
+            )
+        }
+        CallStep::Parked(gate) => (
+            StatusCode::ACCEPTED,
+            ExecuteView {
+                status: "parked".into(),
+                output: Value::Null,
+                stdout: String::new(),
+                stderr: String::new(),
+                exit_code: None,
+                duration_ms: 0.0,
+                error: Value::Null,
+                run_id,
+                call_id: Some(gate.call_id),
+                gate: serde_json::to_value(&gate.gate).unwrap_or(Value::Null),
+            },
+        ),
+    };
+    Ok((status, Json(Data { data: view })))
+}
+
+/// Register (or re-register) an agent from its agent.yaml, as JSON. Its `tools/<name>`
+/// refs found in the registry become edges of the usage graph.
+#[utoipa::path(post, path = "/api/v1/registry/agents", tag = "agents", security(("bearer" = [])),
+    request_body(content = Object, description = "agent.yaml as a JSON object"),
+    responses(
+        (status = 201, body = Data<AgentView>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 403, body = ErrorEnvelope), (status = 413, body = ErrorEnvelope),
+        (status = 422, body = ErrorEnvelope),
+    ))]
+pub async fn register_agent(
+    State(state): State<AppState>,
+    auth: Auth,
+    Body(body): Body<Value>,
+) -> Result<(StatusCode, Json<Data<AgentView>>), ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    if !body.is_object() {
+        return Err(ApiError::invalid_body(
+            "the body must be agent.yaml as a JSON object (name, framework, tools, …)",
+        ));
+    }
+    let text = serde_json::to_string(&body)
+        .map_err(|e| ApiError::internal("cannot serialize an agent", e))?;
+    let file = toolshed_agent::parse_agent_file(&text, "body")
+        .map_err(|e| ApiError::invalid_body(e.to_string()))?;
+    let mut tool_ids = Vec::new();
+    for entry in &file.tools {
+        if let ToolEntry::Tool { name } = entry {
+            for form in name_forms(name) {
+                if let Some(t) = state.registry().find_tool_by_name(&form).await? {
+                    if !tool_ids.contains(&t.id) {
+                        tool_ids.push(t.id);
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let record = state
+        .registry()
+        .upsert_agent(NewAgent {
+            name: file.name.clone(),
+            framework: file.framework.clone().unwrap_or_default(),
+            definition: body,
+            tool_ids,
+            created_by: claims.sub.clone(),
+        })
+        .await?;
+    tracing::info!(agent = %record.name, id = %record.id, by = %claims.sub, "agent registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(Data {
+            data: record.into(),
+        }),
+    ))
+}
+
+/// Paging of agents.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// The page, from 1.
+    pub page: Option<u32>,
+    /// Items per page (default 20, at most 500).
+    pub per_page: Option<u32>,
+}
+
+/// List agents, ordered by name.
+#[utoipa::path(get, path = "/api/v1/registry/agents", tag = "agents", security(("bearer" = [])),
+    params(PageQuery),
+    responses((status = 200, body = Paged<AgentView>), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope)))]
+pub async fn list_agents(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(q): Query<PageQuery>,
+) -> Result<Json<Paged<AgentView>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let page = state
+        .registry()
+        .list_agents(q.page.unwrap_or(1), q.per_page.unwrap_or(0))
+        .await?;
+    Ok(Json(Paged::from_page(page, Into::into)))
+}
+
+/// An agent by id or name.
+#[utoipa::path(get, path = "/api/v1/registry/agents/{id}", tag = "agents", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The agent id, or its name")),
+    responses((status = 200, body = Data<AgentView>), (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope)))]
+pub async fn get_agent(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<AgentView>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let agent = state.registry().get_agent(&id).await?;
+    Ok(Json(Data { data: agent.into() }))
+}

@@ -1,0 +1,368 @@
+//! `/api/v1/runs`, `/api/v1/approvals`, `/api/v1/answers`: the journal's runs, seen
+//! per tenant (a run of another tenant is "not found"), decided and resumed over HTTP.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolshed_auth::{Claims, Role};
+use toolshed_journal::{CallRecord, GateFilter, RunFilter, RunRecord, RunStatus};
+use toolshed_runtime::{Driver, PlanStep, Runtime};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::Json;
+use crate::error::{ApiError, ErrorEnvelope};
+use crate::extract::{Auth, Body, Query};
+use crate::state::AppState;
+use crate::views::{Data, GateView, ResumeView, RunView};
+
+/// Which runs to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RunQuery {
+    /// `running`, `parked`, `completed`, `failed` or `cancelled`.
+    pub status: Option<String>,
+    /// Only this agent's runs (`registry` for runs of the execute route).
+    pub agent_id: Option<String>,
+    /// At most this many, newest first (default 100).
+    pub limit: Option<u32>,
+}
+
+/// List the caller's tenant's runs, newest first.
+#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), params(RunQuery),
+    responses((status = 200, body = Data<Vec<RunView>>), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope)))]
+pub async fn list_runs(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(q): Query<RunQuery>,
+) -> Result<Json<Data<Vec<RunView>>>, ApiError> {
+    let claims = auth.require(Role::Viewer)?;
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid_query(format!(
+                "`status={s}` is not a run status; use running, parked, completed, failed or cancelled"
+            ))
+        })?),
+    };
+    let runs = state
+        .journal()
+        .list_runs(&RunFilter {
+            status,
+            agent_id: q.agent_id,
+            tenant: Some(tenant_of(claims)),
+            limit: q.limit.unwrap_or(0).min(1000),
+        })
+        .await?;
+    Ok(Json(Data {
+        data: runs.into_iter().map(RunView::new).collect(),
+    }))
+}
+
+fn tenant_of(claims: &Claims) -> String {
+    claims
+        .tenant
+        .clone()
+        .unwrap_or_else(|| crate::DEFAULT_TENANT.to_owned())
+}
+
+/// The run, if the caller's tenant owns it; otherwise "not found" (never "forbidden":
+/// another tenant's ids are not confirmed to exist).
+async fn visible_run(state: &AppState, claims: &Claims, id: &str) -> Result<RunRecord, ApiError> {
+    let missing = || ApiError::not_found(format!("run `{id}` not found"));
+    let run = match state.journal().get_run(id).await {
+        Ok(r) => r,
+        Err(e) if e.code() == "NOT_FOUND" => return Err(missing()),
+        Err(e) => return Err(e.into()),
+    };
+    if run.tenant.as_deref() != Some(tenant_of(claims).as_str()) {
+        return Err(missing());
+    }
+    Ok(run)
+}
+
+async fn visible_call(
+    state: &AppState,
+    claims: &Claims,
+    call_id: &str,
+) -> Result<CallRecord, ApiError> {
+    let missing = || ApiError::not_found(format!("call `{call_id}` not found"));
+    let call = match state.journal().get_call(call_id).await {
+        Ok(c) => c,
+        Err(e) if e.code() == "NOT_FOUND" => return Err(missing()),
+        Err(e) => return Err(e.into()),
+    };
+    visible_run(state, claims, &call.run_id)
+        .await
+        .map_err(|_| missing())?;
+    Ok(call)
+}
+
+/// Whether to include crumbs.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ShowQuery {
+    /// Include the run's crumbs.
+    pub crumbs: Option<bool>,
+}
+
+/// A run with its calls (and crumbs with `?crumbs=true`).
+#[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run id"), ShowQuery),
+    responses((status = 200, body = Data<RunView>), (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope)))]
+pub async fn get_run(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Json<Data<RunView>>, ApiError> {
+    let claims = auth.require(Role::Viewer)?;
+    let run = visible_run(&state, claims, &id).await?;
+    let calls = state.journal().calls_of_run(&id).await?;
+    let mut view = RunView::new(run);
+    view.calls = Some(calls);
+    if q.crumbs.unwrap_or(false) {
+        let crumbs = state.journal().crumbs_of_run(&id).await?;
+        view.crumbs = Some(crumbs.into_iter().map(|c| c.crumb).collect());
+    }
+    Ok(Json(Data { data: view }))
+}
+
+/// Resume a run: decided approvals and answers take effect, recorded calls replay, and
+/// the rest executes. Needs the deployer role.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/resume", tag = "runs", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run id")),
+    responses((status = 200, body = Data<ResumeView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, description = "Finished, or not resumable here", body = ErrorEnvelope)))]
+pub async fn resume_run(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<ResumeView>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    let run = visible_run(&state, claims, &id).await?;
+    let driver: Driver =
+        serde_json::from_value(run.driver.clone()).map_err(|_| not_resumable(&id))?;
+    let runtime = runtime_for(&state, &id, &driver).await?;
+    let handle = runtime.resume(&id).await?;
+    let outcome = toolshed_runtime::drive(&handle, &driver).await?;
+    let outcomes = outcome
+        .outcomes
+        .iter()
+        .map(|o| {
+            json!({
+                "call_id": o.tool_call_id.as_ref(),
+                "tool": o.tool_name.as_ref(),
+                "output": o.result.as_ref().ok(),
+                "error": o.result.as_ref().err(),
+            })
+        })
+        .collect();
+    let parked = outcome
+        .parked
+        .iter()
+        .map(|p| json!({"call_id": p.call_id, "tool": p.tool, "gate": p.gate}))
+        .collect();
+    Ok(Json(Data {
+        data: ResumeView {
+            run: RunView::new(outcome.run),
+            outcomes,
+            parked,
+        },
+    }))
+}
+
+fn not_resumable(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "NOT_RESUMABLE",
+        format!(
+            "run `{id}` is driven by a program using the library; resume it by running that program again"
+        ),
+    )
+}
+
+/// A runtime holding every tool the driver calls, from the registry.
+async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runtime, ApiError> {
+    let mut names = Vec::new();
+    let mut collect = |step: &PlanStep| {
+        if let PlanStep::Call { tool, .. } = step
+            && !names.contains(tool)
+        {
+            names.push(tool.clone());
+        }
+    };
+    match driver {
+        Driver::Direct { tool, .. } => names.push(tool.clone()),
+        Driver::Plan { steps } => {
+            for step in steps {
+                match step {
+                    PlanStep::Parallel(inner) => inner.iter().for_each(&mut collect),
+                    other => collect(other),
+                }
+            }
+        }
+        Driver::Library => return Err(not_resumable(id)),
+    }
+    let missing = |name: &str| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "NOT_RESUMABLE",
+            format!(
+                "run `{id}` calls `{name}`, which is not in the registry; resume it where it was started (`toolshed runs resume {id}`)"
+            ),
+        )
+    };
+    if let [one] = names.as_slice() {
+        return match state.prepared(one).await {
+            Ok(p) => Ok(p.runtime.clone()),
+            Err(e) if e.status == StatusCode::NOT_FOUND => Err(missing(one)),
+            Err(e) => Err(e),
+        };
+    }
+    let mut tools = Vec::new();
+    for name in &names {
+        let record = match crate::tools::find_tool(state, name).await {
+            Ok(r) => r,
+            Err(e) if e.status == StatusCode::NOT_FOUND => return Err(missing(name)),
+            Err(e) => return Err(e),
+        };
+        tools.push(crate::tools::build_tool(state.dispatcher(), &record)?);
+    }
+    let set = toolshed_core::ToolSet::from_tools(tools)
+        .map_err(|e| ApiError::internal("cannot build a toolset", e))?;
+    Runtime::new(
+        toolshed_core::Pipeline::builder(set).build(),
+        state.journal().clone(),
+        toolshed_runtime::RuntimeConfig::default(),
+    )
+    .map_err(ApiError::from)
+}
+
+/// Why a run is cancelled.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonBody {
+    /// Why (recorded with the decision).
+    pub reason: Option<String>,
+}
+
+/// Cancel a run (it will not be resumed). Needs the deployer role.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", tag = "runs", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The run id")), request_body = ReasonBody,
+    responses((status = 200, body = Data<RunView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Body(body): Body<ReasonBody>,
+) -> Result<Json<Data<RunView>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    visible_run(&state, claims, &id).await?;
+    let run = state
+        .journal()
+        .set_run_status(&id, RunStatus::Cancelled, body.reason)
+        .await?;
+    Ok(Json(Data {
+        data: RunView::new(run),
+    }))
+}
+
+/// Calls of the caller's tenant waiting for an approval or an answer.
+#[utoipa::path(get, path = "/api/v1/approvals", tag = "approvals", security(("bearer" = [])),
+    responses((status = 200, body = Data<Vec<GateView>>), (status = 401, body = ErrorEnvelope)))]
+pub async fn list_approvals(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<Data<Vec<GateView>>>, ApiError> {
+    let claims = auth.require(Role::Viewer)?;
+    let gates = state
+        .journal()
+        .pending_gates(&GateFilter {
+            run_id: None,
+            tenant: Some(tenant_of(claims)),
+        })
+        .await?;
+    Ok(Json(Data {
+        data: gates.into_iter().map(|call| GateView { call }).collect(),
+    }))
+}
+
+/// Approve a waiting call (deployer). It runs when the run is resumed.
+#[utoipa::path(post, path = "/api/v1/approvals/{call_id}/approve", tag = "approvals", security(("bearer" = [])),
+    params(("call_id" = String, Path, description = "The call id")), request_body = ReasonBody,
+    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, description = "Not waiting for an approval", body = ErrorEnvelope)))]
+pub async fn approve(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(call_id): Path<String>,
+    Body(body): Body<ReasonBody>,
+) -> Result<Json<Data<Value>>, ApiError> {
+    decide(state, auth, call_id, body, true).await
+}
+
+/// Deny a waiting call (deployer). On resume it becomes an error result naming who and why.
+#[utoipa::path(post, path = "/api/v1/approvals/{call_id}/deny", tag = "approvals", security(("bearer" = [])),
+    params(("call_id" = String, Path, description = "The call id")), request_body = ReasonBody,
+    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
+pub async fn deny(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(call_id): Path<String>,
+    Body(body): Body<ReasonBody>,
+) -> Result<Json<Data<Value>>, ApiError> {
+    decide(state, auth, call_id, body, false).await
+}
+
+async fn decide(
+    state: AppState,
+    auth: Auth,
+    call_id: String,
+    body: ReasonBody,
+    approved: bool,
+) -> Result<Json<Data<Value>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    visible_call(&state, claims, &call_id).await?;
+    let journal = state.journal().as_ref();
+    let rec = if approved {
+        toolshed_runtime::approve(journal, &call_id, &claims.sub, body.reason).await?
+    } else {
+        toolshed_runtime::deny(journal, &call_id, &claims.sub, body.reason).await?
+    };
+    Ok(Json(Data {
+        data: json!({"call_id": rec.call_id, "run_id": rec.run_id, "decision": rec.decision}),
+    }))
+}
+
+/// A human tool's answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// The answer, checked against the tool's answer schema.
+    #[schema(value_type = Object)]
+    pub answer: Value,
+}
+
+/// Answer a human tool's call (deployer). A wrong answer is a 422 and the run stays parked.
+#[utoipa::path(post, path = "/api/v1/answers/{call_id}", tag = "approvals", security(("bearer" = [])),
+    params(("call_id" = String, Path, description = "The call id")), request_body = AnswerBody,
+    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope)))]
+pub async fn answer(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(call_id): Path<String>,
+    Body(body): Body<AnswerBody>,
+) -> Result<Json<Data<Value>>, ApiError> {
+    let claims = auth.require(Role::Deployer)?;
+    visible_call(&state, claims, &call_id).await?;
+    let rec =
+        toolshed_runtime::answer(state.journal().as_ref(), &call_id, body.answer, &claims.sub)
+            .await?;
+    Ok(Json(Data {
+        data: json!({"call_id": rec.call_id, "run_id": rec.run_id, "answer": rec.answer}),
+    }))
+}

@@ -1,0 +1,432 @@
+//! Registry tools: turning an API body into a checked definition, and a stored
+//! definition into a tool the runtime can execute (with its stdout, stderr and exit code
+//! captured for the execute answer).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use toolshed_core::file::ToolFile;
+use toolshed_core::{
+    FieldError, Handler, HandlerFuture, Pipeline, SpecError, Tool, ToolContext, ToolError,
+    ToolOutput, ToolSet,
+};
+use toolshed_dispatch::{Dispatcher, Endpoint};
+use toolshed_registry::{NewTool, ToolRecord};
+use toolshed_runtime::{Runtime, RuntimeConfig};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Extra time the pipeline gives a dispatched call past the tool's own timeout, so the
+/// dispatcher's timeout fires first and the answer still carries stdout and stderr.
+const PIPELINE_GRACE: Duration = Duration::from_secs(1);
+
+/// What an execution printed, captured for the execute answer.
+#[derive(Debug, Clone, Default)]
+pub struct Captured {
+    /// Protocol lines the process wrote.
+    pub stdout: String,
+    /// What it wrote to stderr.
+    pub stderr: String,
+    /// The exit code of a one-shot process.
+    pub exit_code: Option<i32>,
+}
+
+tokio::task_local! {
+    /// Set by the execute route around a drive; the dispatching handler fills it.
+    pub static CAPTURE: Arc<Mutex<Option<Captured>>>;
+}
+
+/// A registration (or update) body turned into a definition: the seed's fields
+/// (`schema_definition`, `tool_type`, `source`) and every `tool.yaml` field.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// The checked definition.
+    pub file: ToolFile,
+    /// Where it came from (`manual` by default).
+    pub source: String,
+    /// For updates: the revision the caller last saw.
+    pub expected_revision: Option<u32>,
+    /// The description is to come from the code's docstring.
+    pub infer_description: bool,
+}
+
+/// The placeholder description of a tool whose description is inferred.
+const INFERRED: &str = "(inferred from the code)";
+
+/// Parse and check a registration body; every field problem is listed in `details`.
+pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
+    let Value::Object(mut map) = body else {
+        return Err(ApiError::invalid_body(
+            "the body must be a JSON object with at least `name` and `description`",
+        ));
+    };
+    let source = match map.remove("source") {
+        None | Some(Value::Null) => "manual".to_owned(),
+        Some(Value::String(s)) if valid_source(&s) => s,
+        Some(other) => {
+            return Err(field_error(
+                "source",
+                format!(
+                    "`{}` is not a source; use 1-32 lowercase letters, digits, `-` or `_` (e.g. `manual`, `cli`)",
+                    short(&other)
+                ),
+            ));
+        }
+    };
+    let expected_revision = match map.remove("expected_revision") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1 && n <= u32::MAX as u64) => {
+            n.as_u64().map(|n| n as u32)
+        }
+        Some(other) => {
+            return Err(field_error(
+                "expected_revision",
+                format!(
+                    "`{}` is not a revision; use a whole number from 1",
+                    short(&other)
+                ),
+            ));
+        }
+    };
+    rename(&mut map, "schema_definition", "input_schema")?;
+    // A Python or Node tool may leave its description to the docstring (filled in by
+    // `complete_registration`); a placeholder lets the other fields be checked now.
+    let inferable = map
+        .get("endpoint")
+        .and_then(Value::as_str)
+        .is_some_and(|e| e.starts_with("python:") || e.starts_with("node:"));
+    let blank = match map.get("description") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(d)) => d.trim().is_empty(),
+        Some(_) => false,
+    };
+    let infer_description = inferable && blank;
+    if infer_description {
+        map.insert("description".into(), Value::String(INFERRED.into()));
+    }
+    rename(&mut map, "tool_type", "type")?;
+    map.entry("spec_version")
+        .or_insert_with(|| Value::String("v1".into()));
+    let file: ToolFile = serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let path = match path.as_str() {
+            "input_schema" => "schema_definition".to_owned(),
+            "type" => "tool_type".to_owned(),
+            _ => path,
+        };
+        field_error(&path, message)
+    })?;
+    // Check every field now (the spec is rebuilt when the tool is executed).
+    file.clone().into_spec().map_err(spec_error)?;
+    if let Some(endpoint) = &file.endpoint {
+        Endpoint::parse(endpoint).map_err(|e| field_error("endpoint", e.to_string()))?;
+    }
+    Ok(Registration {
+        file,
+        source,
+        expected_revision,
+        infer_description,
+    })
+}
+
+fn valid_source(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn rename(map: &mut Map<String, Value>, seed: &str, ours: &str) -> Result<(), ApiError> {
+    if let Some(v) = map.remove(seed) {
+        if map.contains_key(ours) {
+            return Err(field_error(
+                seed,
+                format!("give `{seed}` or `{ours}`, not both"),
+            ));
+        }
+        map.insert(ours.to_owned(), v);
+    }
+    Ok(())
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        format!("{}…", s.chars().take(60).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// A 422 naming one field.
+pub fn field_error(field: &str, message: impl Into<String>) -> ApiError {
+    let message = message.into();
+    ApiError::invalid_body(format!("field `{field}`: {message}"))
+        .with_details(json!({"fields": [{"field": field, "message": message}]}))
+}
+
+fn spec_error(e: SpecError) -> ApiError {
+    match e {
+        SpecError::Fields { errors, .. } => {
+            let fields: Vec<Value> = errors.iter().map(field_json).collect();
+            let text: Vec<String> = errors
+                .iter()
+                .map(|f| format!("field `{}`: {}", seed_field(&f.field), f.message))
+                .collect();
+            ApiError::invalid_body(format!("invalid tool definition: {}", text.join("; ")))
+                .with_details(json!({ "fields": fields }))
+        }
+        other => ApiError::invalid_body(other.to_string()),
+    }
+}
+
+fn field_json(f: &FieldError) -> Value {
+    json!({"field": seed_field(&f.field), "message": f.message})
+}
+
+fn seed_field(field: &str) -> String {
+    if let Some(rest) = field.strip_prefix("input_schema") {
+        format!("schema_definition{rest}")
+    } else if field == "type" {
+        "tool_type".into()
+    } else {
+        field.to_owned()
+    }
+}
+
+/// Check a registration against this server: the endpoint's implementation exists, and
+/// a Python or Node tool without a schema gets one inferred from its code.
+pub async fn complete_registration(
+    state: &AppState,
+    mut reg: Registration,
+) -> Result<Registration, ApiError> {
+    let Some(text) = reg.file.endpoint.clone() else {
+        return Ok(reg);
+    };
+    let endpoint = Endpoint::parse(&text).map_err(|e| field_error("endpoint", e.to_string()))?;
+    match &endpoint {
+        Endpoint::Builtin { name } if toolshed_stdlib::get(name).is_none() => {
+            let known: Vec<String> = toolshed_stdlib::tools()
+                .iter()
+                .map(|t| t.name().to_owned())
+                .collect();
+            return Err(field_error(
+                "endpoint",
+                format!(
+                    "there is no built-in tool `{name}`; built-ins: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Endpoint::Python { path, .. } | Endpoint::Node { path, .. } => {
+            if !path.is_file() {
+                return Err(field_error(
+                    "endpoint",
+                    format!(
+                        "{} is not a file on the server; push from the machine the server runs on, or use an http(s):// endpoint",
+                        path.display()
+                    ),
+                ));
+            }
+            if reg.file.input_schema.is_none() || reg.infer_description {
+                let inferred = state
+                    .dispatcher()
+                    .infer_schema(&endpoint)
+                    .await
+                    .map_err(|e| {
+                        field_error(
+                            "schema_definition",
+                            format!("none given and inferring it failed: {e}"),
+                        )
+                    })?;
+                if reg.file.input_schema.is_none() {
+                    reg.file.input_schema = Some(inferred.input_schema);
+                    if reg.file.output_schema.is_none() {
+                        reg.file.output_schema = inferred.output_schema;
+                    }
+                }
+                if reg.infer_description {
+                    if inferred.description.trim().is_empty() {
+                        return Err(field_error(
+                            "description",
+                            "none given and the code has no docstring; give a description",
+                        ));
+                    }
+                    reg.file.description = inferred.description;
+                    reg.infer_description = false;
+                }
+            }
+        }
+        Endpoint::Exec { path } if !path.is_file() => {
+            return Err(field_error(
+                "endpoint",
+                format!("{} is not a file on the server", path.display()),
+            ));
+        }
+        _ => {}
+    }
+    Ok(reg)
+}
+
+/// The store's form of a registration.
+pub fn new_tool(reg: &Registration, created_by: &str) -> Result<NewTool, ApiError> {
+    let definition = serde_json::to_value(&reg.file)
+        .map_err(|e| ApiError::internal("cannot serialize a tool definition", e))?;
+    Ok(NewTool {
+        name: reg.file.name.clone(),
+        description: reg.file.description.clone(),
+        tool_type: reg
+            .file
+            .tool_type
+            .clone()
+            .unwrap_or_else(|| "function".into()),
+        source: reg.source.clone(),
+        endpoint: reg.file.endpoint.clone(),
+        version: reg.file.version.clone(),
+        definition,
+        created_by: created_by.to_owned(),
+    })
+}
+
+/// The active tool with this id, or else with this name (or its `_`/`-` twin).
+pub async fn find_tool(state: &AppState, id_or_name: &str) -> Result<ToolRecord, ApiError> {
+    match state.registry().get_tool(id_or_name).await {
+        Ok(t) => return Ok(t),
+        Err(toolshed_registry::RegistryError::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    for name in name_forms(id_or_name) {
+        if let Some(t) = state.registry().find_tool_by_name(&name).await? {
+            return Ok(t);
+        }
+    }
+    Err(ApiError::not_found(format!(
+        "no tool with id or name `{id_or_name}`; list them with GET /api/v1/registry/tools"
+    )))
+}
+
+/// `order-lookup` and `order_lookup` name the same tool, as refs do.
+pub fn name_forms(name: &str) -> Vec<String> {
+    let mut forms = vec![name.to_owned()];
+    for alt in [name.replace('-', "_"), name.replace('_', "-")] {
+        if !forms.contains(&alt) {
+            forms.push(alt);
+        }
+    }
+    forms
+}
+
+/// Build the runtime executing one registry tool.
+pub fn build_runtime(state: &AppState, record: &ToolRecord) -> Result<Runtime, ApiError> {
+    let tool = build_tool(state.dispatcher(), record)?;
+    let set =
+        ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
+    let pipeline = Pipeline::builder(set).build();
+    Runtime::new(pipeline, state.journal().clone(), RuntimeConfig::default())
+        .map_err(ApiError::from)
+}
+
+/// A stored definition as an executable tool.
+pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, ApiError> {
+    let file: ToolFile = serde_json::from_value(record.definition.clone()).map_err(|e| {
+        ApiError::internal(
+            &format!("tool {} has an unreadable definition", record.id),
+            e,
+        )
+    })?;
+    let mut spec = file.into_spec().map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "INVALID_DEFINITION",
+            format!(
+                "tool `{}` has a definition this server refuses ({e}); update it with PUT",
+                record.name
+            ),
+        )
+    })?;
+    let name = spec.name.as_str().to_owned();
+    let handler: Arc<dyn Handler> = match record.endpoint.as_deref().map(Endpoint::parse) {
+        None => Arc::new(NoEndpoint(name.clone())),
+        Some(Err(e)) => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "INVALID_DEFINITION",
+                format!("tool `{name}` has an invalid endpoint ({e}); update it with PUT"),
+            ));
+        }
+        Some(Ok(Endpoint::Builtin { name: builtin })) => match toolshed_stdlib::get(&builtin) {
+            Some(t) => t.handler().clone(),
+            None => Arc::new(NoEndpoint(name.clone())),
+        },
+        Some(Ok(endpoint)) => {
+            let timeout = spec.timeout.unwrap_or(dispatcher.config().default_timeout);
+            spec.timeout = Some(timeout + PIPELINE_GRACE);
+            Arc::new(Dispatched {
+                dispatcher: dispatcher.clone(),
+                endpoint: Arc::new(endpoint),
+                tool: Arc::from(name.as_str()),
+                timeout,
+            })
+        }
+    };
+    Tool::from_spec(spec, handler).map_err(|e| {
+        ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "INVALID_DEFINITION",
+            format!("tool `{name}` cannot be built ({e}); update it with PUT"),
+        )
+    })
+}
+
+/// A tool registered without an endpoint: metadata only.
+struct NoEndpoint(String);
+
+impl Handler for NoEndpoint {
+    fn call(&self, _args: Value, _ctx: ToolContext) -> HandlerFuture {
+        let message = format!(
+            "tool `{}` has no endpoint to run; register it with one (builtin:, python:, node:, exec: or http(s)://)",
+            self.0
+        );
+        Box::pin(async move {
+            Err(ToolError::new(
+                toolshed_core::ErrorCode::HandlerError,
+                message,
+            ))
+        })
+    }
+}
+
+/// Runs a call through the dispatcher and leaves what it printed in [`CAPTURE`].
+struct Dispatched {
+    dispatcher: Dispatcher,
+    endpoint: Arc<Endpoint>,
+    tool: Arc<str>,
+    timeout: Duration,
+}
+
+impl Handler for Dispatched {
+    fn call(&self, args: Value, ctx: ToolContext) -> HandlerFuture {
+        let dispatcher = self.dispatcher.clone();
+        let endpoint = self.endpoint.clone();
+        let tool = self.tool.clone();
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let execution = dispatcher
+                .execute_for(&endpoint, &tool, args, &ctx, Some(timeout))
+                .await;
+            let _ = CAPTURE.try_with(|slot| {
+                if let Ok(mut slot) = slot.lock() {
+                    *slot = Some(Captured {
+                        stdout: execution.stdout.clone(),
+                        stderr: execution.stderr.clone(),
+                        exit_code: execution.exit_code,
+                    });
+                }
+            });
+            execution.result.map(ToolOutput::Value)
+        })
+    }
+}

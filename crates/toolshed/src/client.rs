@@ -1,0 +1,638 @@
+//! The registry server's HTTP client: where the server is (`TOOLSHED_URL`), which token
+//! to send (`TOOLSHED_API_TOKEN`, else the one `toolshed login` saved), the `{"data": …}`
+//! and `{"error": …}` envelopes, and how their failures become exit codes. Also
+//! `toolshed login`, and the registry step of the agent resolver chain over HTTP.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use async_trait::async_trait;
+use clap::Args;
+use reqwest::{Method, StatusCode, Url};
+use serde_json::{Value, json};
+use toolshed_agent::{RegistryLookup, RegistryTool};
+use toolshed_core::file::ToolFile;
+
+use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};
+use crate::prompt;
+
+/// The server the CLI talks to when `TOOLSHED_URL` is not set.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8000";
+
+/// The env var naming the server.
+pub const URL_VAR: &str = "TOOLSHED_URL";
+/// The env var holding a bearer token (wins over the saved one).
+pub const TOKEN_VAR: &str = "TOOLSHED_API_TOKEN";
+/// The env var naming the folder of the saved token.
+pub const CONFIG_DIR_VAR: &str = "TOOLSHED_CONFIG_DIR";
+
+/// Where a token came from, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `TOOLSHED_API_TOKEN`.
+    Env,
+    /// The file `toolshed login` wrote.
+    File(PathBuf),
+}
+
+/// A client of one registry server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: Url,
+    token: Option<(String, TokenSource)>,
+    http: reqwest::Client,
+}
+
+/// A successful answer: its `data` and, for listings, its `meta`.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The `data` part.
+    pub data: Value,
+    /// The `meta` part of a listing (`page`, `per_page`, `total`).
+    pub meta: Option<Value>,
+}
+
+/// Why a request failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The server answered with an error envelope (or at least an error status).
+    Api {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The stable code (`NOT_FOUND`, `CONFLICT`, `INVALID_ARGS`, …).
+        code: String,
+        /// The server's message.
+        message: String,
+        /// Structured details (`fields`, `violations`), or null.
+        details: Value,
+        /// Whether a token was sent, for the 401 hint.
+        token: Option<TokenSource>,
+    },
+    /// The server could not be reached.
+    Unreachable {
+        /// The server's base URL.
+        url: String,
+        /// What the HTTP library said.
+        reason: String,
+    },
+    /// The answer was not the API's JSON.
+    Protocol {
+        /// The server's base URL.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// The API error code, if the server answered with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ClientError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status, if the server answered.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The exit code: 2 for the caller's mistakes (4xx), 3 for a broken or unreachable
+    /// server.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ClientError::Api { status, .. } if status.is_client_error() => EXIT_BAD_INPUT,
+            _ => EXIT_INTERNAL,
+        }
+    }
+
+    /// The text printed after `error: `: the message and code, the details the message
+    /// does not already say, and a hint for what to do.
+    pub fn describe(&self) -> String {
+        match self {
+            ClientError::Api {
+                status,
+                code,
+                message,
+                details,
+                token,
+            } => {
+                let mut text = format!("{message} [{code}]");
+                for line in detail_lines(details) {
+                    if !message.contains(&line) {
+                        text.push_str("\n  - ");
+                        text.push_str(&line);
+                    }
+                }
+                if *status == StatusCode::UNAUTHORIZED {
+                    text.push_str(&match token {
+                        None => format!(
+                            "\nhint: you are not logged in: run `toolshed login` (or set {TOKEN_VAR})"
+                        ),
+                        Some(TokenSource::Env) => format!(
+                            "\nhint: the token in {TOKEN_VAR} was refused: set a fresh one, or unset it and run `toolshed login`"
+                        ),
+                        Some(TokenSource::File(path)) => format!(
+                            "\nhint: the token saved in {} was refused: run `toolshed login` again",
+                            path.display()
+                        ),
+                    });
+                }
+                text
+            }
+            ClientError::Unreachable { url, reason } => format!(
+                "cannot reach the toolshed registry at {url} ({reason}); start it with `toolshed serve`, or set {URL_VAR} to where it runs"
+            ),
+            ClientError::Protocol { url, reason } => {
+                format!("the server at {url} did not answer as a toolshed registry: {reason}")
+            }
+        }
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        Failure::Error {
+            code: e.exit_code(),
+            error: anyhow!("{}", e.describe()),
+        }
+    }
+}
+
+/// The `details` of an error answer as lines: each field problem and each schema
+/// violation.
+fn detail_lines(details: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(fields) = details.get("fields").and_then(Value::as_array) {
+        for f in fields {
+            let field = f.get("field").and_then(Value::as_str).unwrap_or("?");
+            let message = f.get("message").and_then(Value::as_str).unwrap_or("");
+            lines.push(format!("field `{field}`: {message}"));
+        }
+    }
+    if let Some(violations) = details.get("violations").and_then(Value::as_array) {
+        for v in violations {
+            let pointer = v.get("pointer").and_then(Value::as_str).unwrap_or("");
+            let at = if pointer.is_empty() {
+                "(root)"
+            } else {
+                pointer
+            };
+            let expected = v.get("expected").and_then(Value::as_str).unwrap_or("");
+            lines.push(format!("{at}: {expected}"));
+        }
+    }
+    lines
+}
+
+impl Client {
+    /// The client the environment configures: `TOOLSHED_URL` (default
+    /// `http://127.0.0.1:8000`) and the token of [`find_token`].
+    pub fn from_env() -> Result<Client, Failure> {
+        let raw = std::env::var(URL_VAR)
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_URL.to_owned());
+        let base = parse_base(&raw).map_err(Failure::bad_input)?;
+        let token = find_token().map_err(Failure::bad_input)?;
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("toolshed-cli/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| Failure::Error {
+                code: EXIT_INTERNAL,
+                error: anyhow!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(Client { base, token, http })
+    }
+
+    /// Whether the user pointed the CLI at a server: `TOOLSHED_URL` is set or a token is
+    /// available. `agent validate` asks the registry only then.
+    pub fn configured() -> bool {
+        std::env::var(URL_VAR).is_ok_and(|u| !u.trim().is_empty())
+            || find_token().is_ok_and(|t| t.is_some())
+    }
+
+    /// The server's base URL, as shown to people.
+    pub fn base(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
+    }
+
+    /// The URL of an API path given as segments (each percent-encoded), with a query.
+    pub fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k, v);
+            }
+        }
+        url
+    }
+
+    /// `GET` an API path.
+    pub async fn get(&self, segments: &[&str]) -> Result<Answer, ClientError> {
+        self.send(Method::GET, self.url(segments, &[]), None).await
+    }
+
+    /// `POST` a JSON body to an API path.
+    pub async fn post(&self, segments: &[&str], body: &Value) -> Result<Answer, ClientError> {
+        self.send(Method::POST, self.url(segments, &[]), Some(body))
+            .await
+    }
+
+    /// Send one request with the bearer token and read the envelope.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&Value>,
+    ) -> Result<Answer, ClientError> {
+        let mut request = self.http.request(method, url);
+        if let Some((token, _)) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(b) = body {
+            request = request.json(b);
+        }
+        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| self.unreachable(&e))?;
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if status.is_success() {
+            let Some(Value::Object(mut map)) = parsed else {
+                return Err(self.protocol(format!("a {status} answer is not a JSON object")));
+            };
+            let Some(data) = map.remove("data") else {
+                return Err(self.protocol(format!("a {status} answer has no `data`")));
+            };
+            return Ok(Answer {
+                data,
+                meta: map.remove("meta"),
+            });
+        }
+        let error = parsed.as_ref().and_then(|v| v.get("error"));
+        let text = |k: &str| {
+            error
+                .and_then(|e| e.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        Err(ClientError::Api {
+            status,
+            code: text("code").unwrap_or_else(|| format!("HTTP_{}", status.as_u16())),
+            message: text("message").unwrap_or_else(|| {
+                let body = String::from_utf8_lossy(&bytes);
+                let body = body.trim();
+                if body.is_empty() {
+                    format!(
+                        "the server answered {status} without a message ({})",
+                        self.base()
+                    )
+                } else {
+                    format!(
+                        "the server answered {status}: {}",
+                        body.chars().take(200).collect::<String>()
+                    )
+                }
+            }),
+            details: error
+                .and_then(|e| e.get("details"))
+                .cloned()
+                .unwrap_or(Value::Null),
+            token: self.token.as_ref().map(|(_, s)| s.clone()),
+        })
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> ClientError {
+        let reason = if e.is_connect() {
+            "connection refused or host unreachable".to_owned()
+        } else if e.is_timeout() {
+            "timed out".to_owned()
+        } else {
+            // The chain's innermost cause is the informative part.
+            let mut source: &dyn std::error::Error = e;
+            while let Some(s) = source.source() {
+                source = s;
+            }
+            source.to_string()
+        };
+        ClientError::Unreachable {
+            url: self.base().to_owned(),
+            reason,
+        }
+    }
+
+    fn protocol(&self, reason: String) -> ClientError {
+        ClientError::Protocol {
+            url: self.base().to_owned(),
+            reason,
+        }
+    }
+}
+
+fn parse_base(raw: &str) -> anyhow::Result<Url> {
+    let url = Url::parse(raw.trim())
+        .map_err(|e| anyhow!("{URL_VAR}=`{raw}` is not a URL ({e}); e.g. {DEFAULT_URL}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(anyhow!(
+            "{URL_VAR}=`{raw}` must be an http:// or https:// URL with a host, e.g. {DEFAULT_URL}"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(anyhow!(
+            "{URL_VAR}=`{raw}` must not have a query or a fragment"
+        ));
+    }
+    Ok(url)
+}
+
+/// The folder of the saved token: `$TOOLSHED_CONFIG_DIR`, else
+/// `$XDG_CONFIG_HOME/toolshed`, else `~/.config/toolshed`.
+pub fn config_dir() -> anyhow::Result<PathBuf> {
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(dir) = non_empty(CONFIG_DIR_VAR) {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(dir) = non_empty("XDG_CONFIG_HOME") {
+        return Ok(PathBuf::from(dir).join("toolshed"));
+    }
+    if let Some(home) = non_empty("HOME") {
+        return Ok(PathBuf::from(home).join(".config").join("toolshed"));
+    }
+    Err(anyhow!(
+        "cannot tell where to keep the login token: set {CONFIG_DIR_VAR} (or HOME)"
+    ))
+}
+
+/// The saved token's file.
+pub fn token_path() -> anyhow::Result<PathBuf> {
+    Ok(config_dir()?.join("token"))
+}
+
+/// The token to send: `TOOLSHED_API_TOKEN`, else the saved one, else none.
+pub fn find_token() -> anyhow::Result<Option<(String, TokenSource)>> {
+    if let Ok(t) = std::env::var(TOKEN_VAR) {
+        let t = t.trim();
+        if !t.is_empty() {
+            return Ok(Some((t.to_owned(), TokenSource::Env)));
+        }
+    }
+    let Ok(path) = token_path() else {
+        return Ok(None);
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => {
+            Ok(Some((text.trim().to_owned(), TokenSource::File(path))))
+        }
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow!(
+            "cannot read the saved token {}: {e}",
+            path.display()
+        )),
+    }
+}
+
+/// Save a token for later commands: the folder is created (mode 0700), the file is
+/// written whole with mode 0600 and then moved into place.
+pub fn save_token(token: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+    let path = token_path()?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no folder", path.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".token.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(token.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow!("cannot save the token to {}: {e}", path.display())
+    })?;
+    Ok(path)
+}
+
+/// Arguments of `toolshed login`.
+#[derive(Debug, Args)]
+pub struct LoginArgs {
+    /// The user name (asked for when left out).
+    #[arg(long, short = 'u')]
+    username: Option<String>,
+    /// The password (asked for without echo when left out; a flag is visible to other
+    /// users of this machine, so prefer the prompt or stdin).
+    #[arg(long)]
+    password: Option<String>,
+    /// Print the answer as JSON (`token` left out).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `toolshed login`: exchange a user name and password for a token and save it.
+pub async fn login(args: LoginArgs) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let username = match args.username {
+        Some(u) => u,
+        None => prompt::line("user name: ").map_err(Failure::bad_input)?,
+    };
+    let password = match args.password {
+        Some(p) => p,
+        None => {
+            prompt::password(&format!("password for {username}: ")).map_err(Failure::bad_input)?
+        }
+    };
+    let answer = client
+        .post(
+            &["api", "v1", "auth", "login"],
+            &json!({"username": username, "password": password}),
+        )
+        .await?;
+    let token = answer
+        .data
+        .get("token")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("the login answer of {} has no token", client.base()),
+        })?;
+    let role = answer
+        .data
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    let expires_in = answer
+        .data
+        .get("expires_in")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let path = save_token(token).map_err(|error| Failure::Error {
+        code: EXIT_INTERNAL,
+        error,
+    })?;
+    if args.json {
+        print_json(&json!({
+            "url": client.base(),
+            "username": username,
+            "role": role,
+            "expires_in": expires_in,
+            "token_file": path.display().to_string(),
+        }));
+    } else {
+        print(&format!(
+            "logged in to {} as {username} (role {role}); token saved to {} (valid for {})",
+            client.base(),
+            path.display(),
+            human_duration(expires_in),
+        ));
+    }
+    if std::env::var(TOKEN_VAR).is_ok_and(|t| !t.trim().is_empty()) {
+        eprintln!(
+            "warning: {TOKEN_VAR} is set and is sent instead of the saved token; unset it to use this login"
+        );
+    }
+    Ok(())
+}
+
+fn human_duration(secs: u64) -> String {
+    if secs >= 3600 && secs.is_multiple_of(3600) {
+        format!("{}h", secs / 3600)
+    } else if secs >= 60 && secs.is_multiple_of(60) {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// The registry step of the agent resolver chain, over HTTP:
+/// `GET /api/v1/registry/tools/{name}`.
+#[derive(Debug, Clone)]
+pub struct HttpRegistry {
+    client: Client,
+}
+
+impl HttpRegistry {
+    /// Ask this server.
+    pub fn new(client: Client) -> Self {
+        HttpRegistry { client }
+    }
+}
+
+#[async_trait]
+impl RegistryLookup for HttpRegistry {
+    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, String> {
+        let answer = match self
+            .client
+            .get(&["api", "v1", "registry", "tools", name])
+            .await
+        {
+            Ok(a) => a,
+            Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => return Ok(None),
+            Err(e) => {
+                return Err(match e {
+                    ClientError::Api { .. } => {
+                        format!("{} (registry {})", e.describe(), self.client.base())
+                    }
+                    other => other.describe(),
+                });
+            }
+        };
+        let definition: ToolFile = answer
+            .data
+            .get("definition")
+            .cloned()
+            .ok_or_else(|| "the registry's answer has no `definition`".to_owned())
+            .and_then(|d| {
+                serde_json::from_value(d).map_err(|e| {
+                    format!(
+                        "the registry's definition of `{name}` is not a tool.yaml this CLI reads: {e}"
+                    )
+                })
+            })?;
+        let endpoint = answer
+            .data
+            .get("endpoint")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| definition.endpoint.clone())
+            .ok_or_else(|| {
+                format!(
+                    "`{name}` is registered without an endpoint, so it cannot run; register it with one"
+                )
+            })?;
+        Ok(Some(RegistryTool {
+            definition,
+            endpoint,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_a_base_path_and_encode_segments() {
+        let client = Client {
+            base: parse_base("http://example.invalid:8000/prefix/").unwrap_or_else(|e| {
+                panic!("{e}");
+            }),
+            token: None,
+            http: reqwest::Client::new(),
+        };
+        let url = client.url(
+            &["api", "v1", "registry", "tools", "a b/c"],
+            &[("page", "2".into())],
+        );
+        assert_eq!(
+            url.as_str(),
+            "http://example.invalid:8000/prefix/api/v1/registry/tools/a%20b%2Fc?page=2"
+        );
+    }
+
+    #[test]
+    fn bad_base_urls_are_refused() {
+        for bad in ["localhost:8000", "ftp://x", "http://x/?a=1"] {
+            assert!(parse_base(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn details_already_in_the_message_are_not_repeated() {
+        let e = ClientError::Api {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "INVALID_BODY".into(),
+            message: "field `name`: too long".into(),
+            details: json!({"fields": [{"field": "name", "message": "too long"}, {"field": "x", "message": "bad"}]}),
+            token: None,
+        };
+        assert_eq!(
+            e.describe(),
+            "field `name`: too long [INVALID_BODY]\n  - field `x`: bad"
+        );
+        assert_eq!(e.exit_code(), EXIT_BAD_INPUT);
+    }
+}

@@ -1,0 +1,1002 @@
+//! `toolshed registry tool …`: push, list, show, run, delete tools in a registry server,
+//! and see their versions and which agents use them.
+//!
+//! `push` detects what it is given: a `.py` file (schema inferred here from the
+//! signature and docstring), a `.js`/`.mjs`/`.ts` module (schema read from what it
+//! exports, or `--schema`), a `tool.yaml`/`.json` definition, or a module path naming a
+//! standard-library tool (`engine.tools.standard.markdown_writer` → `builtin:markdown_writer`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
+use reqwest::{Method, StatusCode};
+use serde_json::{Map, Value, json};
+use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
+use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, InferredTool};
+
+use crate::client::Client;
+use crate::output::{
+    EXIT_INTERNAL, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table,
+};
+
+/// `toolshed registry` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RegistryCommand {
+    /// Register, list, show, run and delete tools in the registry server.
+    Tool {
+        /// What to do.
+        #[command(subcommand)]
+        command: ToolCommand,
+    },
+    /// Approve a call a `tool run` parked (deployer); it runs when the run resumes.
+    Approve {
+        /// The call id `tool run` printed.
+        call_id: String,
+        /// Why (recorded with the decision).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deny a parked call (deployer); on resume it becomes an error result.
+    Deny {
+        /// The call id `tool run` printed.
+        call_id: String,
+        /// Why (recorded, and shown in the error result).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Answer a human tool's parked call (deployer); the answer must match its schema.
+    Answer {
+        /// The call id `tool run` printed.
+        call_id: String,
+        /// The answer as JSON; `@FILE` reads it from a file, `-` from stdin.
+        #[arg(long, value_name = "JSON")]
+        answer: String,
+    },
+    /// Resume a parked run on the server once its calls are decided or answered.
+    Resume {
+        /// The run id `tool run` printed.
+        run_id: String,
+    },
+}
+
+/// `toolshed registry tool` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Register a tool, or update it (a new revision) when the name is taken.
+    Push(PushArgs),
+    /// List the registered tools.
+    List {
+        /// Only this type: function, mcp or api.
+        #[arg(long)]
+        tool_type: Option<String>,
+        /// Only this source: cli, manual, stdlib, …
+        #[arg(long)]
+        source: Option<String>,
+        /// The page, from 1.
+        #[arg(long, default_value_t = 1)]
+        page: u32,
+        /// Tools per page (at most 500).
+        #[arg(long, default_value_t = 20)]
+        per_page: u32,
+    },
+    /// Show a tool with its schemas.
+    Show {
+        /// The tool's name or id.
+        name: String,
+    },
+    /// Execute a tool on the server (needs the deployer role); recorded as a run.
+    Run {
+        /// The tool's name or id.
+        name: String,
+        /// The arguments as a JSON object; `@FILE` reads them from a file, `-` from
+        /// stdin.
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+    /// List the agents using a tool.
+    Usage {
+        /// The tool's name or id.
+        name: String,
+    },
+    /// Delete a tool (its revisions are kept).
+    Delete {
+        /// The tool's name or id.
+        name: String,
+    },
+    /// List every revision of a tool, oldest first.
+    Versions {
+        /// The tool's name or id.
+        name: String,
+    },
+}
+
+/// Arguments of `toolshed registry tool push`.
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// A `.py` file, a `.js`/`.mjs`/`.ts` module (`FILE:FUNCTION` picks a function or
+    /// export), a `tool.yaml`/`.json` definition, or a module path of a standard-library
+    /// tool (e.g. `engine.tools.standard.markdown_writer`).
+    target: String,
+    /// The tool's name (default: the function's, with `_` written `-`).
+    #[arg(long)]
+    name: Option<String>,
+    /// The description (default: the docstring's first paragraph, or the declared one).
+    #[arg(long)]
+    description: Option<String>,
+    /// A JSON (or YAML) file holding the input schema; wins over the inferred one.
+    #[arg(long, value_name = "SCHEMA.json")]
+    schema: Option<PathBuf>,
+    /// Where the tool runs, instead of the derived endpoint (`python:…`, `node:…`,
+    /// `exec:…`, `builtin:…`, `http(s)://…`).
+    #[arg(long)]
+    endpoint: Option<String>,
+}
+
+/// Run a `registry` subcommand.
+pub async fn run(cmd: RegistryCommand, json_out: bool) -> Result<(), Failure> {
+    let command = match cmd {
+        RegistryCommand::Tool { command } => command,
+        RegistryCommand::Approve { call_id, reason } => {
+            return decide(&call_id, "approve", reason, json_out).await;
+        }
+        RegistryCommand::Deny { call_id, reason } => {
+            return decide(&call_id, "deny", reason, json_out).await;
+        }
+        RegistryCommand::Answer { call_id, answer } => {
+            return answer_call(&call_id, &answer, json_out).await;
+        }
+        RegistryCommand::Resume { run_id } => return resume(&run_id, json_out).await,
+    };
+    match command {
+        ToolCommand::Push(args) => push(args, json_out).await,
+        ToolCommand::List {
+            tool_type,
+            source,
+            page,
+            per_page,
+        } => list(tool_type, source, page, per_page, json_out).await,
+        ToolCommand::Show { name } => show(&name, json_out).await,
+        ToolCommand::Run { name, args } => run_tool(&name, &args, json_out).await,
+        ToolCommand::Usage { name } => usage(&name, json_out).await,
+        ToolCommand::Delete { name } => delete(&name, json_out).await,
+        ToolCommand::Versions { name } => versions(&name, json_out).await,
+    }
+}
+
+const TOOLS: [&str; 4] = ["api", "v1", "registry", "tools"];
+
+fn tool_path<'a>(id: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut p = TOOLS.to_vec();
+    p.push(id);
+    p.extend_from_slice(rest);
+    p
+}
+
+// ---------------------------------------------------------------------------- push
+
+/// Extensions of Node modules the dispatcher runs.
+const NODE_EXTENSIONS: &[&str] = &["js", "mjs", "cjs", "ts", "mts"];
+/// Extensions of definition files.
+const DEFINITION_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
+
+/// What `push` was given.
+enum Target {
+    /// A Python file, with the function named after a colon.
+    Python(PathBuf, Option<String>),
+    /// A Node module, with the export named after a colon.
+    Node(PathBuf, Option<String>),
+    /// A definition file.
+    Definition(PathBuf),
+    /// A standard-library tool named by a module path.
+    Builtin(String),
+}
+
+fn extension(path: &str) -> String {
+    Path::new(path)
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+fn classify(target: &str) -> Result<Target, Failure> {
+    // `FILE:FUNCTION` for code files.
+    let (file, function) = match target.rsplit_once(':') {
+        Some((f, func))
+            if !func.contains('/')
+                && (f.ends_with(".py")
+                    || NODE_EXTENSIONS
+                        .iter()
+                        .any(|e| f.ends_with(&format!(".{e}")))) =>
+        {
+            (f, Some(func.to_owned()))
+        }
+        _ => (target, None),
+    };
+    let ext = extension(file);
+    let is_code = ext == "py" || NODE_EXTENSIONS.contains(&ext.as_str());
+    let is_definition = DEFINITION_EXTENSIONS.contains(&ext.as_str());
+    if is_code || is_definition || Path::new(file).is_file() {
+        let path = Path::new(file);
+        if !path.is_file() {
+            return Err(Failure::bad_input(anyhow!("{file}: no such file")));
+        }
+        let abs = std::path::absolute(path)
+            .with_context(|| format!("cannot make {file} absolute"))
+            .map_err(Failure::bad_input)?;
+        return Ok(match ext.as_str() {
+            "py" => Target::Python(abs, function),
+            e if NODE_EXTENSIONS.contains(&e) => Target::Node(abs, function),
+            e if DEFINITION_EXTENSIONS.contains(&e) => Target::Definition(abs),
+            _ => {
+                return Err(Failure::bad_input(anyhow!(
+                    "{file}: cannot tell what kind of tool this is; push a .py, .js, .mjs or .ts file, a tool.yaml, or a standard-library module path"
+                )));
+            }
+        });
+    }
+    let valid_module = !target.is_empty()
+        && target.split('.').all(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+    let last = target
+        .rsplit('.')
+        .next()
+        .unwrap_or(target)
+        .replace('-', "_");
+    if valid_module && toolshed_stdlib::get(&last).is_some() {
+        return Ok(Target::Builtin(last));
+    }
+    let builtins: Vec<String> = toolshed_stdlib::tools()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .collect();
+    Err(Failure::bad_input(anyhow!(
+        "`{target}` is neither a file nor a standard-library tool; push a .py, .js, .mjs or .ts file, a tool.yaml, or one of the built-ins: {}",
+        builtins.join(", ")
+    )))
+}
+
+async fn infer(endpoint: &Endpoint) -> Result<InferredTool, Failure> {
+    let dispatcher = Dispatcher::new(DispatcherConfig::default());
+    let inferred = dispatcher.infer_schema(endpoint).await;
+    dispatcher.shutdown();
+    let inferred = inferred.map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
+    for w in &inferred.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(inferred)
+}
+
+fn read_schema(path: &Path) -> Result<Value, Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --schema {}", path.display()))
+        .map_err(Failure::bad_input)?;
+    let value: Value = if extension(&path.to_string_lossy()) == "json" {
+        serde_json::from_str(&text).map_err(|e| anyhow!("{}: not JSON: {e}", path.display()))
+    } else {
+        serde_yaml_ng::from_str(&text).map_err(|e| anyhow!("{}: not YAML: {e}", path.display()))
+    }
+    .map_err(Failure::bad_input)?;
+    if !value.is_object() {
+        return Err(Failure::bad_input(anyhow!(
+            "{}: a schema must be a JSON object, e.g. {{\"type\": \"object\", \"properties\": {{…}}}}",
+            path.display()
+        )));
+    }
+    Ok(value)
+}
+
+fn parse_endpoint(text: &str) -> Result<Endpoint, Failure> {
+    Endpoint::parse(text).map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))
+}
+
+/// The registration body of a code file: schema inferred (or `--schema`), endpoint the
+/// file.
+async fn code_body(
+    kind: &str,
+    path: &Path,
+    function: Option<String>,
+    args: &PushArgs,
+) -> Result<Map<String, Value>, Failure> {
+    let mut endpoint_text = format!("{kind}:{}", path.display());
+    if let Some(f) = &function {
+        endpoint_text.push(':');
+        endpoint_text.push_str(f);
+    }
+    let endpoint = parse_endpoint(&endpoint_text)?;
+    let given_schema = args.schema.as_deref().map(read_schema).transpose()?;
+    let inferred = match infer(&endpoint).await {
+        Ok(i) => Some(i),
+        // With --schema, a module that declares no schema is fine.
+        Err(_) if given_schema.is_some() => None,
+        Err(e) => return Err(e),
+    };
+    let default_name = inferred
+        .as_ref()
+        .map(|i| i.name.clone())
+        .or(function)
+        .unwrap_or_else(|| file_stem(path));
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| default_name.replace('_', "-"));
+    let description = args
+        .description
+        .clone()
+        .or_else(|| inferred.as_ref().map(|i| i.description.clone()))
+        .unwrap_or_default();
+    if description.trim().is_empty() {
+        return Err(Failure::bad_input(anyhow!(
+            "{} has no description: give the function a docstring (or export `description`), or pass --description",
+            path.display()
+        )));
+    }
+    let input_schema = given_schema
+        .or_else(|| inferred.as_ref().map(|i| i.input_schema.clone()))
+        .unwrap_or_else(toolshed_core::schema::empty_object_schema);
+    let mut body = Map::new();
+    body.insert("name".into(), json!(name));
+    body.insert("description".into(), json!(description));
+    body.insert("tool_type".into(), json!("function"));
+    body.insert("schema_definition".into(), input_schema);
+    if let Some(out) = inferred.and_then(|i| i.output_schema) {
+        body.insert("output_schema".into(), out);
+    }
+    body.insert(
+        "endpoint".into(),
+        json!(args.endpoint.clone().unwrap_or(endpoint_text)),
+    );
+    Ok(body)
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("tool")
+        .to_owned()
+}
+
+/// The registration body of a tool.yaml: its fields, its endpoint made absolute (or
+/// derived from `implementation`), its schema inferred when it has none.
+async fn definition_body(path: &Path, args: &PushArgs) -> Result<Map<String, Value>, Failure> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {shown}"))
+        .map_err(Failure::bad_input)?;
+    let format = FileFormat::from_path(&shown);
+    // The full check first: every problem of the file at once.
+    parse_tool_file(&text, format, Some(&shown)).map_err(|e| Failure::bad_input(anyhow!("{e}")))?;
+    let mut file: ToolFile = match format {
+        FileFormat::Json => serde_json::from_str(&text).map_err(|e| anyhow!("{shown}: {e}")),
+        FileFormat::Yaml => serde_yaml_ng::from_str(&text).map_err(|e| anyhow!("{shown}: {e}")),
+    }
+    .map_err(Failure::bad_input)?;
+    let folder = path.parent().unwrap_or(Path::new("."));
+    if let Some(ep) = &file.endpoint {
+        file.endpoint = Some(absolute_endpoint(ep, folder));
+    } else if let Some(imp) = &mut file.implementation {
+        let (endpoint, entrypoint) =
+            implementation_endpoint(&imp.language, &imp.entrypoint, folder)
+                .map_err(|e| Failure::bad_input(anyhow!("{shown}: {e}")))?;
+        imp.entrypoint = entrypoint;
+        file.endpoint = Some(endpoint);
+    }
+    if let Some(ep) = &args.endpoint {
+        file.endpoint = Some(ep.clone());
+    }
+    if let Some(n) = &args.name {
+        file.name = n.clone();
+    }
+    if let Some(d) = &args.description {
+        file.description = d.clone();
+    }
+    if let Some(s) = &args.schema {
+        file.input_schema = Some(read_schema(s)?);
+    }
+    if file.input_schema.is_none()
+        && let Some(ep) = &file.endpoint
+        && (ep.starts_with("python:") || ep.starts_with("node:"))
+    {
+        let inferred = infer(&parse_endpoint(ep)?).await?;
+        file.input_schema = Some(inferred.input_schema);
+        if file.output_schema.is_none() {
+            file.output_schema = inferred.output_schema;
+        }
+        if file.description.trim().is_empty() {
+            file.description = inferred.description;
+        }
+    }
+    match serde_json::to_value(&file) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) | Err(_) => Err(Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("cannot turn {shown} into JSON"),
+        }),
+    }
+}
+
+/// `python:tools/x.py` in a file means the file beside it: make file endpoints
+/// absolute against the definition's folder.
+fn absolute_endpoint(endpoint: &str, folder: &Path) -> String {
+    for prefix in ["python:", "node:", "exec:"] {
+        if let Some(rest) = endpoint.strip_prefix(prefix)
+            && !rest.starts_with('/')
+        {
+            return format!("{prefix}{}", folder.join(rest).display());
+        }
+    }
+    endpoint.to_owned()
+}
+
+/// The endpoint an `implementation {language, entrypoint}` block names, and the
+/// entrypoint with its path made absolute.
+fn implementation_endpoint(
+    language: &str,
+    entrypoint: &str,
+    folder: &Path,
+) -> Result<(String, String), String> {
+    let absolute = |e: &str| -> String {
+        if e.starts_with('/') {
+            e.to_owned()
+        } else {
+            folder.join(e).display().to_string()
+        }
+    };
+    let prefix = match language {
+        "python" => "python:",
+        "node" | "javascript" | "typescript" => "node:",
+        "exec" => "exec:",
+        "builtin" => {
+            let name = entrypoint.rsplit(['.', ':']).next().unwrap_or(entrypoint);
+            return Ok((format!("builtin:{name}"), entrypoint.to_owned()));
+        }
+        "http" => return Ok((entrypoint.to_owned(), entrypoint.to_owned())),
+        other => {
+            return Err(format!(
+                "implementation.language `{other}` has no endpoint; give `endpoint:` instead"
+            ));
+        }
+    };
+    let entry = absolute(entrypoint);
+    Ok((format!("{prefix}{entry}"), entry))
+}
+
+async fn push(args: PushArgs, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let mut body = match classify(&args.target)? {
+        Target::Python(path, function) => code_body("python", &path, function, &args).await?,
+        Target::Node(path, export) => code_body("node", &path, export, &args).await?,
+        Target::Definition(path) => definition_body(&path, &args).await?,
+        Target::Builtin(name) => {
+            let tool = toolshed_stdlib::get(&name).ok_or_else(|| Failure::Error {
+                code: EXIT_INTERNAL,
+                error: anyhow!("the built-in `{name}` vanished"),
+            })?;
+            let mut file = ToolFile::from_spec(tool.spec());
+            file.endpoint = Some(args.endpoint.clone().unwrap_or(format!("builtin:{name}")));
+            if let Some(n) = &args.name {
+                file.name = n.clone();
+            }
+            if let Some(d) = &args.description {
+                file.description = d.clone();
+            }
+            if let Some(s) = &args.schema {
+                file.input_schema = Some(read_schema(s)?);
+            }
+            match serde_json::to_value(&file) {
+                Ok(Value::Object(map)) => map,
+                _ => {
+                    return Err(Failure::Error {
+                        code: EXIT_INTERNAL,
+                        error: anyhow!("cannot turn `{name}` into JSON"),
+                    });
+                }
+            }
+        }
+    };
+    body.insert("source".into(), json!("cli"));
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let body = Value::Object(body);
+    let (answer, updated) = match client.post(&TOOLS, &body).await {
+        Ok(a) => (a, false),
+        Err(e) if e.status() == Some(StatusCode::CONFLICT) && e.code() == Some("CONFLICT") => {
+            let url = client.url(&tool_path(&name, &[]), &[]);
+            (client.send(Method::PUT, url, Some(&body)).await?, true)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let data = &answer.data;
+    if json_out {
+        print_json(data);
+        return Ok(());
+    }
+    let text = |k: &str| {
+        data.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let revision = data.get("revision").and_then(Value::as_u64).unwrap_or(0);
+    if updated {
+        print(&format!(
+            "updated {} to revision {revision} (endpoint {})",
+            text("name"),
+            text("endpoint")
+        ));
+    } else {
+        print(&format!(
+            "registered {} (id {}, endpoint {})",
+            text("name"),
+            text("id"),
+            text("endpoint")
+        ));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ other commands
+
+async fn list(
+    tool_type: Option<String>,
+    source: Option<String>,
+    page: u32,
+    per_page: u32,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let mut query = vec![
+        ("page", page.to_string()),
+        ("per_page", per_page.to_string()),
+    ];
+    if let Some(t) = tool_type {
+        query.push(("tool_type", t));
+    }
+    if let Some(s) = source {
+        query.push(("source", s));
+    }
+    let answer = client
+        .send(Method::GET, client.url(&TOOLS, &query), None)
+        .await?;
+    if json_out {
+        print_json(&json!({"data": answer.data, "meta": answer.meta}));
+        return Ok(());
+    }
+    let items = answer.data.as_array().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            ["name", "tool_type", "source", "endpoint", "description"]
+                .iter()
+                .map(|k| t.get(*k).and_then(Value::as_str).unwrap_or("-").to_owned())
+                .collect()
+        })
+        .collect();
+    let meta = answer.meta.unwrap_or(Value::Null);
+    let num = |k: &str, d: u64| meta.get(k).and_then(Value::as_u64).unwrap_or(d);
+    let total = num("total", items.len() as u64);
+    let per = num("per_page", u64::from(per_page)).max(1);
+    let pages = total.div_ceil(per).max(1);
+    let mut text = table(
+        &["NAME", "TYPE", "SOURCE", "ENDPOINT", "DESCRIPTION"],
+        &rows,
+        60,
+    );
+    text.push_str(&format!(
+        "\npage {} of {pages}, {total} tool{}",
+        num("page", u64::from(page)),
+        if total == 1 { "" } else { "s" }
+    ));
+    print(&text);
+    Ok(())
+}
+
+async fn show(name: &str, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let answer = client.get(&tool_path(name, &[])).await?;
+    let d = &answer.data;
+    if json_out {
+        print_json(d);
+        return Ok(());
+    }
+    let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+    let def = |k: &str| d.get("definition").and_then(|x| x.get(k)).cloned();
+    let shown = |v: Option<Value>, none: &str| match v {
+        Some(Value::String(s)) => s,
+        Some(Value::Null) | None => none.to_owned(),
+        Some(other) => other.to_string(),
+    };
+    let timeout = match (def("timeout_ms"), def("timeout_seconds")) {
+        (Some(ms), _) => format!("{ms}ms"),
+        (None, Some(s)) => format!("{s}s"),
+        (None, None) => "default".into(),
+    };
+    let mut out = format!(
+        "{}\n  {}\n\n  id           {}\n  type         {}\n  source       {}\n  endpoint     {}\n  revision     {}\n  version      {}\n  effects      {}\n  idempotency  {}\n  timeout      {timeout}\n  updated      {} by {}\n",
+        text("name"),
+        text("description").replace('\n', "\n  "),
+        text("id"),
+        text("tool_type"),
+        text("source"),
+        text("endpoint"),
+        d.get("revision").and_then(Value::as_u64).unwrap_or(0),
+        shown(d.get("version").cloned(), "-"),
+        shown(def("effects"), "default"),
+        shown(def("idempotency"), "default"),
+        text("updated_at"),
+        text("created_by"),
+    );
+    out.push_str("\ninput schema:\n");
+    out.push_str(
+        &serde_json::to_string_pretty(d.get("schema_definition").unwrap_or(&Value::Null))
+            .unwrap_or_default(),
+    );
+    if let Some(o) = d.get("output_schema").filter(|o| !o.is_null()) {
+        out.push_str("\n\noutput schema:\n");
+        out.push_str(&serde_json::to_string_pretty(o).unwrap_or_default());
+    }
+    print(&out);
+    Ok(())
+}
+
+async fn run_tool(name: &str, raw_args: &str, json_out: bool) -> Result<(), Failure> {
+    let args = crate::tools::read_args(raw_args)?;
+    let client = Client::from_env()?;
+    let answer = client
+        .post(&tool_path(name, &["execute"]), &json!({"args": args}))
+        .await?;
+    let d = &answer.data;
+    let run_id = d.get("run_id").and_then(Value::as_str).unwrap_or("-");
+    let parked = d.get("status").and_then(Value::as_str) == Some("parked");
+    let error = d.get("error").filter(|e| !e.is_null());
+    if json_out {
+        print_json(d);
+    } else if parked {
+        let call = d.get("call_id").and_then(Value::as_str).unwrap_or("-");
+        let gate = d.get("gate").cloned().unwrap_or(Value::Null);
+        eprintln!("{}", parked_hint(run_id, call, &gate));
+    } else if let Some(e) = error {
+        let code = e.get("code").and_then(Value::as_str).unwrap_or("ERROR");
+        let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+        let mut text = format!("error {code}: {message}");
+        let stderr = d.get("stderr").and_then(Value::as_str).unwrap_or("").trim();
+        if !stderr.is_empty() && !message.contains(stderr) {
+            text.push_str("\n  the tool's stderr (tail):\n    ");
+            text.push_str(&tail(stderr, 20).replace('\n', "\n    "));
+        }
+        text.push_str(&format!("\n  run {run_id}"));
+        eprintln!("{text}");
+    } else {
+        let output = d.get("output").cloned().unwrap_or(Value::Null);
+        print(&match output {
+            Value::String(s) => s,
+            other => serde_json::to_string_pretty(&other).unwrap_or_default(),
+        });
+        let ms = d.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0);
+        eprintln!("run {run_id} ({ms:.0} ms)");
+    }
+    if parked {
+        Err(Failure::Reported(EXIT_PARKED))
+    } else if error.is_some() {
+        Err(Failure::Reported(EXIT_TOOL_ERROR))
+    } else {
+        Ok(())
+    }
+}
+
+/// What to do about a parked call: decide or answer it, then resume the run.
+fn parked_hint(run_id: &str, call: &str, gate: &Value) -> String {
+    if gate.get("kind").and_then(Value::as_str) == Some("answer") {
+        let schema = gate.get("schema").map(Value::to_string).unwrap_or_default();
+        format!(
+            "run {run_id} parked: call {call} waits for an answer matching {schema}\n  answer:  toolshed registry answer {call} --answer '{{…}}'\n  then:    toolshed registry resume {run_id}"
+        )
+    } else {
+        let reason = gate
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("always");
+        format!(
+            "run {run_id} parked: call {call} needs an approval ({reason})\n  decide:  toolshed registry approve {call} [--reason TEXT]   or   toolshed registry deny {call} --reason TEXT\n  then:    toolshed registry resume {run_id}"
+        )
+    }
+}
+
+async fn decide(
+    call_id: &str,
+    verb: &str,
+    reason: Option<String>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let answer = client
+        .post(
+            &["api", "v1", "approvals", call_id, verb],
+            &json!({ "reason": reason }),
+        )
+        .await?;
+    if json_out {
+        print_json(&answer.data);
+        return Ok(());
+    }
+    let run_id = answer
+        .data
+        .get("run_id")
+        .and_then(Value::as_str)
+        .unwrap_or("-");
+    let done = if verb == "approve" {
+        "approved"
+    } else {
+        "denied"
+    };
+    print(&format!(
+        "{done} call {call_id}; continue with `toolshed registry resume {run_id}`"
+    ));
+    Ok(())
+}
+
+async fn answer_call(call_id: &str, raw: &str, json_out: bool) -> Result<(), Failure> {
+    let value = read_json(raw, "--answer")?;
+    let client = Client::from_env()?;
+    let answer = client
+        .post(
+            &["api", "v1", "answers", call_id],
+            &json!({ "answer": value }),
+        )
+        .await?;
+    if json_out {
+        print_json(&answer.data);
+        return Ok(());
+    }
+    let run_id = answer
+        .data
+        .get("run_id")
+        .and_then(Value::as_str)
+        .unwrap_or("-");
+    print(&format!(
+        "answered call {call_id}; continue with `toolshed registry resume {run_id}`"
+    ));
+    Ok(())
+}
+
+async fn resume(run_id: &str, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let answer = client
+        .post(&["api", "v1", "runs", run_id, "resume"], &json!({}))
+        .await?;
+    let d = &answer.data;
+    let empty = Vec::new();
+    let outcomes = d
+        .get("outcomes")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let parked = d.get("parked").and_then(Value::as_array).unwrap_or(&empty);
+    let failed = outcomes
+        .iter()
+        .any(|o| o.get("error").is_some_and(|e| !e.is_null()));
+    if json_out {
+        print_json(d);
+    } else {
+        for p in parked {
+            let call = p.get("call_id").and_then(Value::as_str).unwrap_or("-");
+            eprintln!(
+                "{}",
+                parked_hint(run_id, call, p.get("gate").unwrap_or(&Value::Null))
+            );
+        }
+        if parked.is_empty() {
+            for o in outcomes {
+                let tool = o.get("tool").and_then(Value::as_str).unwrap_or("-");
+                match o.get("error").filter(|e| !e.is_null()) {
+                    Some(e) => eprintln!(
+                        "error {}: {} ({tool})",
+                        e.get("code").and_then(Value::as_str).unwrap_or("ERROR"),
+                        e.get("message").and_then(Value::as_str).unwrap_or("")
+                    ),
+                    None => print(&match o.get("output").cloned().unwrap_or(Value::Null) {
+                        Value::String(s) => s,
+                        other => serde_json::to_string_pretty(&other).unwrap_or_default(),
+                    }),
+                }
+            }
+            let status = d
+                .get("run")
+                .and_then(|r| r.get("status"))
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            eprintln!("run {run_id} {status}");
+        }
+    }
+    if !parked.is_empty() {
+        Err(Failure::Reported(EXIT_PARKED))
+    } else if failed {
+        Err(Failure::Reported(EXIT_TOOL_ERROR))
+    } else {
+        Ok(())
+    }
+}
+
+/// A JSON value given on the command line, `@FILE`, or `-` for stdin.
+fn read_json(raw: &str, flag: &str) -> Result<Value, Failure> {
+    let text = if raw == "-" {
+        let mut buf = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+            .with_context(|| format!("cannot read {flag} from stdin"))
+            .map_err(Failure::bad_input)?;
+        buf
+    } else if let Some(path) = raw.strip_prefix('@') {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {flag} file {path}"))
+            .map_err(Failure::bad_input)?
+    } else {
+        raw.to_owned()
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::bad_input(anyhow!(
+            "{flag} is not valid JSON ({e}); e.g. {flag} '{{\"approved\": true}}'"
+        ))
+    })
+}
+
+/// The last `n` lines of a text.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+async fn usage(name: &str, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let answer = client.get(&tool_path(name, &["usage"])).await?;
+    if json_out {
+        print_json(&answer.data);
+        return Ok(());
+    }
+    let items = answer.data.as_array().cloned().unwrap_or_default();
+    if items.is_empty() {
+        print(&format!("no registered agent uses {name}"));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|u| {
+            ["agent_name", "agent_status", "agent_id"]
+                .iter()
+                .map(|k| u.get(*k).and_then(Value::as_str).unwrap_or("-").to_owned())
+                .collect()
+        })
+        .collect();
+    print(&table(&["AGENT", "STATUS", "ID"], &rows, 40));
+    Ok(())
+}
+
+async fn delete(name: &str, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let url = client.url(&tool_path(name, &[]), &[]);
+    let answer = client.send(Method::DELETE, url, None).await?;
+    if json_out {
+        print_json(&answer.data);
+        return Ok(());
+    }
+    let text = |k: &str| {
+        answer
+            .data
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_owned()
+    };
+    print(&format!(
+        "deleted {} (id {}); its revisions are kept (`toolshed registry tool versions {}`)",
+        text("name"),
+        text("id"),
+        text("id")
+    ));
+    Ok(())
+}
+
+async fn versions(name: &str, json_out: bool) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let answer = client.get(&tool_path(name, &["versions"])).await?;
+    if json_out {
+        print_json(&answer.data);
+        return Ok(());
+    }
+    let items = answer.data.as_array().cloned().unwrap_or_default();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|v| {
+            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+            vec![
+                v.get("revision")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0)
+                    .to_string(),
+                s("status"),
+                s("updated_at"),
+                s("created_by"),
+                s("endpoint"),
+                s("description"),
+            ]
+        })
+        .collect();
+    print(&table(
+        &[
+            "REVISION",
+            "STATUS",
+            "UPDATED",
+            "BY",
+            "ENDPOINT",
+            "DESCRIPTION",
+        ],
+        &rows,
+        50,
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::EXIT_BAD_INPUT;
+
+    #[test]
+    fn implementation_blocks_become_endpoints() {
+        let folder = Path::new("/srv/tools");
+        let cases = [
+            ("python", "slow.py:slow", "python:/srv/tools/slow.py:slow"),
+            ("node", "greet.mjs", "node:/srv/tools/greet.mjs"),
+            ("typescript", "/abs/x.ts", "node:/abs/x.ts"),
+            ("exec", "bin/tool.sh", "exec:/srv/tools/bin/tool.sh"),
+            (
+                "builtin",
+                "engine.tools.standard.markdown_writer",
+                "builtin:markdown_writer",
+            ),
+            (
+                "http",
+                "https://example.invalid/x",
+                "https://example.invalid/x",
+            ),
+        ];
+        for (language, entry, expect) in cases {
+            let got = implementation_endpoint(language, entry, folder).map(|(e, _)| e);
+            assert_eq!(got.as_deref(), Ok(expect), "{language} {entry}");
+        }
+    }
+
+    #[test]
+    fn relative_file_endpoints_are_made_absolute() {
+        let folder = Path::new("/srv/tools");
+        assert_eq!(
+            absolute_endpoint("python:x.py:f", folder),
+            "python:/srv/tools/x.py:f"
+        );
+        assert_eq!(
+            absolute_endpoint("python:/a/x.py", folder),
+            "python:/a/x.py"
+        );
+        assert_eq!(absolute_endpoint("builtin:x", folder), "builtin:x");
+    }
+
+    #[test]
+    fn module_paths_name_builtins() {
+        assert!(matches!(
+            classify("engine.tools.standard.markdown_writer"),
+            Ok(Target::Builtin(n)) if n == "markdown_writer"
+        ));
+        match classify("engine.tools.standard.web_search") {
+            Err(Failure::Error { code, error }) => {
+                assert_eq!(code, EXIT_BAD_INPUT);
+                assert!(error.to_string().contains("markdown_writer"), "{error}");
+            }
+            _ => panic!("web_search is not a built-in"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! `toolshed serve`: run the registry server on the database named by `--database-url`,
+//! until Ctrl-C or SIGTERM.
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use clap::Args;
+use toolshed_server::{Server, ServerConfig, ServerError};
+
+use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure};
+
+/// The env var holding the token signing secret.
+pub const JWT_SECRET_VAR: &str = "TOOLSHED_JWT_SECRET";
+/// The env var holding the first admin's password.
+pub const ADMIN_PASSWORD_VAR: &str = "TOOLSHED_ADMIN_PASSWORD";
+
+/// Arguments of `toolshed serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen; port 0 picks a free one (the first line printed names it).
+    #[arg(long, default_value = "127.0.0.1:8000", value_name = "HOST:PORT")]
+    addr: SocketAddr,
+    /// The largest request body in bytes (default 2 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// How long one request may take, in seconds (default 600).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout_secs: Option<u64>,
+}
+
+/// Open, seed and run the server. The first line on stdout is always
+/// `toolshed registry listening on http://ADDR`.
+pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
+    let mut config = ServerConfig::new(database_url);
+    config.addr = args.addr;
+    if let Some(b) = args.max_body_bytes {
+        config.max_body_bytes = b;
+    }
+    if let Some(s) = args.request_timeout_secs {
+        config.request_timeout = Duration::from_secs(s);
+    }
+    config.jwt_secret = secret_var(JWT_SECRET_VAR);
+    config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
+    let shutdown = shutdown_signal()?;
+    let server = Server::open(config).await.map_err(server_failure)?;
+    let addr = server.local_addr();
+    announce(&server, addr);
+    tracing::info!(%addr, database = %toolshed_journal::mask_password(database_url), "registry server started");
+    server.run(shutdown).await.map_err(server_failure)?;
+    tracing::info!("registry server stopped");
+    Ok(())
+}
+
+/// A secret from the environment; empty counts as unset.
+fn secret_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// What an operator needs to start using the server, on stdout.
+fn announce(server: &Server, addr: SocketAddr) {
+    let url = format!("http://{addr}");
+    let mut out = std::io::stdout().lock();
+    // The first line alone, flushed: scripts and tests read the port from it.
+    let _ = writeln!(out, "toolshed registry listening on {url}");
+    let _ = out.flush();
+    let seeded = server.seeded();
+    let mut text = String::new();
+    if let Some((user, password)) = &seeded.admin {
+        let shown = if std::env::var(ADMIN_PASSWORD_VAR).is_ok_and(|v| !v.is_empty()) {
+            format!("the one in {ADMIN_PASSWORD_VAR}")
+        } else {
+            password.clone()
+        };
+        text.push_str(&format!(
+            "created the first admin: user {user}, password {shown}\n  log in with:\n    export TOOLSHED_URL={url}\n    toolshed login --username {user}\n"
+        ));
+        if !shown.starts_with("the one") {
+            text.push_str(
+                "  (the password is shown once; keep it, or add users with `toolshed user add`)\n",
+            );
+        }
+    }
+    if seeded.tools > 0 {
+        text.push_str(&format!(
+            "registered {} standard-library tool{} (`toolshed registry tool list`)\n",
+            seeded.tools,
+            if seeded.tools == 1 { "" } else { "s" }
+        ));
+    }
+    if !text.is_empty() {
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// A future completing on Ctrl-C (SIGINT) or SIGTERM. The handlers are installed here,
+/// before the server announces itself, so a signal sent right after the first line is
+/// never the default "die at once".
+fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("cannot handle {name}: {e}"),
+        })
+    };
+    let mut interrupt = install(SignalKind::interrupt(), "Ctrl-C")?;
+    let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("interrupted; finishing requests in flight"),
+            _ = terminate.recv() => tracing::info!("terminated; finishing requests in flight"),
+        }
+    })
+}
+
+/// The exit code for a server error: settings the operator got wrong are bad input
+/// (2); a database or address that cannot be used is 3.
+fn server_failure(e: ServerError) -> Failure {
+    let code = match &e {
+        ServerError::Auth(_) => EXIT_BAD_INPUT,
+        ServerError::Journal(j) if j.code() == "INVALID_DATABASE_URL" => EXIT_BAD_INPUT,
+        ServerError::Registry(r) if r.code() == "INVALID_DATABASE_URL" => EXIT_BAD_INPUT,
+        _ => EXIT_INTERNAL,
+    };
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    Failure::Error {
+        code,
+        error: anyhow!("{text} [{}]", e.code()),
+    }
+}
