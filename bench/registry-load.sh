@@ -4,13 +4,15 @@
 #      second process) on loopback, beside GET /healthz on the same server;
 #   2. listing 10,000 registered tools: the first page, cold and under repetition.
 #
-# Usage: bench/registry-load.sh [SECONDS] [CONNECTIONS]   (defaults: 15 s, 64)
+# Usage: bench/registry-load.sh [SECONDS] [CONNECTIONS...]   (defaults: 15 s; 32 and 64)
 # Needs wrk (Debian package `wrk`; installed here when missing and apt is available)
 # and python3. Builds the release binary first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN="${1:-15}"
-CONNECTIONS="${2:-64}"
+shift || true
+CONNECTIONS=("${@:-32}")
+[ "$#" -gt 0 ] || CONNECTIONS=(32 64)
 
 if ! command -v wrk >/dev/null; then
   if command -v apt-get >/dev/null; then
@@ -78,15 +80,17 @@ print(f"| {label} | {float(rps):,.0f} | {pct(50)} | {pct(99)} | {total} | {non2x
 PY
 }
 
-echo "# registry server, $(nproc) cores, wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s on loopback"
+echo "# registry server, $(nproc) cores, wrk -t1 -d${SECONDS_PER_RUN}s on loopback (-cN: N connections)"
 echo
 echo "| request | req/s | p50 | p99 | requests | non-2xx | socket errors |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
-wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/get.lua" "$URL/healthz" >"$WORK/health.txt"
-summary "GET /healthz (two database reads)" "$WORK/health.txt"
-wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/execute.lua" \
-  "$URL/api/v1/registry/tools/get_current_time/execute" >"$WORK/execute.txt"
-summary "POST …/get_current_time/execute (a durable run each)" "$WORK/execute.txt"
+for c in "${CONNECTIONS[@]}"; do
+  wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/get.lua" "$URL/healthz" >"$WORK/health.txt"
+  summary "-c$c GET /healthz (two database reads)" "$WORK/health.txt"
+  wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/execute.lua" \
+    "$URL/api/v1/registry/tools/get_current_time/execute" >"$WORK/execute.txt"
+  summary "-c$c POST …/get_current_time/execute (a durable run each)" "$WORK/execute.txt"
+done
 
 RUNS="$(curl -sf "$URL/api/v1/runs?agent_id=registry&limit=1" -H "authorization: Bearer $TOKEN" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')"
 [ "$RUNS" = 1 ] || { echo "no run was recorded" >&2; exit 1; }

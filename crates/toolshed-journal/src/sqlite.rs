@@ -134,6 +134,7 @@ pub struct SqliteJournal {
     sender: Option<Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     readers: Arc<ReadPool>,
+    read_permits: Arc<tokio::sync::Semaphore>,
     applied: Vec<u32>,
     in_flight: AtomicUsize,
 }
@@ -180,6 +181,7 @@ impl SqliteJournal {
                 path: path.clone(),
                 idle: Mutex::new(Vec::new()),
             }),
+            read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_IDLE_READERS)),
             path,
             sender: Some(sender),
             writer: Some(writer),
@@ -233,11 +235,18 @@ impl SqliteJournal {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        // At most MAX_IDLE_READERS reads at once: more would only open (and close)
+        // connections and blocking threads that the cores cannot run anyway.
+        let permit = Arc::clone(&self.read_permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| JournalError::Backend("the journal is closing".into()))?;
         let pool = Arc::clone(&self.readers);
         tokio::task::spawn_blocking(move || {
             let conn = pool.take()?;
             let result = f(&conn);
             pool.put(conn);
+            drop(permit);
             result
         })
         .await
@@ -447,7 +456,7 @@ impl Journal for SqliteJournal {
         let run_id = run_id.to_owned();
         self.read(move |conn| {
             let mut stmt = conn
-                .prepare("SELECT seq, crumb FROM crumbs WHERE run_id = ?1 ORDER BY seq")
+                .prepare_cached("SELECT seq, crumb FROM crumbs WHERE run_id = ?1 ORDER BY seq")
                 .map_err(db)?;
             let rows = stmt
                 .query_map([&run_id], |row| {
@@ -1394,7 +1403,7 @@ fn load_run(conn: &Connection, id: &str) -> Result<Option<RunRecord>> {
         "SELECT {} FROM runs WHERE id = ?1",
         columns(&RUN_COLUMNS, "")
     );
-    let mut stmt = conn.prepare(&sql).map_err(db)?;
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
     stmt.query_row([id], raw_run)
         .optional()
         .map_err(db)?
@@ -1407,7 +1416,7 @@ fn load_call(conn: &Connection, call_id: &str) -> Result<Option<CallRecord>> {
         "SELECT {} FROM calls WHERE call_id = ?1",
         columns(&CALL_COLUMNS, "")
     );
-    let mut stmt = conn.prepare(&sql).map_err(db)?;
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
     stmt.query_row([call_id], raw_call)
         .optional()
         .map_err(db)?
@@ -1443,7 +1452,7 @@ fn list_runs(conn: &Connection, filter: &RunFilter) -> Result<Vec<RunRecord>> {
         " ORDER BY created_at_ms DESC, rowid DESC LIMIT ?{}",
         args.len()
     ));
-    let mut stmt = conn.prepare(&sql).map_err(db)?;
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
     let rows = stmt
         .query_map(rusqlite::params_from_iter(args.iter()), raw_run)
         .map_err(db)?;
@@ -1455,7 +1464,7 @@ fn list_runs(conn: &Connection, filter: &RunFilter) -> Result<Vec<RunRecord>> {
 }
 
 fn query_calls(conn: &Connection, sql: &str, args: &[SqlValue]) -> Result<Vec<CallRecord>> {
-    let mut stmt = conn.prepare(sql).map_err(db)?;
+    let mut stmt = conn.prepare_cached(sql).map_err(db)?;
     let rows = stmt
         .query_map(rusqlite::params_from_iter(args.iter()), raw_call)
         .map_err(db)?;

@@ -60,7 +60,7 @@ impl FromRequestParts<AppState> for Auth {
                 "the Authorization header must be `Bearer TOKEN`",
             ));
         };
-        let claims = state.tokens().verify(token)?;
+        let claims = state.verify_token(token)?;
         Ok(Auth(claims))
     }
 }

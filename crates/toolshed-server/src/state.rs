@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use toolshed_auth::Tokens;
+use toolshed_auth::{Claims, Tokens};
 use toolshed_dispatch::Dispatcher;
 use toolshed_journal::Journal;
 use toolshed_registry::{RegistryStore, ToolRecord};
@@ -33,7 +33,11 @@ struct Inner {
     tokens: Tokens,
     dispatcher: Dispatcher,
     prepared: Mutex<HashMap<String, Arc<Prepared>>>,
+    verified: Mutex<HashMap<String, Claims>>,
 }
+
+/// Verified tokens remembered, at most (the map is cleared when it is full).
+const VERIFIED_TOKENS: usize = 4096;
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
 /// one tool.
@@ -62,6 +66,7 @@ impl AppState {
                 tokens,
                 dispatcher,
                 prepared: Mutex::new(HashMap::new()),
+                verified: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -84,6 +89,32 @@ impl AppState {
     /// The token signer.
     pub fn tokens(&self) -> &Tokens {
         &self.inner.tokens
+    }
+
+    /// Verify a bearer token. A token seen before is looked up instead of verified again
+    /// (a signature check and a JSON parse per request otherwise): the key is the whole
+    /// token, so a changed token is a miss, and the expiry is checked on every hit.
+    pub fn verify_token(&self, token: &str) -> Result<Claims, toolshed_auth::AuthError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        if let Ok(map) = self.inner.verified.lock()
+            && let Some(claims) = map.get(token)
+        {
+            if claims.exp <= now {
+                return Err(toolshed_auth::AuthError::Expired);
+            }
+            return Ok(claims.clone());
+        }
+        let claims = self.inner.tokens.verify(token)?;
+        if let Ok(mut map) = self.inner.verified.lock() {
+            if map.len() >= VERIFIED_TOKENS {
+                map.clear();
+            }
+            map.insert(token.to_owned(), claims.clone());
+        }
+        Ok(claims)
     }
 
     /// The dispatcher (with the stdlib as built-ins).
