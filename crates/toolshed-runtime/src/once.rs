@@ -8,8 +8,7 @@
 
 use serde_json::json;
 use toolshed_core::{
-    Approval, CallOutcome, Crumb, CrumbKind, ErrorCode, Idempotency, RunContext, ToolCall,
-    ToolError,
+    Approval, CallOutcome, Crumb, CrumbKind, ErrorCode, Idempotency, ToolCall, ToolError,
 };
 use toolshed_journal::{Budgets, CallResult, NewCall, NewRun, RunRecord, RunStatus};
 
@@ -43,7 +42,13 @@ impl Runtime {
             return Ok((run, step));
         }
 
-        let ctx = context_of(&new, self);
+        let ctx = crate::run::run_context(
+            &new.agent_id,
+            &new.id,
+            &new.session_id,
+            new.principal.as_ref(),
+            self.config(),
+        );
         let crumbs = self.journal_crumbs();
         crumbs.hold(&new.id);
         let hash = args_hash(&call.args);
@@ -74,25 +79,6 @@ impl Runtime {
             .await?;
         Ok((run, CallStep::Done(outcome)))
     }
-}
-
-fn context_of(new: &NewRun, runtime: &Runtime) -> RunContext {
-    let config = runtime.config();
-    let mut b = RunContext::builder()
-        .agent_id(new.agent_id.clone())
-        .run_id(new.id.clone())
-        .session_id(new.session_id.clone())
-        .env(config.env.clone());
-    if let Some(p) = &new.principal {
-        b = b.principal(p.clone());
-    }
-    if let Some(c) = &config.credentials {
-        b = b.credentials(c.clone());
-    }
-    if let Some(s) = &config.blob_store {
-        b = b.blob_store(s.clone());
-    }
-    b.build()
 }
 
 /// Replace a result larger than `max` serialized bytes by a non-retryable

@@ -53,12 +53,30 @@ struct RunState {
 }
 
 pub(crate) fn context_for(run: &RunRecord, config: &RuntimeConfig) -> RunContext {
+    run_context(
+        &run.agent_id,
+        &run.id,
+        &run.session_id,
+        run.principal.as_ref(),
+        config,
+    )
+}
+
+/// The context handlers of a run see: its ids and principal, and the runtime's env,
+/// credentials and blob store.
+pub(crate) fn run_context(
+    agent_id: &str,
+    run_id: &str,
+    session_id: &str,
+    principal: Option<&toolshed_core::Principal>,
+    config: &RuntimeConfig,
+) -> RunContext {
     let mut b = RunContext::builder()
-        .agent_id(run.agent_id.clone())
-        .run_id(run.id.clone())
-        .session_id(run.session_id.clone())
+        .agent_id(agent_id.to_owned())
+        .run_id(run_id.to_owned())
+        .session_id(session_id.to_owned())
         .env(config.env.clone());
-    if let Some(p) = &run.principal {
+    if let Some(p) = principal {
         b = b.principal(p.clone());
     }
     if let Some(c) = &config.credentials {

@@ -708,6 +708,30 @@ async fn python_and_node_tools_get_inferred_schemas_and_execute() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["data"]["output"]["greeting"], "hello Ada");
     assert_eq!(answer["data"]["output"]["run_id"], answer["data"]["run_id"]);
+
+    // The token's principal reaches the tool's context.
+    let who = s.write(
+        "who.py",
+        "def who(ctx) -> dict:\n    \"\"\"Say who the run acts for.\"\"\"\n    return {\"principal\": ctx.principal, \"run_id\": ctx.run_id}\n",
+    );
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            d,
+            Some(json!({"name": "who", "endpoint": format!("python:{who}")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = s
+        .call("POST", "/api/v1/registry/tools/who/execute", d, None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["data"]["output"]["principal"],
+        json!({"iss": "toolshed", "sub": "dee", "tenant": "default"})
+    );
+    assert_eq!(answer["data"]["output"]["run_id"], answer["data"]["run_id"]);
     s.stop().await;
 }
 
