@@ -129,7 +129,7 @@ const USER_COLUMNS: &str = "username, password_hash, role, tenant, created_at_ms
 ///
 /// Writes are rare and run one at a time on the write connection, each in one
 /// transaction; rows they check are locked (`FOR UPDATE`) and names are guarded by
-/// unique indexes, so the rules hold across processes. Reads go to [`READERS`] other
+/// unique indexes, so the rules hold across processes. Reads go to `READERS` other
 /// connections, which pipeline concurrent queries; the by-id and by-name lookups are
 /// prepared once per connection. Lost connections are reopened on next use.
 pub struct PostgresRegistry {

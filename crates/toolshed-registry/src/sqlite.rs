@@ -134,7 +134,7 @@ const USER_COLUMNS: &str = "username, password_hash, role, tenant, created_at_ms
 /// made inside it (is the name taken? is the revision current?) still hold at commit,
 /// also against other processes, which the busy timeout makes wait rather than fail.
 /// Reads are hot (the server reads tools by id per request) and never wait for the
-/// writer's mutex: they use up to [`READERS`] read-only connections, which WAL lets run
+/// writer's mutex: they use up to `READERS` read-only connections, which WAL lets run
 /// beside a writer. No SQLite call runs on a tokio worker thread.
 pub struct SqliteRegistry {
     path: PathBuf,
@@ -822,7 +822,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<Vec<u32>> {
 
 // ---- reads ----
 
-/// Idle read connections, opened on first use and kept (at most [`READERS`], which
+/// Idle read connections, opened on first use and kept (at most `READERS`, which
 /// the semaphore in front of the pool guarantees).
 struct ReadPool {
     path: PathBuf,

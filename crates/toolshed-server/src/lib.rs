@@ -388,6 +388,9 @@ pub fn router(state: AppState) -> Router {
             config.request_timeout,
         ))
         .layer(CatchPanicLayer::custom(panicked))
+        // One span and one event per request at DEBUG (method, path, status, latency):
+        // `TOOLSHED_LOG=info,tower_http=debug` turns the access log on.
+        .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 
 async fn not_found(req: Request) -> ApiError {
