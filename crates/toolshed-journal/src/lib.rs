@@ -174,8 +174,9 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// write per step. An existing id is a `Conflict` and nothing is stored.
     ///
     /// SQLite overrides it with one atomic write: if any part fails, nothing is
-    /// stored. The default implementation (PostgreSQL) makes one write per step; when a
-    /// step after the run's creation fails, the run is left `failed` with the reason.
+    /// stored. The default implementation makes one write per step, PostgreSQL three
+    /// pipelined ones; when a step after the run's creation fails, the run is left
+    /// `failed` with the reason.
     async fn record_run(
         &self,
         run: NewRun,

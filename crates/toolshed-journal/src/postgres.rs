@@ -229,6 +229,34 @@ impl PostgresJournal {
         answer.await.map_err(|_| writer_stopped())?
     }
 
+    /// Queue every operation before awaiting any answer, so the writer runs them in one
+    /// pipelined batch, in order. The first error is returned (the others may have been
+    /// applied: callers must not depend on the later ones then).
+    async fn write_all(&self, ops: Vec<WriteOp>) -> Result<Vec<Outcome>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (reply, answer) = oneshot::channel();
+            self.sender
+                .send(Request { op, reply })
+                .map_err(|_| writer_stopped())?;
+            answers.push(answer);
+        }
+        let mut outcomes = Vec::with_capacity(answers.len());
+        let mut failure = None;
+        for answer in answers {
+            match answer.await.map_err(|_| writer_stopped())? {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(outcomes),
+        }
+    }
+
     async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
         let client = self.readers.client().await?;
         client
@@ -404,6 +432,65 @@ impl Journal for PostgresJournal {
             .iter()
             .map(|row| raw_call(row)?.into_record())
             .collect()
+    }
+
+    async fn record_run(
+        &self,
+        run: NewRun,
+        calls: Vec<(NewCall, CallResult)>,
+        crumbs: Vec<Value>,
+        status: RunStatus,
+    ) -> Result<RunRecord> {
+        // Three round trips instead of one per step, each a pipelined batch of the
+        // writer: (1) create the run alone, so an existing id stops everything; (2) begin
+        // it and insert its calls, and check each is the new row with our call id (a call
+        // id taken elsewhere stops here); (3) only then finish those calls, append the
+        // crumbs and set the status, which can touch nothing but this run's own rows.
+        // A failure after (1) leaves the run `failed` with the reason, as the trait says.
+        let id = run.id.clone();
+        self.write(WriteOp::create_run(&run, now_ms())?)
+            .await?
+            .into_done()?;
+        let steps = async {
+            let mut opening = vec![WriteOp::begin_drive(&id)];
+            for (call, _) in &calls {
+                opening.push(WriteOp::OpenCall(WriteOp::call_insert(call)?));
+            }
+            for (step, outcome) in self.write_all(opening).await?.into_iter().enumerate() {
+                if let (Some((call, _)), Outcome::Call(raw)) =
+                    (step.checked_sub(1).and_then(|i| calls.get(i)), &outcome)
+                    && (raw.call_id != call.call_id || raw.run_id != id)
+                {
+                    return Err(JournalError::Conflict(format!(
+                        "call {} of run `{id}` exists already with another call id",
+                        call.ordinal
+                    )));
+                }
+            }
+            let mut finishing = Vec::with_capacity(calls.len() + 2);
+            for (call, result) in &calls {
+                finishing.push(WriteOp::record_finished(&call.call_id, result)?);
+            }
+            if !crumbs.is_empty() {
+                finishing.push(WriteOp::append_crumbs(&id, &crumbs)?);
+            }
+            finishing.push(WriteOp::set_run_status(&id, status, None));
+            self.write_all(finishing)
+                .await?
+                .pop()
+                .ok_or_else(|| JournalError::Backend("no answer for the run's status".into()))?
+                .into_run()
+        };
+        match steps.await {
+            Ok(run) => Ok(run),
+            Err(e) => {
+                let reason = format!("recording the run failed part-way: {e}");
+                let _ = self
+                    .set_run_status(&id, RunStatus::Failed, Some(reason))
+                    .await;
+                Err(e)
+            }
+        }
     }
 
     async fn append_crumbs(&self, run_id: &str, crumbs: Vec<Value>) -> Result<()> {
