@@ -59,6 +59,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 mod common;
+pub mod pg;
 mod postgres;
 mod records;
 mod sqlite;

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use std::future::poll_fn;
@@ -16,7 +15,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, Row, Statement};
 
 use crate::common::{
     CALL_COLUMNS, CallChange, MAX_BATCH, Outcome, RUN_COLUMNS, RawCall, RawRun, WriteOp,
@@ -31,7 +30,6 @@ use crate::{
 };
 
 /// The connect timeout used when the URL sets none.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections per journal.
 const READERS: usize = 2;
 
@@ -169,7 +167,7 @@ impl PostgresJournal {
             reason: format!("{e}"),
         })?;
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+            config.connect_timeout(crate::pg::CONNECT_TIMEOUT);
         }
         if config.get_application_name().is_none() {
             config.application_name("toolshed-journal");
@@ -182,13 +180,16 @@ impl PostgresJournal {
 
         let mut client = target.connect().await?;
         if let Some(schema) = &target.schema {
-            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
+            let create = format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                crate::pg::quote_ident(schema)
+            );
             if let Err(e) = client.batch_execute(&create).await {
                 // Another connection may have created it at the same moment.
                 if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
                     return Err(target.unavailable(format!(
                         "cannot create schema `{schema}`: {}",
-                        pg_message(&e)
+                        crate::pg::message(&e)
                     )));
                 }
             }
@@ -198,7 +199,10 @@ impl PostgresJournal {
             tracing::info!(url = %target.masked_url, schema = ?target.schema, ?applied, "applied journal migrations");
         }
         let statements = WriterStatements::prepare(&client).await.map_err(|e| {
-            target.unavailable(format!("cannot prepare statements: {}", pg_message(&e)))
+            target.unavailable(format!(
+                "cannot prepare statements: {}",
+                crate::pg::message(&e)
+            ))
         })?;
         let readers = Readers::connect(Arc::clone(&target)).await?;
 
@@ -540,75 +544,9 @@ struct Target {
 impl Target {
     /// Open a connection, spawn its task, set the search path.
     async fn connect(&self) -> Result<Client> {
-        // The connect timeout applies per address; this bounds the whole attempt.
-        let deadline = self
-            .config
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(CONNECT_TIMEOUT)
-            * 2;
-        let (client, connection) =
-            match tokio::time::timeout(deadline, self.config.connect(NoTls)).await {
-                Ok(Ok(connected)) => connected,
-                Ok(Err(e)) => {
-                    return Err(self.unavailable(format!(
-                        "{} (is PostgreSQL running at {}?)",
-                        pg_message(&e),
-                        self.endpoint()
-                    )));
-                }
-                Err(_) => {
-                    return Err(self.unavailable(format!(
-                        "no answer within {} s (is PostgreSQL running at {}?)",
-                        deadline.as_secs(),
-                        self.endpoint()
-                    )));
-                }
-            };
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %pg_message(&e), "a PostgreSQL journal connection ended");
-            }
-        });
-        if let Some(schema) = &self.schema {
-            client
-                .batch_execute(&format!("SET search_path TO {}", quote_ident(schema)))
-                .await
-                .map_err(|e| {
-                    self.unavailable(format!("cannot set the search path: {}", pg_message(&e)))
-                })?;
-        }
-        Ok(client)
-    }
-
-    /// `host:port` list, for messages.
-    fn endpoint(&self) -> String {
-        let ports = self.config.get_ports();
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, host)| {
-                let port = ports
-                    .get(i)
-                    .or_else(|| ports.first())
-                    .copied()
-                    .unwrap_or(5432);
-                match host {
-                    tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
-                    #[cfg(unix)]
-                    tokio_postgres::config::Host::Unix(dir) => {
-                        format!("{} (port {port})", dir.display())
-                    }
-                }
-            })
-            .collect();
-        if hosts.is_empty() {
-            "localhost:5432".to_owned()
-        } else {
-            hosts.join(", ")
-        }
+        crate::pg::connect(&self.config, self.schema.as_deref(), "journal")
+            .await
+            .map_err(|m| self.unavailable(m))
     }
 
     fn unavailable(&self, message: String) -> JournalError {
@@ -621,9 +559,12 @@ impl Target {
     /// A driver failure after connecting.
     fn error(&self, e: &tokio_postgres::Error) -> JournalError {
         if e.is_closed() {
-            self.unavailable(format!("the connection was lost: {}", pg_message(e)))
+            self.unavailable(format!(
+                "the connection was lost: {}",
+                crate::pg::message(e)
+            ))
         } else {
-            JournalError::Backend(pg_message(e))
+            JournalError::Backend(crate::pg::message(e))
         }
     }
 }
@@ -669,7 +610,10 @@ impl Readers {
 /// advisory lock so concurrent connects migrate once.
 async fn migrate(client: &mut Client, target: &Target) -> Result<Vec<u32>> {
     let err = |e: tokio_postgres::Error| {
-        target.unavailable(format!("cannot migrate the journal: {}", pg_message(&e)))
+        target.unavailable(format!(
+            "cannot migrate the journal: {}",
+            crate::pg::message(&e)
+        ))
     };
     let tx = client.transaction().await.map_err(err)?;
     let schema: Option<String> = tx
@@ -723,7 +667,7 @@ async fn migrate(client: &mut Client, target: &Target) -> Result<Vec<u32>> {
     for (v, sql) in MIGRATIONS {
         if *v > version {
             tx.batch_execute(sql).await.map_err(|e| {
-                target.unavailable(format!("migration {v} failed: {}", pg_message(&e)))
+                target.unavailable(format!("migration {v} failed: {}", crate::pg::message(&e)))
             })?;
             applied.push(*v);
         }
@@ -954,10 +898,10 @@ fn commit_error(target: &Target, e: &tokio_postgres::Error) -> JournalError {
     if e.is_closed() {
         target.unavailable(format!(
             "the connection was lost while committing; the changes may or may not be stored: {}",
-            pg_message(e)
+            crate::pg::message(e)
         ))
     } else {
-        JournalError::Backend(format!("the transaction failed: {}", pg_message(e)))
+        JournalError::Backend(format!("the transaction failed: {}", crate::pg::message(e)))
     }
 }
 
@@ -985,7 +929,7 @@ async fn op_error(
         {
             not_found_run(&c.run_id)
         }
-        _ => JournalError::Backend(pg_message(e)),
+        _ => JournalError::Backend(crate::pg::message(e)),
     }
 }
 
@@ -1319,8 +1263,12 @@ impl WriterStatements {
 // ---- rows and errors ----
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
-    row.try_get(i)
-        .map_err(|e| JournalError::Backend(format!("cannot read column {i}: {}", pg_message(&e))))
+    row.try_get(i).map_err(|e| {
+        JournalError::Backend(format!(
+            "cannot read column {i}: {}",
+            crate::pg::message(&e)
+        ))
+    })
 }
 
 fn raw_run(row: &Row) -> Result<RawRun> {
@@ -1360,34 +1308,6 @@ fn raw_call(row: &Row) -> Result<RawCall> {
         created_at_ms: get(row, 15)?,
         updated_at_ms: get(row, 16)?,
     })
-}
-
-/// The driver's message with its causes (a server error's own text, not just "db error").
-fn pg_message(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut message = format!("{} ({})", db.message(), db.code().code());
-        if let Some(detail) = db.detail() {
-            message.push_str(": ");
-            message.push_str(detail);
-        }
-        return message;
-    }
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
-}
-
-/// `"name"`, with inner quotes doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn writer_stopped() -> JournalError {

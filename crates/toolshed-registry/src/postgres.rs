@@ -6,14 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Row, Statement, Transaction};
+use tokio_postgres::{Client, Config, Row, Statement, Transaction};
 
 use crate::common::{
     Paging, SCHEMA_VERSION_KEY, agent_not_found, check_version, name_taken, new_id,
@@ -26,7 +25,6 @@ use crate::{
 };
 
 /// The connect timeout used when the URL sets none.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections per registry. Each pipelines the queries of every task using it.
 const READERS: usize = 2;
 
@@ -184,7 +182,7 @@ impl PostgresRegistry {
             reason: format!("{e}"),
         })?;
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+            config.connect_timeout(toolshed_journal::pg::CONNECT_TIMEOUT);
         }
         if config.get_application_name().is_none() {
             config.application_name("toolshed-registry");
@@ -197,13 +195,16 @@ impl PostgresRegistry {
 
         let mut client = target.connect().await?;
         if let Some(schema) = &target.schema {
-            let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
+            let create = format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                toolshed_journal::pg::quote_ident(schema)
+            );
             if let Err(e) = client.batch_execute(&create).await {
                 // Another connection may have created it at the same moment.
                 if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
                     return Err(target.unavailable(format!(
                         "cannot create schema `{schema}`: {}",
-                        pg_message(&e)
+                        toolshed_journal::pg::message(&e)
                     )));
                 }
             }
@@ -937,75 +938,9 @@ struct Target {
 impl Target {
     /// Open a connection, spawn its task, set the search path.
     async fn connect(&self) -> Result<Client> {
-        // The connect timeout applies per address; this bounds the whole attempt.
-        let deadline = self
-            .config
-            .get_connect_timeout()
-            .copied()
-            .unwrap_or(CONNECT_TIMEOUT)
-            * 2;
-        let (client, connection) =
-            match tokio::time::timeout(deadline, self.config.connect(NoTls)).await {
-                Ok(Ok(connected)) => connected,
-                Ok(Err(e)) => {
-                    return Err(self.unavailable(format!(
-                        "{} (is PostgreSQL running at {}?)",
-                        pg_message(&e),
-                        self.endpoint()
-                    )));
-                }
-                Err(_) => {
-                    return Err(self.unavailable(format!(
-                        "no answer within {} s (is PostgreSQL running at {}?)",
-                        deadline.as_secs(),
-                        self.endpoint()
-                    )));
-                }
-            };
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %pg_message(&e), "a PostgreSQL registry connection ended");
-            }
-        });
-        if let Some(schema) = &self.schema {
-            client
-                .batch_execute(&format!("SET search_path TO {}", quote_ident(schema)))
-                .await
-                .map_err(|e| {
-                    self.unavailable(format!("cannot set the search path: {}", pg_message(&e)))
-                })?;
-        }
-        Ok(client)
-    }
-
-    /// `host:port` list, for messages.
-    fn endpoint(&self) -> String {
-        let ports = self.config.get_ports();
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, host)| {
-                let port = ports
-                    .get(i)
-                    .or_else(|| ports.first())
-                    .copied()
-                    .unwrap_or(5432);
-                match host {
-                    tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
-                    #[cfg(unix)]
-                    tokio_postgres::config::Host::Unix(dir) => {
-                        format!("{} (port {port})", dir.display())
-                    }
-                }
-            })
-            .collect();
-        if hosts.is_empty() {
-            "localhost:5432".to_owned()
-        } else {
-            hosts.join(", ")
-        }
+        toolshed_journal::pg::connect(&self.config, self.schema.as_deref(), "registry")
+            .await
+            .map_err(|m| self.unavailable(m))
     }
 
     fn unavailable(&self, message: String) -> RegistryError {
@@ -1018,9 +953,12 @@ impl Target {
     /// A driver failure after connecting.
     fn error(&self, e: &tokio_postgres::Error) -> RegistryError {
         if e.is_closed() {
-            self.unavailable(format!("the connection was lost: {}", pg_message(e)))
+            self.unavailable(format!(
+                "the connection was lost: {}",
+                toolshed_journal::pg::message(e)
+            ))
         } else {
-            RegistryError::Backend(pg_message(e))
+            RegistryError::Backend(toolshed_journal::pg::message(e))
         }
     }
 }
@@ -1030,7 +968,10 @@ impl Target {
 /// one after the other, never at once.
 async fn migrate(client: &mut Client, target: &Target) -> Result<Vec<u32>> {
     let err = |e: tokio_postgres::Error| {
-        target.unavailable(format!("cannot migrate the registry: {}", pg_message(&e)))
+        target.unavailable(format!(
+            "cannot migrate the registry: {}",
+            toolshed_journal::pg::message(&e)
+        ))
     };
     let tx = client.transaction().await.map_err(err)?;
     let schema: Option<String> = tx
@@ -1082,7 +1023,10 @@ async fn migrate(client: &mut Client, target: &Target) -> Result<Vec<u32>> {
     for (v, sql) in MIGRATIONS {
         if *v > version {
             tx.batch_execute(sql).await.map_err(|e| {
-                target.unavailable(format!("registry migration {v} failed: {}", pg_message(&e)))
+                target.unavailable(format!(
+                    "registry migration {v} failed: {}",
+                    toolshed_journal::pg::message(&e)
+                ))
             })?;
             applied.push(*v);
         }
@@ -1116,7 +1060,10 @@ impl ReadConn {
             let client = &client;
             async move {
                 client.prepare(&sql).await.map_err(|e| {
-                    target.unavailable(format!("cannot prepare statements: {}", pg_message(&e)))
+                    target.unavailable(format!(
+                        "cannot prepare statements: {}",
+                        toolshed_journal::pg::message(&e)
+                    ))
                 })
             }
         };
@@ -1176,8 +1123,12 @@ impl Readers {
 // ---- rows and errors ----
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
-    row.try_get(i)
-        .map_err(|e| RegistryError::Backend(format!("cannot read column {i}: {}", pg_message(&e))))
+    row.try_get(i).map_err(|e| {
+        RegistryError::Backend(format!(
+            "cannot read column {i}: {}",
+            toolshed_journal::pg::message(&e)
+        ))
+    })
 }
 
 /// A tool from the first 13 columns (`id, TOOL_FIELDS`).
@@ -1221,32 +1172,4 @@ fn user_row(row: &Row) -> Result<UserRecord> {
 /// `COUNT(*)` is never negative.
 fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
-}
-
-/// The driver's message with its causes (a server error's own text, not just "db error").
-fn pg_message(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut message = format!("{} ({})", db.message(), db.code().code());
-        if let Some(detail) = db.detail() {
-            message.push_str(": ");
-            message.push_str(detail);
-        }
-        return message;
-    }
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
-}
-
-/// `"name"`, with inner quotes doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
