@@ -63,6 +63,7 @@ pub mod pg;
 mod postgres;
 mod records;
 mod sqlite;
+pub mod sqlite_reads;
 
 pub use postgres::PostgresJournal;
 pub use records::*;

@@ -4,9 +4,9 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const CALLER_SPIN: Duration = Duration::from_micros(250);
 /// How long the writer polls for the next request after a batch before parking.
 const WRITER_SPIN: Duration = Duration::from_micros(50);
-/// Idle read connections kept open.
-const MAX_IDLE_READERS: usize = 4;
+/// Reads at once, each on its own pooled connection.
+const READERS: usize = 4;
 
 /// The schema, one migration per version, each applied in the opening transaction.
 /// JSON is stored as TEXT: exactly what serde_json wrote, the same in both backends.
@@ -133,8 +133,7 @@ pub struct SqliteJournal {
     path: PathBuf,
     sender: Option<Sender<Request>>,
     writer: Option<JoinHandle<()>>,
-    readers: Arc<ReadPool>,
-    read_permits: Arc<tokio::sync::Semaphore>,
+    readers: Arc<crate::sqlite_reads::Readers>,
     applied: Vec<u32>,
     in_flight: AtomicUsize,
 }
@@ -177,11 +176,12 @@ impl SqliteJournal {
             tracing::info!(path = %path.display(), ?applied, "applied journal migrations");
         }
         Ok(SqliteJournal {
-            readers: Arc::new(ReadPool {
-                path: path.clone(),
-                idle: Mutex::new(Vec::new()),
-            }),
-            read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_IDLE_READERS)),
+            readers: Arc::new(crate::sqlite_reads::Readers::new(
+                &path,
+                READERS,
+                BUSY_TIMEOUT,
+                16,
+            )),
             path,
             sender: Some(sender),
             writer: Some(writer),
@@ -235,22 +235,7 @@ impl SqliteJournal {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        // At most MAX_IDLE_READERS reads at once: more would only open (and close)
-        // connections and blocking threads that the cores cannot run anyway.
-        let permit = Arc::clone(&self.read_permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| JournalError::Backend("the journal is closing".into()))?;
-        let pool = Arc::clone(&self.readers);
-        tokio::task::spawn_blocking(move || {
-            let conn = pool.take()?;
-            let result = f(&conn);
-            pool.put(conn);
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|e| JournalError::Backend(format!("a journal read failed: {e}")))?
+        self.readers.read(f).await
     }
 }
 
@@ -1363,41 +1348,6 @@ fn migrate_in_transaction(conn: &Connection, path: &Path) -> Result<Vec<u32>> {
 
 // ---- reads ----
 
-struct ReadPool {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
-}
-
-impl ReadPool {
-    fn take(&self) -> Result<Connection> {
-        if let Some(conn) = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-        {
-            return Ok(conn);
-        }
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| open_error(&self.path, e))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| open_error(&self.path, e))?;
-        conn.execute_batch("PRAGMA query_only = ON")
-            .map_err(|e| open_error(&self.path, e))?;
-        Ok(conn)
-    }
-
-    fn put(&self, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < MAX_IDLE_READERS {
-            idle.push(conn);
-        }
-    }
-}
-
 fn load_run(conn: &Connection, id: &str) -> Result<Option<RunRecord>> {
     let sql = format!(
         "SELECT {} FROM runs WHERE id = ?1",
@@ -1546,4 +1496,15 @@ fn unavailable(path: &Path, message: String) -> JournalError {
 
 fn writer_stopped() -> JournalError {
     JournalError::Backend("the journal writer has stopped".into())
+}
+
+impl From<crate::sqlite_reads::ReadFailure> for JournalError {
+    fn from(f: crate::sqlite_reads::ReadFailure) -> Self {
+        use crate::sqlite_reads::ReadFailure;
+        match f {
+            ReadFailure::Open { path, source } => open_error(&path, source),
+            ReadFailure::Closed => JournalError::Backend("the journal is closing".into()),
+            ReadFailure::Crashed(m) => JournalError::Backend(format!("a journal read failed: {m}")),
+        }
+    }
 }

@@ -10,10 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{
-    Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior,
-    params,
+    Connection, ErrorCode, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
-use tokio::sync::Semaphore;
 
 use crate::common::{
     Paging, SCHEMA_VERSION_KEY, agent_not_found, check_version, name_taken, new_id,
@@ -139,10 +137,7 @@ const USER_COLUMNS: &str = "username, password_hash, role, tenant, created_at_ms
 pub struct SqliteRegistry {
     path: PathBuf,
     writer: Arc<Mutex<Connection>>,
-    readers: Arc<ReadPool>,
-    /// One permit per read connection: a read waits for a connection rather than
-    /// opening (and closing) an extra one.
-    read_permits: Arc<Semaphore>,
+    readers: Arc<toolshed_journal::sqlite_reads::Readers>,
     applied: Vec<u32>,
 }
 
@@ -171,11 +166,12 @@ impl SqliteRegistry {
             tracing::info!(path = %path.display(), ?applied, "applied registry migrations");
         }
         Ok(SqliteRegistry {
-            readers: Arc::new(ReadPool {
-                path: path.clone(),
-                idle: Mutex::new(Vec::with_capacity(READERS)),
-            }),
-            read_permits: Arc::new(Semaphore::new(READERS)),
+            readers: Arc::new(toolshed_journal::sqlite_reads::Readers::new(
+                &path,
+                READERS,
+                BUSY_TIMEOUT,
+                STATEMENT_CACHE,
+            )),
             path,
             writer: Arc::new(Mutex::new(writer)),
             applied,
@@ -219,20 +215,7 @@ impl SqliteRegistry {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let permit = Arc::clone(&self.read_permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| RegistryError::Backend("the read pool is closed".into()))?;
-        let pool = Arc::clone(&self.readers);
-        tokio::task::spawn_blocking(move || {
-            let conn = pool.take()?;
-            let result = f(&conn);
-            pool.put(conn);
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|e| RegistryError::Backend(format!("a registry read failed: {e}")))?
+        self.readers.read(f).await
     }
 }
 
@@ -822,44 +805,6 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<Vec<u32>> {
 
 // ---- reads ----
 
-/// Idle read connections, opened on first use and kept (at most `READERS`, which
-/// the semaphore in front of the pool guarantees).
-struct ReadPool {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
-}
-
-impl ReadPool {
-    fn take(&self) -> Result<Connection> {
-        if let Some(conn) = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-        {
-            return Ok(conn);
-        }
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| open_error(&self.path, e))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(|e| open_error(&self.path, e))?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        conn.execute_batch("PRAGMA query_only = ON")
-            .map_err(|e| open_error(&self.path, e))?;
-        Ok(conn)
-    }
-
-    fn put(&self, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < READERS {
-            idle.push(conn);
-        }
-    }
-}
-
 /// The id of the active tool named `name`, if any.
 fn active_tool_id(conn: &Connection, name: &str) -> Result<Option<String>> {
     conn.prepare_cached("SELECT id FROM registry_tools WHERE name = ?1 AND status = 'active'")
@@ -1166,5 +1111,18 @@ fn unavailable(path: &Path, message: String) -> RegistryError {
     RegistryError::Unavailable {
         target: path.display().to_string(),
         message,
+    }
+}
+
+impl From<toolshed_journal::sqlite_reads::ReadFailure> for RegistryError {
+    fn from(f: toolshed_journal::sqlite_reads::ReadFailure) -> Self {
+        use toolshed_journal::sqlite_reads::ReadFailure;
+        match f {
+            ReadFailure::Open { path, source } => open_error(&path, source),
+            ReadFailure::Closed => RegistryError::Backend("the read pool is closed".into()),
+            ReadFailure::Crashed(m) => {
+                RegistryError::Backend(format!("a registry read failed: {m}"))
+            }
+        }
     }
 }
