@@ -9,6 +9,31 @@ use tokio_postgres::{Client, Config, NoTls};
 /// How long one connection attempt may take when the URL sets no `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A connection config from a URL, with [`CONNECT_TIMEOUT`] and `application_name`
+/// filled in where the URL sets none. The error is the reason the URL is refused.
+pub fn config(url: &str, application_name: &str) -> Result<Config, String> {
+    let mut config: Config = url.parse().map_err(|e| format!("{e}"))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(application_name);
+    }
+    Ok(config)
+}
+
+/// Create `schema` if it is missing (two processes doing so at once is fine).
+pub async fn create_schema(client: &Client, schema: &str) -> Result<(), String> {
+    let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
+    match client.batch_execute(&create).await {
+        // Another connection may have created it at the same moment.
+        Err(e) if e.code() != Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            Err(format!("cannot create schema `{schema}`: {}", message(&e)))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Open a connection, spawn its driver task (its end is logged with `what`, e.g.
 /// `journal`) and set `search_path` to `schema` when one is given. The error is the
 /// message for an "unavailable" error: it names the server and asks whether it runs.

@@ -162,16 +162,12 @@ impl PostgresJournal {
 
     async fn connect_inner(url: &str, schema: Option<String>) -> Result<PostgresJournal> {
         let masked_url = mask_password(url);
-        let mut config: Config = url.parse().map_err(|e| JournalError::InvalidUrl {
-            url: masked_url.clone(),
-            reason: format!("{e}"),
+        let config = crate::pg::config(url, "toolshed-journal").map_err(|reason| {
+            JournalError::InvalidUrl {
+                url: masked_url.clone(),
+                reason,
+            }
         })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(crate::pg::CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("toolshed-journal");
-        }
         let target = Arc::new(Target {
             config,
             schema,
@@ -180,19 +176,9 @@ impl PostgresJournal {
 
         let mut client = target.connect().await?;
         if let Some(schema) = &target.schema {
-            let create = format!(
-                "CREATE SCHEMA IF NOT EXISTS {}",
-                crate::pg::quote_ident(schema)
-            );
-            if let Err(e) = client.batch_execute(&create).await {
-                // Another connection may have created it at the same moment.
-                if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
-                    return Err(target.unavailable(format!(
-                        "cannot create schema `{schema}`: {}",
-                        crate::pg::message(&e)
-                    )));
-                }
-            }
+            crate::pg::create_schema(&client, schema)
+                .await
+                .map_err(|m| target.unavailable(m))?;
         }
         let applied = migrate(&mut client, &target).await?;
         if !applied.is_empty() {

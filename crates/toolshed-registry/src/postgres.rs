@@ -177,16 +177,12 @@ impl PostgresRegistry {
 
     async fn connect_inner(url: &str, schema: Option<String>) -> Result<PostgresRegistry> {
         let masked_url = toolshed_journal::mask_password(url);
-        let mut config: Config = url.parse().map_err(|e| RegistryError::InvalidUrl {
-            url: masked_url.clone(),
-            reason: format!("{e}"),
+        let config = toolshed_journal::pg::config(url, "toolshed-registry").map_err(|reason| {
+            RegistryError::InvalidUrl {
+                url: masked_url.clone(),
+                reason,
+            }
         })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(toolshed_journal::pg::CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("toolshed-registry");
-        }
         let target = Arc::new(Target {
             config,
             schema,
@@ -195,19 +191,9 @@ impl PostgresRegistry {
 
         let mut client = target.connect().await?;
         if let Some(schema) = &target.schema {
-            let create = format!(
-                "CREATE SCHEMA IF NOT EXISTS {}",
-                toolshed_journal::pg::quote_ident(schema)
-            );
-            if let Err(e) = client.batch_execute(&create).await {
-                // Another connection may have created it at the same moment.
-                if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
-                    return Err(target.unavailable(format!(
-                        "cannot create schema `{schema}`: {}",
-                        toolshed_journal::pg::message(&e)
-                    )));
-                }
-            }
+            toolshed_journal::pg::create_schema(&client, schema)
+                .await
+                .map_err(|m| target.unavailable(m))?;
         }
         let applied = migrate(&mut client, &target).await?;
         if !applied.is_empty() {

@@ -113,20 +113,51 @@ impl JournalCrumbs {
         let _ = rx.await;
     }
 
-    /// Keep the crumbs of `run_id` aside until [`take_held`](Self::take_held).
-    pub(crate) fn hold(&self, run_id: &str) {
+    /// Keep the crumbs of `run_id` aside until the returned guard takes them. Dropping
+    /// the guard (the call was abandoned) discards them, so nothing stays held.
+    pub(crate) fn hold(&self, run_id: &str) -> Held {
+        let run_id: Arc<str> = Arc::from(run_id);
         if let Ok(mut b) = self.handle.shared.buffer.lock() {
-            b.held.insert(Arc::from(run_id), Vec::new());
+            b.held.insert(run_id.clone(), Vec::new());
+        }
+        Held {
+            shared: self.handle.shared.clone(),
+            run_id,
+            taken: false,
         }
     }
+}
 
-    /// The crumbs kept aside for `run_id`, as journal JSON; they are no longer held.
-    pub(crate) fn take_held(&self, run_id: &str, max_payload: usize) -> Vec<Value> {
-        let held = match self.handle.shared.buffer.lock() {
-            Ok(mut b) => b.held.remove(run_id).unwrap_or_default(),
+/// The crumbs of one run kept aside by [`JournalCrumbs::hold`].
+pub(crate) struct Held {
+    shared: Arc<Shared>,
+    run_id: Arc<str>,
+    taken: bool,
+}
+
+impl Held {
+    /// The crumbs kept aside, as journal JSON; they are no longer held.
+    pub(crate) fn take(mut self, max_payload: usize) -> Vec<Value> {
+        self.taken = true;
+        self.release()
+            .iter()
+            .map(|c| to_json(c, max_payload))
+            .collect()
+    }
+
+    fn release(&self) -> Vec<Arc<Crumb>> {
+        match self.shared.buffer.lock() {
+            Ok(mut b) => b.held.remove(&self.run_id).unwrap_or_default(),
             Err(_) => Vec::new(),
-        };
-        held.iter().map(|c| to_json(c, max_payload)).collect()
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.release();
+        }
     }
 }
 

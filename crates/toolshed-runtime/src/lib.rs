@@ -74,6 +74,15 @@ impl std::fmt::Debug for RuntimeConfig {
     }
 }
 
+/// Whether a resumed run could repeat this tool's side effect: `effects: external`
+/// with `idempotency: none`, not explicitly allowed. [`Runtime::new`] refuses such
+/// tools; registries check it when a tool is registered.
+pub fn could_repeat_side_effects(spec: &toolshed_core::ToolSpec) -> bool {
+    spec.effects == toolshed_core::Effects::External
+        && spec.idempotency == toolshed_core::Idempotency::None
+        && !spec.allow_unkeyed_external
+}
+
 /// The durable runtime. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Runtime {
@@ -100,12 +109,7 @@ impl Runtime {
         let unsafe_tools: Vec<String> = pipeline
             .toolset()
             .iter()
-            .filter(|t| {
-                let s = t.spec();
-                s.effects == toolshed_core::Effects::External
-                    && s.idempotency == toolshed_core::Idempotency::None
-                    && !s.allow_unkeyed_external
-            })
+            .filter(|t| could_repeat_side_effects(t.spec()))
             .map(|t| t.name().to_owned())
             .collect();
         if !unsafe_tools.is_empty() {

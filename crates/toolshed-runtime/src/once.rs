@@ -49,8 +49,7 @@ impl Runtime {
             new.principal.as_ref(),
             self.config(),
         );
-        let crumbs = self.journal_crumbs();
-        crumbs.hold(&new.id);
+        let held = self.journal_crumbs().hold(&new.id);
         let hash = args_hash(&call.args);
         let new_call = NewCall {
             call_id: uuid::Uuid::now_v7().to_string(),
@@ -67,8 +66,7 @@ impl Runtime {
             Crumb::new(CrumbKind::RunCompleted, &ctx, "", "")
                 .with_payload(json!({"waiting_for": []})),
         );
-        let max = self.config().max_result_bytes;
-        let held = crumbs.take_held(&new.id, max);
+        let held = held.take(self.config().max_result_bytes);
         let result = CallResult {
             result: outcome.result.clone(),
             duration_ms: outcome.duration.as_secs_f64() * 1000.0,

@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::Router;
@@ -426,7 +426,6 @@ fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 /// Give an error answer without a JSON body (a timeout, a layer's rejection) the
 /// envelope.
 async fn envelope_bare_errors(req: Request, next: Next) -> Response {
-    let limit_hint = req.extensions().get::<Arc<usize>>().map(|l| **l);
     let response = next.run(req).await;
     let status = response.status();
     let is_json = response
@@ -443,12 +442,8 @@ async fn envelope_bare_errors(req: Request, next: Next) -> Response {
         ),
         StatusCode::PAYLOAD_TOO_LARGE => (
             "PAYLOAD_TOO_LARGE",
-            format!(
-                "the body is larger than the server's limit{}",
-                limit_hint
-                    .map(|l| format!(" of {l} bytes"))
-                    .unwrap_or_default()
-            ),
+            // Bodies are read by `extract::Body`, which names the limit; this is the rest.
+            "the body is larger than the server's limit".to_owned(),
         ),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => (
             "UNSUPPORTED_MEDIA_TYPE",

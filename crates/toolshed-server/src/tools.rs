@@ -298,18 +298,25 @@ pub async fn find_tool(state: &AppState, id_or_name: &str) -> Result<ToolRecord,
         Err(toolshed_registry::RegistryError::NotFound { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    for name in name_forms(id_or_name) {
-        if let Some(t) = state.registry().find_tool_by_name(&name).await? {
-            return Ok(t);
+    find_by_name(state, id_or_name).await?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no tool with id or name `{id_or_name}`; list them with GET /api/v1/registry/tools"
+        ))
+    })
+}
+
+/// The active tool with this name or its `_`/`-` twin, if any.
+pub async fn find_by_name(state: &AppState, name: &str) -> Result<Option<ToolRecord>, ApiError> {
+    for form in name_forms(name) {
+        if let Some(t) = state.registry().find_tool_by_name(&form).await? {
+            return Ok(Some(t));
         }
     }
-    Err(ApiError::not_found(format!(
-        "no tool with id or name `{id_or_name}`; list them with GET /api/v1/registry/tools"
-    )))
+    Ok(None)
 }
 
 /// `order-lookup` and `order_lookup` name the same tool, as refs do.
-pub fn name_forms(name: &str) -> Vec<String> {
+fn name_forms(name: &str) -> Vec<String> {
     let mut forms = vec![name.to_owned()];
     for alt in [name.replace('-', "_"), name.replace('_', "-")] {
         if !forms.contains(&alt) {
@@ -329,7 +336,8 @@ pub fn build_runtime(state: &AppState, record: &ToolRecord) -> Result<Runtime, A
         .map_err(ApiError::from)
 }
 
-/// A stored definition as an executable tool.
+/// A stored definition as an executable tool; a definition this server refuses is a
+/// 409 that says to replace it.
 pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, ApiError> {
     let file: ToolFile = serde_json::from_value(record.definition.clone()).map_err(|e| {
         ApiError::internal(
@@ -337,26 +345,24 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
             e,
         )
     })?;
-    let mut spec = file.into_spec().map_err(|e| {
+    executable(dispatcher, file).map_err(|reason| {
         ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "INVALID_DEFINITION",
-            format!(
-                "tool `{}` has a definition this server refuses ({e}); update it with PUT",
-                record.name
-            ),
+            format!("tool `{}` {reason}; update it with PUT", record.name),
         )
-    })?;
+    })
+}
+
+/// A definition as the tool the runtime executes, or why it cannot be one.
+pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, String> {
+    let mut spec = file
+        .into_spec()
+        .map_err(|e| format!("has a definition this server refuses ({e})"))?;
     let name = spec.name.as_str().to_owned();
-    let handler: Arc<dyn Handler> = match record.endpoint.as_deref().map(Endpoint::parse) {
+    let handler: Arc<dyn Handler> = match spec.meta.endpoint.as_deref().map(Endpoint::parse) {
         None => Arc::new(NoEndpoint(name.clone())),
-        Some(Err(e)) => {
-            return Err(ApiError::new(
-                axum::http::StatusCode::CONFLICT,
-                "INVALID_DEFINITION",
-                format!("tool `{name}` has an invalid endpoint ({e}); update it with PUT"),
-            ));
-        }
+        Some(Err(e)) => return Err(format!("has an invalid endpoint ({e})")),
         Some(Ok(Endpoint::Builtin { name: builtin })) => match toolshed_stdlib::get(&builtin) {
             Some(t) => t.handler().clone(),
             None => Arc::new(NoEndpoint(name.clone())),
@@ -372,13 +378,7 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
             })
         }
     };
-    Tool::from_spec(spec, handler).map_err(|e| {
-        ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "INVALID_DEFINITION",
-            format!("tool `{name}` cannot be built ({e}); update it with PUT"),
-        )
-    })
+    Tool::from_spec(spec, handler).map_err(|e| format!("cannot be built ({e})"))
 }
 
 /// A tool registered without an endpoint: metadata only.

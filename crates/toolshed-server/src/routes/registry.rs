@@ -19,7 +19,8 @@ use crate::error::{ApiError, ErrorEnvelope};
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::tools::{
-    CAPTURE, Captured, complete_registration, find_tool, name_forms, new_tool, parse_registration,
+    CAPTURE, Captured, Registration, complete_registration, find_by_name, find_tool, new_tool,
+    parse_registration,
 };
 use crate::views::{AgentView, Data, ExecuteView, Paged, ToolDetail, ToolSummary, UsageView};
 
@@ -92,10 +93,8 @@ pub async fn create_tool(
         ));
     }
     let reg = complete_registration(&state, reg).await?;
+    check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
-    // Build it once before storing: a definition the runtime would refuse (e.g. external
-    // effects without keyed idempotency) is refused now, not at its first execution.
-    check_executable(&state, &new)?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
     Ok((
@@ -106,29 +105,12 @@ pub async fn create_tool(
     ))
 }
 
-fn check_executable(state: &AppState, new: &toolshed_registry::NewTool) -> Result<(), ApiError> {
-    let probe = toolshed_registry::ToolRecord {
-        id: "probe".into(),
-        name: new.name.clone(),
-        description: new.description.clone(),
-        tool_type: new.tool_type.clone(),
-        source: new.source.clone(),
-        status: toolshed_registry::ToolStatus::Active,
-        endpoint: new.endpoint.clone(),
-        version: new.version.clone(),
-        revision: 1,
-        definition: new.definition.clone(),
-        created_by: new.created_by.clone(),
-        created_at_ms: 0,
-        updated_at_ms: 0,
-    };
-    let tool = crate::tools::build_tool(state.dispatcher(), &probe)
-        .map_err(|e| ApiError::invalid_body(e.message))?;
-    let s = tool.spec();
-    if s.effects == toolshed_core::Effects::External
-        && s.idempotency == toolshed_core::Idempotency::None
-        && !s.allow_unkeyed_external
-    {
+/// Build the definition as the runtime would: one it would refuse is refused now, not
+/// at its first execution.
+fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError> {
+    let tool = crate::tools::executable(state.dispatcher(), reg.file.clone())
+        .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))?;
+    if toolshed_runtime::could_repeat_side_effects(tool.spec()) {
         return Err(crate::tools::field_error(
             "idempotency",
             "a tool with `effects: external` must be `idempotency: keyed` so a resumed run never repeats its side effect (or set `allow_unkeyed_external: true`)",
@@ -205,8 +187,8 @@ pub async fn update_tool(
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
     let reg = complete_registration(&state, reg).await?;
+    check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
-    check_executable(&state, &new)?;
     let record = state
         .registry()
         .update_tool(&current.id, new, expected)
@@ -444,15 +426,11 @@ pub async fn register_agent(
         .map_err(|e| ApiError::invalid_body(e.to_string()))?;
     let mut tool_ids = Vec::new();
     for entry in &file.tools {
-        if let ToolEntry::Tool { name } = entry {
-            for form in name_forms(name) {
-                if let Some(t) = state.registry().find_tool_by_name(&form).await? {
-                    if !tool_ids.contains(&t.id) {
-                        tool_ids.push(t.id);
-                    }
-                    break;
-                }
-            }
+        if let ToolEntry::Tool { name } = entry
+            && let Some(t) = find_by_name(&state, name).await?
+            && !tool_ids.contains(&t.id)
+        {
+            tool_ids.push(t.id);
         }
     }
     let record = state
