@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
 use tokio::runtime::Runtime;
-use toolshed_journal::{
-    Budgets, CallResult, Journal, NewCall, NewRun, PostgresJournal, SqliteJournal,
-};
+use toolshed_journal::{Budgets, CallResult, Journal, NewCall, NewRun};
 
 /// Concurrent runs in the throughput benchmarks.
 const TASKS: u32 = 64;
@@ -205,10 +203,12 @@ fn benches(c: &mut Criterion) {
     raw_commit(c, dir.path());
 
     let rt = runtime();
-    let sqlite: Arc<dyn Journal> = Arc::new(
-        rt.block_on(SqliteJournal::open(dir.path().join("journal.db")))
-            .unwrap(),
-    );
+    let sqlite: Arc<dyn Journal> = rt
+        .block_on(toolshed_journal::open(&format!(
+            "sqlite://{}",
+            dir.path().join("journal.db").display()
+        )))
+        .unwrap();
     keyed_call_cost(c, &rt, &sqlite, "sqlite");
     concurrent_keyed_calls(c, &rt, &sqlite, "sqlite");
     drop(sqlite);
@@ -216,10 +216,9 @@ fn benches(c: &mut Criterion) {
     let url = std::env::var("TOOLSHED_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let schema = format!("toolshed_bench_{}", uuid::Uuid::new_v4().simple());
-    let postgres: Arc<dyn Journal> = Arc::new(
-        rt.block_on(PostgresJournal::connect_with_schema(&url, &schema))
-            .expect("PostgreSQL must be running: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"),
-    );
+    let postgres: Arc<dyn Journal> = rt
+        .block_on(toolshed_journal::open_in_schema(&url, &schema))
+        .expect("PostgreSQL must be running: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start");
     keyed_call_cost(c, &rt, &postgres, "postgres");
     concurrent_keyed_calls(c, &rt, &postgres, "postgres");
     drop(postgres);

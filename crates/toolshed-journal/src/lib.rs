@@ -1,9 +1,12 @@
 //! # toolshed-journal
 //!
 //! The durable event log of runs, calls, approvals, human answers and crumbs, behind one
-//! trait ([`Journal`]) with two backends that pass the same behavioural test suite:
-//! SQLite (the embedded default: one file, WAL, grouped fsync'd commits) and
-//! PostgreSQL.
+//! trait ([`Journal`]) with one implementation ([`SqlJournal`]) on two databases that
+//! pass the same behavioural test suite: SQLite (the embedded default: one file, WAL,
+//! grouped fsync'd commits) and PostgreSQL. The state rules, the reads and the decoding
+//! of rows are written once (`rules.rs`, `reads.rs`); each database only has its
+//! group-commit writer and its statements (`sqlite.rs`, `postgres.rs`). Connections,
+//! migrations and reader pools come from `toolshed-store`.
 //!
 //! Open one with [`open`] and a URL: `sqlite://PATH` or `postgres://…`.
 //!
@@ -27,7 +30,7 @@
 //!         session_id: "session-1".into(),
 //!         principal: None,
 //!         budgets: Budgets::default(),
-//!         driver: serde_json::json!({"kind": "direct"}),
+//!         driver: serde_json::json!({"kind": "library"}),
 //!     })
 //!     .await?;
 //! assert_eq!(run.status, RunStatus::Running);
@@ -57,21 +60,49 @@ use std::fmt;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
-mod common;
-pub mod pg;
 mod postgres;
+mod reads;
 mod records;
+mod rules;
 mod sqlite;
-pub mod sqlite_reads;
+mod store;
 
-pub use postgres::PostgresJournal;
 pub use records::*;
-pub use sqlite::SqliteJournal;
+pub use store::SqlJournal;
+
+/// The stable codes of [`JournalError`], the same for both databases.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::EnumIter,
+)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum JournalCode {
+    /// The database URL is not `sqlite://PATH` or `postgres://…`.
+    InvalidDatabaseUrl,
+    /// The database cannot be opened or reached, or was written by a newer toolshed.
+    JournalUnavailable,
+    /// The file is not a toolshed journal (someone else's database, or not one at all).
+    NotAJournal,
+    /// No such run or call.
+    NotFound,
+    /// The change conflicts with the record's state.
+    Conflict,
+    /// Any other failure of the database.
+    JournalError,
+}
+
+impl JournalCode {
+    /// The code as written on the wire, e.g. `NOT_FOUND`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
 
 /// What can go wrong talking to the journal. Each kind maps to one stable code, the
 /// same for both backends.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
     /// The URL is not `sqlite://PATH` or `postgres://…`.
@@ -116,16 +147,41 @@ pub enum JournalError {
 }
 
 impl JournalError {
-    /// The stable code: `INVALID_DATABASE_URL`, `JOURNAL_UNAVAILABLE`, `NOT_A_JOURNAL`,
-    /// `NOT_FOUND`, `CONFLICT`, `JOURNAL_ERROR`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code.
+    pub fn code(&self) -> JournalCode {
         match self {
-            JournalError::InvalidUrl { .. } => "INVALID_DATABASE_URL",
-            JournalError::Unavailable { .. } => "JOURNAL_UNAVAILABLE",
-            JournalError::NotAJournal { .. } => "NOT_A_JOURNAL",
-            JournalError::NotFound { .. } => "NOT_FOUND",
-            JournalError::Conflict(_) => "CONFLICT",
-            JournalError::Backend(_) => "JOURNAL_ERROR",
+            JournalError::InvalidUrl { .. } => JournalCode::InvalidDatabaseUrl,
+            JournalError::Unavailable { .. } => JournalCode::JournalUnavailable,
+            JournalError::NotAJournal { .. } => JournalCode::NotAJournal,
+            JournalError::NotFound { .. } => JournalCode::NotFound,
+            JournalError::Conflict(_) => JournalCode::Conflict,
+            JournalError::Backend(_) => JournalCode::JournalError,
+        }
+    }
+}
+
+impl From<OpenError> for JournalError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::InvalidUrl { url, reason } => JournalError::InvalidUrl { url, reason },
+            OpenError::Unavailable { target, message } => JournalError::Unavailable {
+                url: target,
+                message,
+            },
+            OpenError::Foreign { path, message, .. } => JournalError::NotAJournal { path, message },
+            other => JournalError::Backend(other.to_string()),
+        }
+    }
+}
+
+impl From<DbError> for JournalError {
+    fn from(e: DbError) -> Self {
+        match e.kind {
+            DbErrorKind::ConnectionLost => JournalError::Unavailable {
+                url: "the journal database".into(),
+                message: e.message,
+            },
+            _ => JournalError::Backend(e.message),
         }
     }
 }
@@ -175,41 +231,15 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// execute (`idempotency: none`, no gate) records when it ends, instead of one
     /// write per step. An existing id is a `Conflict` and nothing is stored.
     ///
-    /// SQLite overrides it with one atomic write: if any part fails, nothing is
-    /// stored. The default implementation makes one write per step, PostgreSQL three
-    /// pipelined ones; when a step after the run's creation fails, the run is left
-    /// `failed` with the reason.
+    /// One atomic write on both databases, grouped with concurrent ones into one
+    /// commit: if any part fails, nothing is stored.
     async fn record_run(
         &self,
         run: NewRun,
         calls: Vec<(NewCall, CallResult)>,
         crumbs: Vec<Value>,
         status: RunStatus,
-    ) -> Result<RunRecord> {
-        let id = run.id.clone();
-        self.create_run(run).await?;
-        let steps = async {
-            self.begin_drive(&id).await?;
-            for (call, result) in calls {
-                let rec = self.open_call(call).await?;
-                self.record_finished(&rec.call_id, result).await?;
-            }
-            if !crumbs.is_empty() {
-                self.append_crumbs(&id, crumbs).await?;
-            }
-            self.set_run_status(&id, status, None).await
-        };
-        match steps.await {
-            Ok(run) => Ok(run),
-            Err(e) => {
-                let reason = format!("recording the run failed part-way: {e}");
-                let _ = self
-                    .set_run_status(&id, RunStatus::Failed, Some(reason))
-                    .await;
-                Err(e)
-            }
-        }
-    }
+    ) -> Result<RunRecord>;
 
     // ---- calls ----
 
@@ -235,27 +265,7 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// returned unchanged with `started: false` (a replay, a pending gate, or a
     /// mismatch the caller reports). Errors as for `open_call`.
     ///
-    /// The default implementation makes two writes; both backends override it with one.
-    async fn open_and_start(&self, call: NewCall) -> Result<OpenedCall> {
-        let (tool, args_hash) = (call.tool.clone(), call.args_hash.clone());
-        let mut existing = self.open_call(call).await?;
-        let startable = matches!(
-            existing.status,
-            CallStatus::Open | CallStatus::Started | CallStatus::Approved
-        );
-        if existing.tool != tool || existing.args_hash != args_hash || !startable {
-            return Ok(OpenedCall {
-                call: existing,
-                started: false,
-            });
-        }
-        existing.attempts = self.record_started(&existing.call_id).await?;
-        existing.status = CallStatus::Started;
-        Ok(OpenedCall {
-            call: existing,
-            started: true,
-        })
-    }
+    async fn open_and_start(&self, call: NewCall) -> Result<OpenedCall>;
 
     /// Durably record one more start of a keyed call (status `started`, `attempts + 1`)
     /// and return the new attempt count. Only valid on an `open`, `started` (a restart
@@ -316,71 +326,18 @@ pub struct OpenedCall {
 ///
 /// Anything else (or an empty path) is `InvalidUrl`; a file that is not a database, or
 /// someone else's SQLite database, is `NotAJournal`; a server that does not answer, or a
-/// journal written by a newer toolshed, is `Unavailable`.
+/// journal written by a newer toolshed, is `Unavailable`. To put a PostgreSQL journal in
+/// a schema of its own, open a [`Location`] with [`SqlJournal::open`].
 pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Journal>> {
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        if path.is_empty() {
-            return Err(JournalError::InvalidUrl {
-                url: mask_password(url),
-                reason: "the path is missing: use `sqlite://PATH`, e.g. `sqlite://toolshed.db`"
-                    .into(),
-            });
-        }
-        Ok(std::sync::Arc::new(SqliteJournal::open(path).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(std::sync::Arc::new(PostgresJournal::connect(url).await?))
-    } else {
-        Err(JournalError::InvalidUrl {
-            url: mask_password(url),
-            reason: "use `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`".into(),
-        })
-    }
+    Ok(std::sync::Arc::new(
+        SqlJournal::open(&Location::parse(url)?).await?,
+    ))
 }
 
-/// Hide the password part of a URL for messages: `scheme://user:password@host` and a
-/// `password=…` query parameter.
-pub fn mask_password(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    // scheme://user:password@host → scheme://user:***@host
-    let mut masked = base.to_owned();
-    if let Some((scheme, rest)) = base.split_once("://")
-        && let Some((creds, host)) = rest.rsplit_once('@')
-        && let Some((user, _)) = creds.split_once(':')
-    {
-        masked = format!("{scheme}://{user}:***@{host}");
-    }
-    if let Some(query) = query {
-        let params: Vec<String> = query
-            .split('&')
-            .map(|param| match param.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-                _ => param.to_owned(),
-            })
-            .collect();
-        masked.push('?');
-        masked.push_str(&params.join("&"));
-    }
-    masked
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mask_password;
-
-    #[test]
-    fn masks_passwords_in_userinfo_and_query() {
-        assert_eq!(
-            mask_password("postgres://u:s3cret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(
-            mask_password("postgres://u@h/db?password=s3cret&x=1"),
-            "postgres://u@h/db?password=***&x=1"
-        );
-        assert_eq!(mask_password("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(mask_password("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
-    }
+/// [`open`], with a PostgreSQL journal's tables in `schema` (created if missing), so that
+/// several journals (tests, tenants of a shared server) can share one database. For a
+/// SQLite URL the schema is ignored.
+pub async fn open_in_schema(url: &str, schema: &str) -> Result<std::sync::Arc<dyn Journal>> {
+    let location = Location::parse(url)?.in_schema(schema)?;
+    Ok(std::sync::Arc::new(SqlJournal::open(&location).await?))
 }

@@ -9,8 +9,22 @@ use toolshed_core::{Principal, ToolError};
 pub const FORMAT_VERSION: u32 = 1;
 
 /// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum RunStatus {
     /// A driver is (or was, until it crashed) executing it.
     Running,
@@ -27,25 +41,12 @@ pub enum RunStatus {
 impl RunStatus {
     /// The status as stored: `running`, `parked`, …
     pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Parked => "parked",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Cancelled => "cancelled",
-        }
+        self.into()
     }
 
     /// Parse a stored or user-given status.
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "running" => RunStatus::Running,
-            "parked" => RunStatus::Parked,
-            "completed" => RunStatus::Completed,
-            "failed" => RunStatus::Failed,
-            "cancelled" => RunStatus::Cancelled,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     /// Whether no driver may change the run any more.
@@ -82,9 +83,10 @@ pub struct NewRun {
     pub principal: Option<Principal>,
     /// Budgets.
     pub budgets: Budgets,
-    /// What drives the run, so `runs resume` can continue it: e.g.
-    /// `{"kind": "direct", "tool": …, "args": …}` or `{"kind": "plan", "calls": […]}`.
-    /// Library users put what their own driver needs here.
+    /// What drives the run, so `runs resume` can continue it: the runtime's `Driver`
+    /// serialized, e.g. `{"kind": "direct", "tool": …, "args": …}` or
+    /// `{"kind": "plan", "steps": […]}`. The journal stores it as given; library users
+    /// put what their own driver needs here.
     pub driver: Value,
 }
 
@@ -131,8 +133,22 @@ pub struct RunFilter {
 }
 
 /// A call's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CallStatus {
     /// Recorded, not yet started (an unkeyed call in flight, or one about to be gated).
     Open,
@@ -153,29 +169,12 @@ pub enum CallStatus {
 impl CallStatus {
     /// The status as stored.
     pub fn as_str(self) -> &'static str {
-        match self {
-            CallStatus::Open => "open",
-            CallStatus::Started => "started",
-            CallStatus::AwaitingApproval => "awaiting_approval",
-            CallStatus::AwaitingAnswer => "awaiting_answer",
-            CallStatus::Approved => "approved",
-            CallStatus::Completed => "completed",
-            CallStatus::Failed => "failed",
-        }
+        self.into()
     }
 
     /// Parse a stored status.
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "open" => CallStatus::Open,
-            "started" => CallStatus::Started,
-            "awaiting_approval" => CallStatus::AwaitingApproval,
-            "awaiting_answer" => CallStatus::AwaitingAnswer,
-            "approved" => CallStatus::Approved,
-            "completed" => CallStatus::Completed,
-            "failed" => CallStatus::Failed,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     /// Whether the call has its result.

@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,113 +17,42 @@ use serde_json::{Value, json};
 use toolshed_core::{ErrorCode, Principal, ToolError};
 use toolshed_journal::{
     Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
-    NewCall, NewRun, PostgresJournal, RunFilter, RunStatus, SqliteJournal,
+    NewCall, NewRun, RunFilter, RunStatus, SqlJournal,
 };
 
 // ---- harness ----
 
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+use toolshed_store::Location;
+use toolshed_store::testing::{
+    Scratch as Store, on_postgres, on_sqlite, postgres_url, with_schema,
+};
 
-fn postgres_url() -> String {
-    std::env::var("TOOLSHED_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+/// Opening a test's journal, as often as the test likes.
+trait OpenJournal {
+    fn open(&self) -> impl Future<Output = Arc<dyn Journal>> + Send;
 }
 
-/// Where a test's journal lives; `open` may be called again to reopen it.
-enum Store {
-    Sqlite {
-        _dir: tempfile::TempDir,
-        path: PathBuf,
-    },
-    Postgres {
-        url: String,
-        schema: String,
-    },
-}
-
-impl Store {
+impl OpenJournal for Store {
     async fn open(&self) -> Arc<dyn Journal> {
-        match self {
-            Store::Sqlite { path, .. } => Arc::new(
-                SqliteJournal::open(path)
-                    .await
-                    .expect("open the SQLite journal"),
-            ),
-            Store::Postgres { url, schema } => Arc::new(
-                PostgresJournal::connect_with_schema(url, schema)
-                    .await
-                    .expect("connect the PostgreSQL journal"),
-            ),
-        }
+        Arc::new(
+            SqlJournal::open(&self.location())
+                .await
+                .expect("open the journal"),
+        )
     }
 }
 
-async fn on_sqlite<F, Fut>(test: F)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("journal.db");
-    test(Store::Sqlite { _dir: dir, path }).await;
+/// The journal in the SQLite file at `path`.
+async fn sqlite_at(path: &std::path::Path) -> Result<SqlJournal, JournalError> {
+    SqlJournal::open(&Location::Sqlite {
+        path: path.to_path_buf(),
+    })
+    .await
 }
 
-/// A connection for setting up and dropping schemas; fails the test with the fix when
-/// PostgreSQL is not running.
-async fn admin() -> tokio_postgres::Client {
-    let url = postgres_url();
-    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(connection);
-            client
-        }
-        Err(e) => panic!(
-            "PostgreSQL is not reachable at {} ({}). Start it with \
-             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
-             or point TOOLSHED_TEST_POSTGRES_URL at a server (trust auth, database `test`)",
-            toolshed_journal::mask_password(&url),
-            error_chain(&e)
-        ),
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
-fn fresh_schema() -> String {
-    format!("toolshed_test_{}", uuid::Uuid::new_v4().simple())
-}
-
-async fn on_postgres<F, Fut>(test: F)
-where
-    F: FnOnce(Store) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let admin = admin().await;
-    let schema = fresh_schema();
-    let store = Store::Postgres {
-        url: postgres_url(),
-        schema: schema.clone(),
-    };
-    // Run the test as a task so its panic can be caught, the schema dropped, and the
-    // panic resumed.
-    let outcome = tokio::spawn(test(store)).await;
-    admin
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .await
-        .unwrap();
-    if let Err(e) = outcome {
-        if e.is_panic() {
-            std::panic::resume_unwind(e.into_panic());
-        }
-        panic!("the test task failed: {e}");
-    }
+/// The journal in `schema` of the PostgreSQL server at `url`.
+async fn postgres_in(url: &str, schema: &str) -> Result<SqlJournal, JournalError> {
+    SqlJournal::open(&Location::parse(url)?.in_schema(schema)?).await
 }
 
 /// Declare each behavioural test once; it runs on both backends.
@@ -254,7 +182,7 @@ fn human_answer(value: Value, by: &str) -> Answer {
 fn conflict<T: std::fmt::Debug>(result: Result<T, JournalError>) -> String {
     match result {
         Err(e @ JournalError::Conflict(_)) => {
-            assert_eq!(e.code(), "CONFLICT");
+            assert_eq!(e.code().as_str(), "CONFLICT");
             e.to_string()
         }
         other => panic!("expected a conflict, got {other:?}"),
@@ -340,7 +268,7 @@ async fn unknown_ids_are_not_found(store: Store) {
         "ghost",
     );
     let e = j.get_call("ghost").await.unwrap_err();
-    assert_eq!(e.code(), "NOT_FOUND");
+    assert_eq!(e.code().as_str(), "NOT_FOUND");
     assert_eq!(e.to_string(), "call `ghost` not found");
     // An existing run with no calls or crumbs is not an error.
     j.create_run(new_run("r1")).await.unwrap();
@@ -1219,9 +1147,9 @@ mod sqlite_only {
         let path = dir.path().join("notes.txt");
         let text = "these are my notes, not a database\n".repeat(200);
         std::fs::write(&path, &text).unwrap();
-        match SqliteJournal::open(&path).await {
+        match sqlite_at(&path).await {
             Err(e @ JournalError::NotAJournal { .. }) => {
-                assert_eq!(e.code(), "NOT_A_JOURNAL");
+                assert_eq!(e.code().as_str(), "NOT_A_JOURNAL");
                 let message = e.to_string();
                 assert!(message.contains(&path.display().to_string()), "{message}");
                 assert!(message.contains("not a SQLite database"), "{message}");
@@ -1240,7 +1168,7 @@ mod sqlite_only {
             conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'ann');")
                 .unwrap();
         }
-        match SqliteJournal::open(&path).await {
+        match sqlite_at(&path).await {
             Err(JournalError::NotAJournal { path: p, message }) => {
                 assert_eq!(p, path.display().to_string());
                 assert!(
@@ -1271,7 +1199,7 @@ mod sqlite_only {
     async fn missing_parent_folders_are_created() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a").join("b").join("toolshed.db");
-        let j = SqliteJournal::open(&path).await.unwrap();
+        let j = sqlite_at(&path).await.unwrap();
         j.create_run(new_run("r1")).await.unwrap();
         assert!(path.exists());
         assert_eq!(j.describe(), format!("sqlite://{}", path.display()));
@@ -1281,11 +1209,11 @@ mod sqlite_only {
     async fn the_schema_is_migrated_once_in_wal_mode() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
-        let j = SqliteJournal::open(&path).await.unwrap();
+        let j = sqlite_at(&path).await.unwrap();
         assert_eq!(j.applied_migrations(), [1]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
-        let j = SqliteJournal::open(&path).await.unwrap();
+        let j = sqlite_at(&path).await.unwrap();
         assert!(j.applied_migrations().is_empty());
         assert_eq!(j.get_run("r1").await.unwrap().id, "r1");
 
@@ -1325,7 +1253,7 @@ mod sqlite_only {
     async fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
-        drop(SqliteJournal::open(&path).await.unwrap());
+        drop(sqlite_at(&path).await.unwrap());
         rusqlite::Connection::open(&path)
             .unwrap()
             .execute(
@@ -1333,7 +1261,7 @@ mod sqlite_only {
                 [],
             )
             .unwrap();
-        match SqliteJournal::open(&path).await {
+        match sqlite_at(&path).await {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
@@ -1348,9 +1276,9 @@ mod sqlite_only {
     #[tokio::test]
     async fn a_folder_is_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        match SqliteJournal::open(dir.path()).await {
+        match sqlite_at(dir.path()).await {
             Err(e @ JournalError::Unavailable { .. }) => {
-                assert_eq!(e.code(), "JOURNAL_UNAVAILABLE")
+                assert_eq!(e.code().as_str(), "JOURNAL_UNAVAILABLE")
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
@@ -1380,7 +1308,7 @@ mod urls {
         ] {
             match toolshed_journal::open(bad).await {
                 Err(e @ JournalError::InvalidUrl { .. }) => {
-                    assert_eq!(e.code(), "INVALID_DATABASE_URL")
+                    assert_eq!(e.code().as_str(), "INVALID_DATABASE_URL")
                 }
                 other => panic!("`{bad}`: expected InvalidUrl, got {other:?}"),
             }
@@ -1405,7 +1333,7 @@ mod urls {
         );
         match result {
             Err(e @ JournalError::Unavailable { .. }) => {
-                assert_eq!(e.code(), "JOURNAL_UNAVAILABLE");
+                assert_eq!(e.code().as_str(), "JOURNAL_UNAVAILABLE");
                 let message = e.to_string();
                 assert!(
                     message.contains("is PostgreSQL running at 127.0.0.1:1?"),
@@ -1427,31 +1355,14 @@ mod urls {
 mod postgres_only {
     use super::*;
 
-    async fn with_schema<F, Fut>(test: F)
-    where
-        F: FnOnce(tokio_postgres::Client, String) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let schema = fresh_schema();
-        let outcome = tokio::spawn(test(admin().await, schema.clone())).await;
-        admin()
-            .await
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await
-            .unwrap();
-        if let Err(e) = outcome {
-            std::panic::resume_unwind(e.into_panic());
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_schema_is_migrated_once() {
         with_schema(|admin, schema| async move {
             let url = postgres_url();
             // Two connects at once: one migrates, the other waits and finds it done.
             let (a, b) = tokio::join!(
-                PostgresJournal::connect_with_schema(&url, &schema),
-                PostgresJournal::connect_with_schema(&url, &schema)
+                postgres_in(&url, &schema),
+                postgres_in(&url, &schema)
             );
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
@@ -1459,7 +1370,7 @@ mod postgres_only {
             assert_eq!(applied, [vec![], vec![1]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
-            let again = PostgresJournal::connect_with_schema(&url, &schema).await.unwrap();
+            let again = postgres_in(&url, &schema).await.unwrap();
             assert!(again.applied_migrations().is_empty());
             assert_eq!(again.get_run("r1").await.unwrap().id, "r1");
             assert!(again.describe().contains(&schema));
@@ -1484,7 +1395,7 @@ mod postgres_only {
         with_schema(|admin, schema| async move {
             let url = format!("{}?options=-csearch_path%3D{schema}", postgres_url());
             // The schema must exist for a URL-chosen search path.
-            match PostgresJournal::connect(&url).await {
+            match SqlJournal::open(&Location::parse(&url).unwrap()).await {
                 Err(e @ JournalError::Unavailable { .. }) => {
                     assert!(e.to_string().contains("names no existing schema"), "{e}");
                 }
@@ -1510,14 +1421,14 @@ mod postgres_only {
     async fn a_newer_schema_is_refused() {
         with_schema(|admin, schema| async move {
             let url = postgres_url();
-            drop(PostgresJournal::connect_with_schema(&url, &schema).await.unwrap());
+            drop(postgres_in(&url, &schema).await.unwrap());
             admin
                 .batch_execute(&format!(
                     "UPDATE \"{schema}\".toolshed_meta SET value = '99' WHERE key = 'schema_version'"
                 ))
                 .await
                 .unwrap();
-            match PostgresJournal::connect_with_schema(&url, &schema).await {
+            match postgres_in(&url, &schema).await {
                 Err(e @ JournalError::Unavailable { .. }) => {
                     assert!(e.to_string().contains("schema version 99 is newer"), "{e}");
                 }

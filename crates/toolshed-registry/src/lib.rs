@@ -40,15 +40,42 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use toolshed_auth::Role;
+use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
-mod common;
-mod postgres;
 mod records;
-mod sqlite;
+mod rules;
+mod sql;
+mod store;
 
-pub use postgres::PostgresRegistry;
 pub use records::*;
-pub use sqlite::SqliteRegistry;
+pub use store::SqlRegistry;
+
+/// The stable codes of [`RegistryError`], the same for both databases.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::EnumIter,
+)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum RegistryCode {
+    /// The database URL is not `sqlite://PATH` or `postgres://…`.
+    InvalidDatabaseUrl,
+    /// The database cannot be reached or opened, or is not a toolshed database.
+    RegistryUnavailable,
+    /// No such tool, agent or user.
+    NotFound,
+    /// The change conflicts with what is stored (a name taken, a stale revision).
+    Conflict,
+    /// Any other failure of the database.
+    RegistryError,
+}
+
+impl RegistryCode {
+    /// The code as written on the wire, e.g. `NOT_FOUND`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
 
 /// What can go wrong in the registry store. Each kind maps to one stable code, the
 /// same for both backends.
@@ -88,15 +115,43 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
-    /// The stable code: `INVALID_DATABASE_URL`, `REGISTRY_UNAVAILABLE`, `NOT_FOUND`,
-    /// `CONFLICT` or `REGISTRY_ERROR`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code.
+    pub fn code(&self) -> RegistryCode {
         match self {
-            RegistryError::InvalidUrl { .. } => "INVALID_DATABASE_URL",
-            RegistryError::Unavailable { .. } => "REGISTRY_UNAVAILABLE",
-            RegistryError::NotFound { .. } => "NOT_FOUND",
-            RegistryError::Conflict(_) => "CONFLICT",
-            RegistryError::Backend(_) => "REGISTRY_ERROR",
+            RegistryError::InvalidUrl { .. } => RegistryCode::InvalidDatabaseUrl,
+            RegistryError::Unavailable { .. } => RegistryCode::RegistryUnavailable,
+            RegistryError::NotFound { .. } => RegistryCode::NotFound,
+            RegistryError::Conflict(_) => RegistryCode::Conflict,
+            RegistryError::Backend(_) => RegistryCode::RegistryError,
+        }
+    }
+}
+
+impl From<OpenError> for RegistryError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::InvalidUrl { url, reason } => RegistryError::InvalidUrl { url, reason },
+            OpenError::Unavailable { target, message } => {
+                RegistryError::Unavailable { target, message }
+            }
+            // Someone else's file is "unavailable" to the registry, as it always was.
+            OpenError::Foreign { path, message, .. } => RegistryError::Unavailable {
+                target: path,
+                message,
+            },
+            other => RegistryError::Backend(other.to_string()),
+        }
+    }
+}
+
+impl From<DbError> for RegistryError {
+    fn from(e: DbError) -> Self {
+        match e.kind {
+            DbErrorKind::ConnectionLost => RegistryError::Unavailable {
+                target: "the registry database".into(),
+                message: e.message,
+            },
+            _ => RegistryError::Backend(e.message),
         }
     }
 }
@@ -166,7 +221,7 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
         &self,
         username: &str,
         password_hash: Option<String>,
-        role: Option<String>,
+        role: Option<Role>,
     ) -> Result<UserRecord>;
 
     /// Remove a user. Unknown: `NotFound`.
@@ -186,21 +241,5 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
 /// `sqlite://PATH` or `postgres://…` / `postgresql://…`. Same rules and errors as
 /// `toolshed_journal::open` (a file that is someone else's database is refused).
 pub async fn open(url: &str) -> Result<Arc<dyn RegistryStore>> {
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        if path.is_empty() {
-            return Err(RegistryError::InvalidUrl {
-                url: toolshed_journal::mask_password(url),
-                reason: "the path is missing: use `sqlite://PATH`, e.g. `sqlite://toolshed.db`"
-                    .into(),
-            });
-        }
-        Ok(Arc::new(SqliteRegistry::open(path).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(PostgresRegistry::connect(url).await?))
-    } else {
-        Err(RegistryError::InvalidUrl {
-            url: toolshed_journal::mask_password(url),
-            reason: "use `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`".into(),
-        })
-    }
+    Ok(Arc::new(SqlRegistry::open(&Location::parse(url)?).await?))
 }

@@ -2,10 +2,24 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolshed_auth::Role;
 
 /// A tool's state in the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ToolStatus {
     /// Listed and runnable.
     Active,
@@ -16,19 +30,35 @@ pub enum ToolStatus {
 impl ToolStatus {
     /// The stored text.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ToolStatus::Active => "active",
-            ToolStatus::Deleted => "deleted",
-        }
+        self.into()
     }
+}
 
-    /// Parse the stored text.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "active" => Some(ToolStatus::Active),
-            "deleted" => Some(ToolStatus::Deleted),
-            _ => None,
-        }
+/// An agent's state in the registry.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AgentStatus {
+    /// Registered from its agent.yaml (deployment states come later).
+    Registered,
+}
+
+impl AgentStatus {
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 }
 
@@ -142,8 +172,8 @@ pub struct AgentRecord {
     pub name: String,
     /// The framework.
     pub framework: String,
-    /// `registered` (deployment states come later).
-    pub status: String,
+    /// Its state.
+    pub status: AgentStatus,
     /// The whole agent.yaml as JSON.
     pub definition: Value,
     /// The ids of the registry tools it uses, sorted.
@@ -163,8 +193,8 @@ pub struct ToolUsage {
     pub agent_id: String,
     /// The agent name.
     pub agent_name: String,
-    /// The agent status.
-    pub agent_status: String,
+    /// The agent's state.
+    pub agent_status: AgentStatus,
 }
 
 /// What adding a user stores.
@@ -174,8 +204,8 @@ pub struct NewUser {
     pub username: String,
     /// The argon2 PHC string (never the password).
     pub password_hash: String,
-    /// `viewer`, `deployer` or `admin`.
-    pub role: String,
+    /// What the user may do.
+    pub role: Role,
     /// The tenant the user's runs belong to.
     pub tenant: String,
 }
@@ -188,8 +218,8 @@ pub struct UserRecord {
     /// The argon2 PHC string.
     #[serde(skip_serializing, default)]
     pub password_hash: String,
-    /// `viewer`, `deployer` or `admin`.
-    pub role: String,
+    /// What the user may do.
+    pub role: Role,
     /// The tenant.
     pub tenant: String,
     /// Milliseconds since the Unix epoch.

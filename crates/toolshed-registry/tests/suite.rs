@@ -16,85 +16,24 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use toolshed_registry::{
-    MAX_PER_PAGE, NewAgent, NewTool, NewUser, PostgresRegistry, RegistryError, RegistryStore,
-    SqliteRegistry, ToolFilter, ToolStatus,
+    AgentStatus, MAX_PER_PAGE, NewAgent, NewTool, NewUser, RegistryError, RegistryStore,
+    SqlRegistry, ToolFilter, ToolStatus,
 };
 
 // ---- harness ----
 
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-fn postgres_url() -> String {
-    std::env::var("TOOLSHED_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
-}
+use toolshed_store::Location;
+use toolshed_store::testing::{Scratch, postgres_url, with_schema};
 
 async fn on_sqlite<F, Fut>(test: F)
 where
     F: FnOnce(Arc<dyn RegistryStore>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteRegistry::open(dir.path().join("toolshed.db"))
-        .await
-        .expect("open the SQLite registry");
-    test(Arc::new(store)).await;
-}
-
-/// A connection for setting up and dropping schemas; fails the test with the fix when
-/// PostgreSQL is not running.
-async fn admin() -> tokio_postgres::Client {
-    let url = postgres_url();
-    match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
-        Ok((client, connection)) => {
-            tokio::spawn(connection);
-            client
-        }
-        Err(e) => panic!(
-            "PostgreSQL is not reachable at {} ({}). Start it with \
-             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
-             or point TOOLSHED_TEST_POSTGRES_URL at a server (trust auth, database `test`)",
-            toolshed_journal::mask_password(&url),
-            error_chain(&e)
-        ),
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
-}
-
-fn fresh_schema() -> String {
-    format!("toolshed_test_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Run `test` with a fresh schema name and an admin connection, then drop the schema
-/// (also when the test panics).
-async fn with_schema<F, Fut>(test: F)
-where
-    F: FnOnce(tokio_postgres::Client, String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let schema = fresh_schema();
-    // Run the test as a task so its panic can be caught, the schema dropped, and the
-    // panic resumed.
-    let outcome = tokio::spawn(test(admin().await, schema.clone())).await;
-    admin()
-        .await
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .await
-        .unwrap();
-    if let Err(e) = outcome {
-        if e.is_panic() {
-            std::panic::resume_unwind(e.into_panic());
-        }
-        panic!("the test task failed: {e}");
-    }
+    toolshed_store::testing::on_sqlite(|scratch| async move {
+        test(Arc::new(open_at(&scratch).await)).await;
+    })
+    .await;
 }
 
 async fn on_postgres<F, Fut>(test: F)
@@ -102,13 +41,36 @@ where
     F: FnOnce(Arc<dyn RegistryStore>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    with_schema(|_admin, schema| async move {
-        let store = PostgresRegistry::connect_with_schema(&postgres_url(), &schema)
-            .await
-            .expect("connect the PostgreSQL registry");
-        test(Arc::new(store)).await;
+    toolshed_store::testing::on_postgres(|scratch| async move {
+        test(Arc::new(open_at(&scratch).await)).await;
     })
     .await;
+}
+
+async fn open_at(scratch: &Scratch) -> SqlRegistry {
+    SqlRegistry::open(&scratch.location())
+        .await
+        .expect("open the registry")
+}
+
+/// The registry in the SQLite file at `path`.
+async fn sqlite_at(path: &Path) -> Result<SqlRegistry, RegistryError> {
+    SqlRegistry::open(&Location::Sqlite {
+        path: path.to_path_buf(),
+    })
+    .await
+}
+
+/// The registry in `schema` of the PostgreSQL server at `url`.
+async fn postgres_in(url: &str, schema: &str) -> Result<SqlRegistry, RegistryError> {
+    SqlRegistry::open(&Location::parse(url)?.in_schema(schema)?).await
+}
+
+/// The journal in `schema` of the PostgreSQL server at `url`.
+async fn journal_in(url: &str, schema: &str) -> toolshed_journal::SqlJournal {
+    toolshed_journal::SqlJournal::open(&Location::parse(url).unwrap().in_schema(schema).unwrap())
+        .await
+        .unwrap()
 }
 
 /// Declare each behavioural test once; it runs on both backends.
@@ -182,7 +144,7 @@ fn user(name: &str, role: &str) -> NewUser {
     NewUser {
         username: name.to_owned(),
         password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$salt${name}"),
-        role: role.to_owned(),
+        role: role.parse().expect("a role"),
         tenant: "acme".to_owned(),
     }
 }
@@ -209,7 +171,7 @@ fn assert_not_found(result: Result<impl std::fmt::Debug, RegistryError>, what: &
 fn conflict_message(result: Result<impl std::fmt::Debug, RegistryError>) -> String {
     match result {
         Err(e @ RegistryError::Conflict(_)) => {
-            assert_eq!(e.code(), "CONFLICT");
+            assert_eq!(e.code().as_str(), "CONFLICT");
             e.to_string()
         }
         other => panic!("expected Conflict, got {other:?}"),
@@ -219,7 +181,7 @@ fn conflict_message(result: Result<impl std::fmt::Debug, RegistryError>) -> Stri
 // ---- tools ----
 
 async fn tools_round_trip(store: Arc<dyn RegistryStore>) {
-    let before = chrono::Utc::now().timestamp_millis();
+    let before = toolshed_store::time::now_ms();
     let created = store.create_tool(tool("order-lookup")).await.unwrap();
     let id = uuid::Uuid::parse_str(&created.id).expect("the id is a UUID");
     assert_eq!(id.get_version_num(), 7, "ids are UUID v7");
@@ -618,7 +580,7 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     let mut expected = vec![t1.id.clone(), t2.id.clone()];
     expected.sort();
     assert_eq!(a.tool_ids, expected);
-    assert_eq!(a.status, "registered");
+    assert_eq!(a.status, AgentStatus::Registered);
     assert_eq!(a.framework, "langgraph");
     assert_eq!(uuid::Uuid::parse_str(&a.id).unwrap().get_version_num(), 7);
     let b = store
@@ -789,7 +751,7 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.count_users().await.unwrap(), 0);
     assert!(store.list_users().await.unwrap().is_empty());
     let admin = store.create_user(user("admin", "admin")).await.unwrap();
-    assert_eq!(admin.role, "admin");
+    assert_eq!(admin.role, toolshed_auth::Role::Admin);
     assert_eq!(admin.tenant, "acme");
     let message = conflict_message(store.create_user(user("admin", "viewer")).await);
     assert_eq!(message, "user `admin` already exists");
@@ -810,10 +772,10 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(listed, ["admin", "bob", "carol"]);
 
     let promoted = store
-        .update_user("carol", None, Some("admin".into()))
+        .update_user("carol", None, Some(toolshed_auth::Role::Admin))
         .await
         .unwrap();
-    assert_eq!(promoted.role, "admin");
+    assert_eq!(promoted.role, toolshed_auth::Role::Admin);
     assert_eq!(
         promoted.password_hash,
         user("carol", "viewer").password_hash
@@ -830,18 +792,18 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
         .update_user(
             "carol",
             Some("$argon2id$newer".into()),
-            Some("viewer".into()),
+            Some(toolshed_auth::Role::Viewer),
         )
         .await
         .unwrap();
     assert_eq!(store.get_user("carol").await.unwrap(), Some(both.clone()));
     assert_eq!(both.created_at_ms, promoted.created_at_ms);
     let unchanged = store.update_user("bob", None, None).await.unwrap();
-    assert_eq!(unchanged.role, "deployer");
+    assert_eq!(unchanged.role, toolshed_auth::Role::Deployer);
 
     assert_not_found(
         store
-            .update_user("nobody", None, Some("admin".into()))
+            .update_user("nobody", None, Some(toolshed_auth::Role::Admin))
             .await,
         "user",
         "nobody",
@@ -880,7 +842,7 @@ async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
     assert_not_found(store.delete_user("ghost").await, "user", "ghost");
     assert_eq!(store.find_tool_by_name("x").await.unwrap(), None);
     let e = store.get_tool(&id).await.unwrap_err();
-    assert_eq!(e.code(), "NOT_FOUND");
+    assert_eq!(e.code().as_str(), "NOT_FOUND");
     assert_eq!(e.to_string(), format!("tool `{id}` not found"));
     // Nothing was created on the way.
     assert_eq!(store.list_tools(&filter()).await.unwrap().total, 0);
@@ -1054,33 +1016,27 @@ mod ten_thousand {
     async fn sqlite() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
-        drop(SqliteRegistry::open(&path).await.unwrap());
+        drop(sqlite_at(&path).await.unwrap());
         let mut conn = rusqlite::Connection::open(&path).unwrap();
         let tx = conn.transaction().unwrap();
         tx.execute_batch(SEED_SQLITE).unwrap();
         tx.commit().unwrap();
         drop(conn);
-        check_ten_thousand(Arc::new(SqliteRegistry::open(&path).await.unwrap())).await;
+        check_ten_thousand(Arc::new(sqlite_at(&path).await.unwrap())).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres() {
         with_schema(|admin, schema| async move {
             let url = postgres_url();
-            drop(
-                PostgresRegistry::connect_with_schema(&url, &schema)
-                    .await
-                    .unwrap(),
-            );
+            drop(postgres_in(&url, &schema).await.unwrap());
             admin
                 .batch_execute(&format!(
                     "BEGIN; SET LOCAL search_path TO \"{schema}\"; {SEED_POSTGRES} COMMIT;"
                 ))
                 .await
                 .unwrap();
-            let store = PostgresRegistry::connect_with_schema(&url, &schema)
-                .await
-                .unwrap();
+            let store = postgres_in(&url, &schema).await.unwrap();
             check_ten_thousand(Arc::new(store)).await;
         })
         .await;
@@ -1118,7 +1074,7 @@ mod sqlite_only {
     fn unavailable(result: Result<impl std::fmt::Debug, RegistryError>) -> String {
         match result {
             Err(e @ RegistryError::Unavailable { .. }) => {
-                assert_eq!(e.code(), "REGISTRY_UNAVAILABLE");
+                assert_eq!(e.code().as_str(), "REGISTRY_UNAVAILABLE");
                 e.to_string()
             }
             other => panic!("expected Unavailable, got {other:?}"),
@@ -1129,11 +1085,10 @@ mod sqlite_only {
     async fn two_stores_share_one_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
-        let a = SqliteRegistry::open(&path).await.unwrap();
+        let a = sqlite_at(&path).await.unwrap();
         assert_eq!(a.applied_migrations(), [1]);
-        let b = SqliteRegistry::open(&path).await.unwrap();
+        let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
-        assert_eq!(b.path(), path);
 
         let t = a.create_tool(tool("shared")).await.unwrap();
         assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
@@ -1179,7 +1134,7 @@ mod sqlite_only {
         assert_eq!(b.list_tools(&filter()).await.unwrap().total, 22);
 
         drop((a, b));
-        let again = SqliteRegistry::open(&path).await.unwrap();
+        let again = sqlite_at(&path).await.unwrap();
         assert!(again.applied_migrations().is_empty());
         assert_eq!(again.list_tools(&filter()).await.unwrap().total, 22);
     }
@@ -1197,7 +1152,7 @@ mod sqlite_only {
             .unwrap();
         }
         let before = std::fs::read(&path).unwrap();
-        let message = unavailable(SqliteRegistry::open(&path).await);
+        let message = unavailable(sqlite_at(&path).await);
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(
             message.contains(
@@ -1218,7 +1173,7 @@ mod sqlite_only {
         let path = dir.path().join("notes.txt");
         let text = "these are my notes, not a database\n".repeat(100);
         std::fs::write(&path, &text).unwrap();
-        let message = unavailable(SqliteRegistry::open(&path).await);
+        let message = unavailable(sqlite_at(&path).await);
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(message.contains("not a SQLite database"), "{message}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
@@ -1228,7 +1183,7 @@ mod sqlite_only {
     async fn a_newer_registry_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
-        drop(SqliteRegistry::open(&path).await.unwrap());
+        drop(sqlite_at(&path).await.unwrap());
         rusqlite::Connection::open(&path)
             .unwrap()
             .execute(
@@ -1236,7 +1191,7 @@ mod sqlite_only {
                 [],
             )
             .unwrap();
-        let message = unavailable(SqliteRegistry::open(&path).await);
+        let message = unavailable(sqlite_at(&path).await);
         assert!(
             message.contains("registry schema version 99 is newer than this toolshed supports (1)"),
             "{message}"
@@ -1317,7 +1272,7 @@ mod sqlite_only {
         for url in ["sqlite://", "mysql://root:hunter2@db/x", "toolshed.db"] {
             match toolshed_registry::open(url).await {
                 Err(e @ RegistryError::InvalidUrl { .. }) => {
-                    assert_eq!(e.code(), "INVALID_DATABASE_URL");
+                    assert_eq!(e.code().as_str(), "INVALID_DATABASE_URL");
                     assert!(!e.to_string().contains("hunter2"), "{e}");
                 }
                 other => panic!("expected InvalidUrl for `{url}`, got {other:?}"),
@@ -1361,10 +1316,7 @@ mod postgres_only {
     async fn the_schema_is_migrated_once() {
         with_schema(|admin, schema| async move {
             let url = postgres_url();
-            let (a, b) = tokio::join!(
-                PostgresRegistry::connect_with_schema(&url, &schema),
-                PostgresRegistry::connect_with_schema(&url, &schema)
-            );
+            let (a, b) = tokio::join!(postgres_in(&url, &schema), postgres_in(&url, &schema));
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [
                 a.applied_migrations().to_vec(),
@@ -1388,9 +1340,7 @@ mod postgres_only {
             assert!(message.contains(&winner.id), "{message}");
 
             drop((a, b));
-            let again = PostgresRegistry::connect_with_schema(&url, &schema)
-                .await
-                .unwrap();
+            let again = postgres_in(&url, &schema).await.unwrap();
             assert!(again.applied_migrations().is_empty());
             assert_eq!(
                 table_names(&admin, &schema).await,
@@ -1414,20 +1364,12 @@ mod postgres_only {
             with_schema(move |admin, schema| async move {
                 let url = postgres_url();
                 let (journal, registry) = if journal_first {
-                    let j = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
-                        .await
-                        .unwrap();
-                    let r = PostgresRegistry::connect_with_schema(&url, &schema)
-                        .await
-                        .unwrap();
+                    let j = journal_in(&url, &schema).await;
+                    let r = postgres_in(&url, &schema).await.unwrap();
                     (j, r)
                 } else {
-                    let r = PostgresRegistry::connect_with_schema(&url, &schema)
-                        .await
-                        .unwrap();
-                    let j = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema)
-                        .await
-                        .unwrap();
+                    let r = postgres_in(&url, &schema).await.unwrap();
+                    let j = journal_in(&url, &schema).await;
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1]);
@@ -1437,8 +1379,8 @@ mod postgres_only {
                 drop((journal, registry));
                 // Both at once, reopening: nothing left to migrate.
                 let (j, r) = tokio::join!(
-                    toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema),
-                    PostgresRegistry::connect_with_schema(&url, &schema)
+                    async { Ok::<_, RegistryError>(journal_in(&url, &schema).await) },
+                    postgres_in(&url, &schema)
                 );
                 let (j, r) = (j.unwrap(), r.unwrap());
                 assert!(j.applied_migrations().is_empty());
@@ -1472,7 +1414,7 @@ mod postgres_only {
     async fn the_url_can_choose_the_schema() {
         with_schema(|admin, schema| async move {
             let url = format!("{}?options=-csearch_path%3D{schema}", postgres_url());
-            match PostgresRegistry::connect(&url).await {
+            match SqlRegistry::open(&Location::parse(&url).unwrap()).await {
                 Err(e @ RegistryError::Unavailable { .. }) => {
                     assert!(e.to_string().contains("names no existing schema"), "{e}");
                 }
@@ -1501,11 +1443,7 @@ mod postgres_only {
     async fn a_newer_registry_schema_is_refused() {
         with_schema(|admin, schema| async move {
             let url = postgres_url();
-            drop(
-                PostgresRegistry::connect_with_schema(&url, &schema)
-                    .await
-                    .unwrap(),
-            );
+            drop(postgres_in(&url, &schema).await.unwrap());
             admin
                 .batch_execute(&format!(
                     "UPDATE \"{schema}\".toolshed_meta SET value = '99' \
@@ -1513,7 +1451,7 @@ mod postgres_only {
                 ))
                 .await
                 .unwrap();
-            match PostgresRegistry::connect_with_schema(&url, &schema).await {
+            match postgres_in(&url, &schema).await {
                 Err(e @ RegistryError::Unavailable { .. }) => {
                     assert!(
                         e.to_string()

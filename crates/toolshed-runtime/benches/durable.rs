@@ -154,13 +154,9 @@ fn bench_throughput(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let sqlite = sqlite_journal(&rt, dir.path(), "t");
     let schema = format!("bench_{}", std::process::id());
-    let pg: Arc<dyn Journal> = Arc::new(
-        rt.block_on(toolshed_journal::PostgresJournal::connect_with_schema(
-            &postgres_url(),
-            &schema,
-        ))
-        .expect("PostgreSQL at TOOLSHED_TEST_POSTGRES_URL (default 127.0.0.1:5432)"),
-    );
+    let pg: Arc<dyn Journal> = rt
+        .block_on(toolshed_journal::open_in_schema(&postgres_url(), &schema))
+        .expect("PostgreSQL at TOOLSHED_TEST_POSTGRES_URL (default 127.0.0.1:5432)");
     const PER_RUN: u32 = 20;
     let mut group = c.benchmark_group("64_concurrent_runs");
     group.sample_size(10);

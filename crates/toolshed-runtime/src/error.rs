@@ -63,7 +63,7 @@ impl RuntimeError {
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
         match self {
-            RuntimeError::Journal(e) => e.code(),
+            RuntimeError::Journal(e) => e.code().as_str(),
             RuntimeError::NonDeterminism { .. } => "NON_DETERMINISM",
             RuntimeError::BudgetExhausted { .. } => "BUDGET_EXHAUSTED",
             RuntimeError::RunFinished { .. } => "RUN_FINISHED",

@@ -65,7 +65,7 @@ async fn sqlite() -> Db {
 
 async fn postgres(schema: &str) -> Db {
     let url = postgres_url();
-    let journal = toolshed_journal::PostgresJournal::connect_with_schema(&url, schema)
+    let journal = toolshed_journal::open_in_schema(&url, schema)
         .await
         .unwrap_or_else(|e| {
             panic!(
@@ -75,7 +75,7 @@ async fn postgres(schema: &str) -> Db {
             )
         });
     Db {
-        journal: Arc::new(journal),
+        journal,
         _dir: None,
         sqlite_path: None,
     }

@@ -139,10 +139,12 @@ impl From<RegistryError> for ApiError {
 
 impl From<JournalError> for ApiError {
     fn from(e: JournalError) -> Self {
-        match e.code() {
-            "NOT_FOUND" => ApiError::not_found(e.to_string()),
-            "CONFLICT" => ApiError::new(StatusCode::CONFLICT, "CONFLICT", e.to_string()),
-            "JOURNAL_UNAVAILABLE" => ApiError::new(
+        match &e {
+            JournalError::NotFound { .. } => ApiError::not_found(e.to_string()),
+            JournalError::Conflict(_) => {
+                ApiError::new(StatusCode::CONFLICT, "CONFLICT", e.to_string())
+            }
+            JournalError::Unavailable { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "JOURNAL_UNAVAILABLE",
                 "the journal database is unavailable; try again",

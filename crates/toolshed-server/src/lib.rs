@@ -259,7 +259,7 @@ async fn seed(state: &AppState) -> Result<Seeded, ServerError> {
         .create_user(NewUser {
             username: "admin".into(),
             password_hash: hash,
-            role: Role::Admin.as_str().into(),
+            role: Role::Admin,
             tenant: DEFAULT_TENANT.into(),
         })
         .await

@@ -152,7 +152,7 @@ impl From<ToolUsage> for UsageView {
         UsageView {
             agent_id: u.agent_id,
             agent_name: u.agent_name,
-            agent_status: u.agent_status,
+            agent_status: u.agent_status.to_string(),
         }
     }
 }
@@ -215,7 +215,7 @@ impl From<AgentRecord> for AgentView {
             id: a.id,
             name: a.name,
             framework: a.framework,
-            status: a.status,
+            status: a.status.to_string(),
             tool_ids: a.tool_ids,
             definition: a.definition,
             created_by: a.created_by,
@@ -242,7 +242,7 @@ impl From<UserRecord> for UserView {
     fn from(u: UserRecord) -> Self {
         UserView {
             username: u.username,
-            role: u.role,
+            role: u.role.to_string(),
             tenant: u.tenant,
             created_at: time(u.created_at_ms),
         }

@@ -182,7 +182,7 @@ async fn postgres_survives_sigkill() {
             .unwrap()
             .as_millis()
     );
-    let journal = toolshed_journal::PostgresJournal::connect_with_schema(&url, &schema).await.unwrap_or_else(|e| {
+    let journal = toolshed_journal::open_in_schema(&url, &schema).await.unwrap_or_else(|e| {
         panic!("PostgreSQL is needed ({e}); start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`")
     });
     let dir = tempfile::tempdir().unwrap();
@@ -194,8 +194,7 @@ async fn postgres_survives_sigkill() {
     .await
     .unwrap();
     let outcome =
-        tokio::spawn(async move { verify(Arc::new(journal), "crash-run", &ledger, kills).await })
-            .await;
+        tokio::spawn(async move { verify(journal, "crash-run", &ledger, kills).await }).await;
     if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
         tokio::spawn(conn);
         let _ = client

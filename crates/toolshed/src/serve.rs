@@ -48,7 +48,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     let server = Server::open(config).await.map_err(server_failure)?;
     let addr = server.local_addr();
     announce(&server, addr);
-    tracing::info!(%addr, database = %toolshed_journal::mask_password(database_url), "registry server started");
+    tracing::info!(%addr, database = %toolshed_store::mask_password(database_url), "registry server started");
     server.run(shutdown).await.map_err(server_failure)?;
     tracing::info!("registry server stopped");
     Ok(())
@@ -122,8 +122,10 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
         ServerError::Auth(_) => EXIT_BAD_INPUT,
-        ServerError::Journal(j) if j.code() == "INVALID_DATABASE_URL" => EXIT_BAD_INPUT,
-        ServerError::Registry(r) if r.code() == "INVALID_DATABASE_URL" => EXIT_BAD_INPUT,
+        ServerError::Journal(toolshed_journal::JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
+        ServerError::Registry(toolshed_registry::RegistryError::InvalidUrl { .. }) => {
+            EXIT_BAD_INPUT
+        }
         _ => EXIT_INTERNAL,
     };
     let mut text = e.to_string();

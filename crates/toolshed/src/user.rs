@@ -80,7 +80,7 @@ async fn add(
         .create_user(NewUser {
             username: name,
             password_hash: hash,
-            role: role.as_str().to_owned(),
+            role,
             tenant,
         })
         .await
@@ -108,7 +108,7 @@ async fn list(database_url: &str, json_out: bool) -> Result<(), Failure> {
         .map(|u| {
             vec![
                 u.username.clone(),
-                u.role.clone(),
+                u.role.to_string(),
                 u.tenant.clone(),
                 time(u.created_at_ms),
             ]

@@ -55,10 +55,7 @@ pub async fn login(
     let Some(user) = user.filter(|_| ok) else {
         return Err(wrong());
     };
-    let role: Role = user
-        .role
-        .parse()
-        .map_err(|e| ApiError::internal("a stored role is unreadable", e))?;
+    let role: Role = user.role;
     let token = state
         .tokens()
         .issue(&user.username, role, Some(&user.tenant))?;
@@ -130,7 +127,7 @@ pub async fn add_user(
         .create_user(NewUser {
             username: body.username,
             password_hash: hash,
-            role: role.as_str().to_owned(),
+            role,
             tenant,
         })
         .await?;

@@ -72,7 +72,7 @@ async fn visible_run(state: &AppState, claims: &Claims, id: &str) -> Result<RunR
     let missing = || ApiError::not_found(format!("run `{id}` not found"));
     let run = match state.journal().get_run(id).await {
         Ok(r) => r,
-        Err(e) if e.code() == "NOT_FOUND" => return Err(missing()),
+        Err(toolshed_journal::JournalError::NotFound { .. }) => return Err(missing()),
         Err(e) => return Err(e.into()),
     };
     if run.tenant.as_deref() != Some(tenant_of(claims).as_str()) {
@@ -89,7 +89,7 @@ async fn visible_call(
     let missing = || ApiError::not_found(format!("call `{call_id}` not found"));
     let call = match state.journal().get_call(call_id).await {
         Ok(c) => c,
-        Err(e) if e.code() == "NOT_FOUND" => return Err(missing()),
+        Err(toolshed_journal::JournalError::NotFound { .. }) => return Err(missing()),
         Err(e) => return Err(e.into()),
     };
     visible_run(state, claims, &call.run_id)

@@ -37,11 +37,9 @@ async fn run() -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?
     } else {
-        Arc::new(
-            toolshed_journal::PostgresJournal::connect_with_schema(url, schema)
-                .await
-                .map_err(|e| e.to_string())?,
-        )
+        toolshed_journal::open_in_schema(url, schema)
+            .await
+            .map_err(|e| e.to_string())?
     };
     let ledger = ledger.clone();
     let append = Tool::builder("append")

@@ -1,20 +1,20 @@
-//! What both backends share: the write operations their group-commit writers run, the
-//! raw rows those return, the state rules (written once, turned into SQL) and the
-//! conflict messages.
+//! The journal's rules, written once for both backends: the state transitions (as data,
+//! turned into SQL conditions), the conflict messages, the write operations the
+//! group-commit writers run, and how rows become records.
 //!
 //! A write method builds a [`WriteOp`] on the caller's task (all JSON is serialized
 //! there, so the single writer only binds strings), the writer runs it as one
-//! conditional statement and returns an [`Outcome`] of raw rows, and the caller turns
+//! conditional statement and returns an [`Outcome`] of plain rows, and the caller turns
 //! those into records (JSON parsed on its own task again). When a conditional statement
 //! changes nothing, the writer reads the row and [`call_conflict`] / [`run_conflict`]
 //! say why, from the same rules the SQL was built from.
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toolshed_core::{ErrorCode, ToolError};
+use toolshed_store::Row;
+use toolshed_store::time::{format_ms, now_ms};
 
 use crate::{
     Answer, CallRecord, CallResult, CallStatus, CrumbRecord, Decision, Gate, JournalError, NewCall,
@@ -70,65 +70,6 @@ pub(crate) fn columns(names: &[&str], prefix: &str) -> String {
         .join(", ")
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// An epoch-milliseconds time as RFC 3339 UTC, for messages.
-pub(crate) fn format_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
-}
-
-/// Refuse a journal written by a newer toolshed: the message for `Unavailable`.
-pub(crate) fn check_versions(
-    schema: u32,
-    format: u32,
-    latest: u32,
-) -> std::result::Result<(), String> {
-    if schema > latest {
-        return Err(format!(
-            "its schema version {schema} is newer than this toolshed supports ({latest}); upgrade toolshed"
-        ));
-    }
-    if format > crate::FORMAT_VERSION {
-        return Err(format!(
-            "its record format version {format} is newer than this toolshed supports ({}); upgrade toolshed",
-            crate::FORMAT_VERSION
-        ));
-    }
-    Ok(())
-}
-
-/// The same error again, for every caller of a failed batch.
-pub(crate) fn duplicate_error(e: &JournalError) -> JournalError {
-    match e {
-        JournalError::InvalidUrl { url, reason } => JournalError::InvalidUrl {
-            url: url.clone(),
-            reason: reason.clone(),
-        },
-        JournalError::Unavailable { url, message } => JournalError::Unavailable {
-            url: url.clone(),
-            message: message.clone(),
-        },
-        JournalError::NotAJournal { path, message } => JournalError::NotAJournal {
-            path: path.clone(),
-            message: message.clone(),
-        },
-        JournalError::NotFound { what, id } => JournalError::NotFound {
-            what,
-            id: id.clone(),
-        },
-        JournalError::Conflict(m) => JournalError::Conflict(m.clone()),
-        JournalError::Backend(m) => JournalError::Backend(m.clone()),
-    }
-}
-
 // ---- rules ----
 
 /// The run statuses a run may leave: everything but the final ones.
@@ -166,12 +107,6 @@ impl CallChange {
     }
 }
 
-/// `('a', 'b')` from status names (fixed identifiers, never user input).
-pub(crate) fn sql_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    let quoted: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
-    format!("({})", quoted.join(", "))
-}
-
 /// `(t.status = 'a' OR t.status = 'b')` from status names (fixed identifiers, never
 /// user input).
 pub(crate) fn any_status<'a>(table: &str, names: impl IntoIterator<Item = &'a str>) -> String {
@@ -190,6 +125,32 @@ pub(crate) fn any_status<'a>(table: &str, names: impl IntoIterator<Item = &'a st
 /// The run statuses a run may leave, as an SQL condition on `status`.
 pub(crate) fn run_mutable_condition() -> String {
     any_status("", RUN_MUTABLE.iter().map(|s| s.as_str()))
+}
+
+/// Pieces of the writers' statements, derived from the rules once.
+pub(crate) struct Fragments {
+    /// [`RUN_COLUMNS`] as a list.
+    pub run_cols: String,
+    /// [`CALL_COLUMNS`] as a list.
+    pub call_cols: String,
+    /// The statuses a run may leave, as a condition on `status`.
+    pub mutable: String,
+    /// `running`.
+    pub running: &'static str,
+    /// `started`.
+    pub started: &'static str,
+}
+
+impl Fragments {
+    pub(crate) fn new() -> Fragments {
+        Fragments {
+            run_cols: columns(&RUN_COLUMNS, ""),
+            call_cols: columns(&CALL_COLUMNS, ""),
+            mutable: run_mutable_condition(),
+            running: RunStatus::Running.as_str(),
+            started: CallStatus::Started.as_str(),
+        }
+    }
 }
 
 /// A change of a run's state.
@@ -384,6 +345,40 @@ pub(crate) struct CallInsert {
     pub now: i64,
 }
 
+/// A call's final result, serialized.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub status: &'static str,
+    pub result: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: f64,
+}
+
+impl Finished {
+    /// `completed` with the result, or `failed` with the error result.
+    pub(crate) fn new(outcome: &CallResult) -> Result<Finished> {
+        let (status, result, error) = match &outcome.result {
+            Ok(value) => (CallStatus::Completed, Some(to_json("result", value)?), None),
+            Err(e) => (CallStatus::Failed, None, Some(to_json("error", e)?)),
+        };
+        Ok(Finished {
+            status: status.as_str(),
+            result,
+            error,
+            duration_ms: outcome.duration_ms,
+        })
+    }
+}
+
+/// A whole run recorded after the fact (`record_run`): the run (driven once, in its
+/// final status), its finished calls and its crumbs, serialized.
+#[derive(Debug)]
+pub(crate) struct FinishedRun {
+    pub run: RunInsert,
+    pub calls: Vec<(CallInsert, Finished)>,
+    pub crumbs: Vec<String>,
+}
+
 /// One write, as the writer runs it: every value already serialized.
 #[derive(Debug)]
 pub(crate) enum WriteOp {
@@ -406,10 +401,7 @@ pub(crate) enum WriteOp {
     },
     RecordFinished {
         call_id: String,
-        status: &'static str,
-        result: Option<String>,
-        error: Option<String>,
-        duration_ms: f64,
+        finished: Finished,
         now: i64,
     },
     RecordGate {
@@ -435,6 +427,8 @@ pub(crate) enum WriteOp {
         run_id: String,
         crumbs: Vec<String>,
     },
+    /// Insert a finished run whole: it stands or falls as one.
+    RecordRun(FinishedRun),
 }
 
 impl WriteOp {
@@ -500,18 +494,40 @@ impl WriteOp {
     }
 
     pub(crate) fn record_finished(call_id: &str, outcome: &CallResult) -> Result<WriteOp> {
-        let (status, result, error) = match &outcome.result {
-            Ok(value) => (CallStatus::Completed, Some(to_json("result", value)?), None),
-            Err(e) => (CallStatus::Failed, None, Some(to_json("error", e)?)),
-        };
         Ok(WriteOp::RecordFinished {
             call_id: call_id.to_owned(),
-            status: status.as_str(),
-            result,
-            error,
-            duration_ms: outcome.duration_ms,
+            finished: Finished::new(outcome)?,
             now: now_ms(),
         })
+    }
+
+    pub(crate) fn record_run(
+        run: &NewRun,
+        calls: &[(NewCall, CallResult)],
+        crumbs: &[Value],
+        status: RunStatus,
+        now: i64,
+    ) -> Result<WriteOp> {
+        let mut finished = Vec::with_capacity(calls.len());
+        for (call, outcome) in calls {
+            if call.run_id != run.id {
+                return Err(JournalError::Conflict(format!(
+                    "call `{}` belongs to run `{}`, not to run `{}` being recorded",
+                    call.call_id, call.run_id, run.id
+                )));
+            }
+            let mut insert = WriteOp::call_insert(call)?;
+            insert.now = now;
+            finished.push((insert, Finished::new(outcome)?));
+        }
+        Ok(WriteOp::RecordRun(FinishedRun {
+            run: RunInsert::new(run, status, now)?,
+            calls: finished,
+            crumbs: crumbs
+                .iter()
+                .map(|c| to_json("crumb", c))
+                .collect::<Result<_>>()?,
+        }))
     }
 
     pub(crate) fn record_gate(call_id: &str, gate: &Gate) -> Result<WriteOp> {
@@ -567,18 +583,22 @@ impl WriteOp {
     }
 }
 
-/// What the writer returns for one operation: raw rows, turned into records by the
+/// What the writer returns for one operation: plain rows, turned into records by the
 /// caller.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// `create_run` inserted the run; `append_crumbs` appended.
+    /// `create_run` inserted the run; `append_crumbs` appended; `record_run` recorded.
     Done,
-    Run(RawRun),
-    Call(RawCall),
-    Opened {
-        call: RawCall,
-        started: bool,
-    },
+    /// A run row ([`RUN_COLUMNS`]).
+    Run(Row),
+    /// A call row ([`CALL_COLUMNS`]).
+    Call(Row),
+    /// A new call was inserted as asked and nothing was read back: the caller knows
+    /// the row (see [`new_call_record`]).
+    Inserted,
+    /// `open_and_start` found or started this call.
+    Opened { call: Row, started: bool },
+    /// The attempts of a started call.
     Attempts(i64),
 }
 
@@ -592,24 +612,34 @@ impl Outcome {
 
     pub(crate) fn into_run(self) -> Result<RunRecord> {
         match self {
-            Outcome::Run(raw) => raw.into_record(),
+            Outcome::Run(row) => run_from_row(&row),
             other => Err(unexpected(&other)),
         }
     }
 
-    pub(crate) fn into_call(self) -> Result<CallRecord> {
-        match self {
-            Outcome::Call(raw) => raw.into_record(),
-            Outcome::Opened { call, .. } => call.into_record(),
-            other => Err(unexpected(&other)),
+    /// The call a call change or `open_call` left; `new` is the call as inserted, for
+    /// [`Outcome::Inserted`].
+    pub(crate) fn into_call(self, new: Option<(NewCall, i64)>) -> Result<CallRecord> {
+        match (self, new) {
+            (Outcome::Call(row) | Outcome::Opened { call: row, .. }, _) => call_from_row(&row),
+            (Outcome::Inserted, Some((call, now))) => {
+                Ok(new_call_record(call, CallStatus::Open, 0, now))
+            }
+            (other, _) => Err(unexpected(&other)),
         }
     }
 
-    pub(crate) fn into_opened(self) -> Result<OpenedCall> {
+    /// What `open_and_start` found or did; `new` is the call as inserted, for
+    /// [`Outcome::Inserted`].
+    pub(crate) fn into_opened(self, new: NewCall, now: i64) -> Result<OpenedCall> {
         match self {
             Outcome::Opened { call, started } => Ok(OpenedCall {
-                call: call.into_record()?,
+                call: call_from_row(&call)?,
                 started,
+            }),
+            Outcome::Inserted => Ok(OpenedCall {
+                call: new_call_record(new, CallStatus::Started, 1, now),
+                started: true,
             }),
             other => Err(unexpected(&other)),
         }
@@ -647,123 +677,96 @@ pub(crate) fn created_run(run: NewRun, now: i64) -> RunRecord {
     }
 }
 
-// ---- raw rows ----
-
-/// A `runs` row as stored (JSON as text).
-#[derive(Debug)]
-pub(crate) struct RawRun {
-    pub id: String,
-    pub agent_id: String,
-    pub session_id: String,
-    pub principal: Option<String>,
-    pub tenant: Option<String>,
-    pub status: String,
-    pub budgets: String,
-    pub driver: String,
-    pub resumes: i64,
-    pub error: Option<String>,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-impl RawRun {
-    pub(crate) fn into_record(self) -> Result<RunRecord> {
-        let what = || format!("run `{}`", self.id);
-        Ok(RunRecord {
-            principal: self
-                .principal
-                .as_deref()
-                .map(|p| from_json(&what, "principal", p))
-                .transpose()?,
-            status: RunStatus::parse(&self.status).ok_or_else(|| {
-                JournalError::Backend(format!(
-                    "{}: unknown stored status `{}`",
-                    what(),
-                    self.status
-                ))
-            })?,
-            budgets: from_json(&what, "budgets", &self.budgets)?,
-            driver: from_json(&what, "driver", &self.driver)?,
-            resumes: to_u32("resumes", self.resumes)?,
-            tenant: self.tenant,
-            error: self.error,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-            agent_id: self.agent_id,
-            session_id: self.session_id,
-            id: self.id,
-        })
+/// The record of a call inserted new with `status` and `attempts` at `now`.
+pub(crate) fn new_call_record(
+    call: NewCall,
+    status: CallStatus,
+    attempts: u32,
+    now: i64,
+) -> CallRecord {
+    CallRecord {
+        call_id: call.call_id,
+        run_id: call.run_id,
+        ordinal: call.ordinal,
+        tool_call_id: call.tool_call_id,
+        tool: call.tool,
+        args_hash: call.args_hash,
+        args: call.args,
+        status,
+        attempts,
+        result: None,
+        error: None,
+        duration_ms: None,
+        gate: None,
+        decision: None,
+        answer: None,
+        created_at_ms: now,
+        updated_at_ms: now,
     }
 }
 
-/// A `calls` row as stored (JSON as text).
-#[derive(Debug)]
-pub(crate) struct RawCall {
-    pub call_id: String,
-    pub run_id: String,
-    pub ordinal: i64,
-    pub tool_call_id: String,
-    pub tool: String,
-    pub args_hash: String,
-    pub args: String,
-    pub status: String,
-    pub attempts: i64,
-    pub result: Option<String>,
-    pub error: Option<String>,
-    pub duration_ms: Option<f64>,
-    pub gate: Option<String>,
-    pub decision: Option<String>,
-    pub answer: Option<String>,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
+// ---- rows ----
+
+/// A `runs` row ([`RUN_COLUMNS`]) as a record.
+pub(crate) fn run_from_row(row: &Row) -> Result<RunRecord> {
+    let id: String = row.get(0)?;
+    let what = || format!("run `{id}`");
+    let status: String = row.get(5)?;
+    Ok(RunRecord {
+        agent_id: row.get(1)?,
+        session_id: row.get(2)?,
+        principal: opt_json(&what, "principal", row.get(3)?)?,
+        tenant: row.get(4)?,
+        status: RunStatus::parse(&status).ok_or_else(|| {
+            JournalError::Backend(format!("{}: unknown stored status `{status}`", what()))
+        })?,
+        budgets: from_json(&what, "budgets", &row.get::<String>(6)?)?,
+        driver: from_json(&what, "driver", &row.get::<String>(7)?)?,
+        resumes: to_u32("resumes", row.get(8)?)?,
+        error: row.get(9)?,
+        created_at_ms: row.get(10)?,
+        updated_at_ms: row.get(11)?,
+        id,
+    })
 }
 
-impl RawCall {
-    pub(crate) fn into_record(self) -> Result<CallRecord> {
-        let what = || format!("call `{}`", self.call_id);
-        fn opt<T: DeserializeOwned>(
-            what: &dyn Fn() -> String,
-            field: &str,
-            text: Option<&str>,
-        ) -> Result<Option<T>> {
-            text.map(|t| from_json(what, field, t)).transpose()
-        }
-        Ok(CallRecord {
-            ordinal: to_u32("ordinal", self.ordinal)?,
-            args: from_json(&what, "args", &self.args)?,
-            status: CallStatus::parse(&self.status).ok_or_else(|| {
-                JournalError::Backend(format!(
-                    "{}: unknown stored status `{}`",
-                    what(),
-                    self.status
-                ))
-            })?,
-            attempts: to_u32("attempts", self.attempts)?,
-            result: opt(&what, "result", self.result.as_deref())?,
-            error: opt(&what, "error", self.error.as_deref())?,
-            gate: opt(&what, "gate", self.gate.as_deref())?,
-            decision: opt(&what, "decision", self.decision.as_deref())?,
-            answer: opt(&what, "answer", self.answer.as_deref())?,
-            duration_ms: self.duration_ms,
-            created_at_ms: self.created_at_ms,
-            updated_at_ms: self.updated_at_ms,
-            tool_call_id: self.tool_call_id,
-            tool: self.tool,
-            args_hash: self.args_hash,
-            run_id: self.run_id,
-            call_id: self.call_id,
-        })
-    }
+/// A `calls` row ([`CALL_COLUMNS`]) as a record.
+pub(crate) fn call_from_row(row: &Row) -> Result<CallRecord> {
+    let call_id: String = row.get(0)?;
+    let what = || format!("call `{call_id}`");
+    let status: String = row.get(7)?;
+    Ok(CallRecord {
+        run_id: row.get(1)?,
+        ordinal: to_u32("ordinal", row.get(2)?)?,
+        tool_call_id: row.get(3)?,
+        tool: row.get(4)?,
+        args_hash: row.get(5)?,
+        args: from_json(&what, "args", &row.get::<String>(6)?)?,
+        status: CallStatus::parse(&status).ok_or_else(|| {
+            JournalError::Backend(format!("{}: unknown stored status `{status}`", what()))
+        })?,
+        attempts: to_u32("attempts", row.get(8)?)?,
+        result: opt_json(&what, "result", row.get(9)?)?,
+        error: opt_json(&what, "error", row.get(10)?)?,
+        duration_ms: row.get(11)?,
+        gate: opt_json(&what, "gate", row.get(12)?)?,
+        decision: opt_json(&what, "decision", row.get(13)?)?,
+        answer: opt_json(&what, "answer", row.get(14)?)?,
+        created_at_ms: row.get(15)?,
+        updated_at_ms: row.get(16)?,
+        call_id,
+    })
 }
 
-/// A crumb row.
-pub(crate) fn crumb_record(run_id: String, seq: i64, crumb: &str) -> Result<CrumbRecord> {
+/// A crumb row (`seq`, `crumb`).
+pub(crate) fn crumb_from_row(run_id: &str, row: &Row) -> Result<CrumbRecord> {
+    let seq: i64 = row.get(0)?;
     let what = || format!("crumb {seq} of run `{run_id}`");
     Ok(CrumbRecord {
-        crumb: from_json(&what, "crumb", crumb)?,
+        crumb: from_json(&what, "crumb", &row.get::<String>(1)?)?,
         seq: u64::try_from(seq)
             .map_err(|_| JournalError::Backend(format!("{}: negative sequence number", what())))?,
-        run_id,
+        run_id: run_id.to_owned(),
     })
 }
 
@@ -772,6 +775,14 @@ pub(crate) fn crumb_record(run_id: String, seq: i64, crumb: &str) -> Result<Crum
 pub(crate) fn to_json<T: Serialize + ?Sized>(field: &str, value: &T) -> Result<String> {
     serde_json::to_string(value)
         .map_err(|e| JournalError::Backend(format!("cannot serialize the {field}: {e}")))
+}
+
+fn opt_json<T: DeserializeOwned>(
+    what: &dyn Fn() -> String,
+    field: &str,
+    text: Option<String>,
+) -> Result<Option<T>> {
+    text.map(|t| from_json(what, field, &t)).transpose()
 }
 
 fn from_json<T: DeserializeOwned>(what: &dyn Fn() -> String, field: &str, text: &str) -> Result<T> {
@@ -800,7 +811,6 @@ mod tests {
             run_mutable_condition(),
             "(status = 'running' OR status = 'parked')"
         );
-        assert_eq!(sql_list(["a", "b"]), "('a', 'b')");
     }
 
     #[test]
@@ -809,10 +819,5 @@ mod tests {
             assert!(!status.is_final());
         }
         assert_eq!(CallChange::Finish.allowed_from().len(), 5);
-    }
-
-    #[test]
-    fn format_ms_is_rfc3339() {
-        assert_eq!(format_ms(0), "1970-01-01T00:00:00.000Z");
     }
 }

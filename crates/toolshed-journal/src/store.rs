@@ -1,0 +1,246 @@
+//! [`SqlJournal`]: the one implementation of [`Journal`]. Reads are written once
+//! (`reads.rs`) and run on the read connections of either database; writes become
+//! [`WriteOp`]s that the database's group-commit writer (`sqlite.rs`, `postgres.rs`)
+//! runs, so each backend only executes statements.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use toolshed_store::time::now_ms;
+use toolshed_store::{Location, Migration, Migrations, Readers};
+
+use crate::rules::{Outcome, WriteOp, created_run, not_found_call, not_found_run};
+use crate::{
+    Answer, CallRecord, CallResult, CrumbRecord, Decision, FORMAT_VERSION, Gate, GateFilter,
+    Journal, NewCall, NewRun, OpenedCall, Result, RunFilter, RunRecord, RunStatus, reads,
+};
+
+/// The journal's migrations, in the shared `toolshed_meta` under `schema_version`, with
+/// the record format version beside it.
+pub(crate) static MIGRATIONS: Migrations = Migrations {
+    store: "journal",
+    noun: "journal",
+    version_key: "schema_version",
+    format: Some(("format_version", FORMAT_VERSION)),
+    steps: &[Migration {
+        version: 1,
+        sqlite: include_str!("../migrations/sqlite/0001_journal.sql"),
+        postgres: include_str!("../migrations/postgres/0001_journal.sql"),
+    }],
+};
+
+/// A database's group-commit writer: it runs each operation as its statements, many
+/// operations to a commit, and answers each with its own outcome.
+#[async_trait]
+pub(crate) trait Writer: Send + Sync + 'static {
+    /// Run one operation; returns once it is durably committed (or failed alone).
+    async fn write(&self, op: WriteOp) -> Result<Outcome>;
+}
+
+/// The journal in a SQLite file or a PostgreSQL database (one schema of it).
+///
+/// Write methods send one operation to the database's writer and wait for its durable
+/// commit, which concurrent writes share. Reads run on other connections beside it.
+pub struct SqlJournal {
+    writer: Box<dyn Writer>,
+    readers: Readers,
+    described: String,
+    applied: Vec<u32>,
+}
+
+impl fmt::Debug for SqlJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlJournal")
+            .field("database", &self.described)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlJournal {
+    /// Open the journal at `location`, creating it (and applying migrations) when
+    /// needed; see [`crate::open`] for the errors.
+    pub async fn open(location: &Location) -> Result<SqlJournal> {
+        let (writer, readers, applied): (Box<dyn Writer>, _, _) = match location {
+            Location::Sqlite { path } => {
+                let (writer, readers, applied) = crate::sqlite::open(path).await?;
+                (Box::new(writer), readers, applied)
+            }
+            Location::Postgres { url, schema } => {
+                let (writer, readers, applied) =
+                    crate::postgres::connect(url, schema.as_deref()).await?;
+                (Box::new(writer), readers, applied)
+            }
+        };
+        let described = location.describe();
+        if !applied.is_empty() {
+            tracing::info!(database = %described, ?applied, "applied journal migrations");
+        }
+        Ok(SqlJournal {
+            writer,
+            readers,
+            described,
+            applied,
+        })
+    }
+
+    /// The schema versions this open applied: empty when the database was up to date.
+    pub fn applied_migrations(&self) -> &[u32] {
+        &self.applied
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<Outcome> {
+        self.writer.write(op).await
+    }
+}
+
+#[async_trait]
+impl Journal for SqlJournal {
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+
+    async fn create_run(&self, run: NewRun) -> Result<RunRecord> {
+        let now = now_ms();
+        self.write(WriteOp::create_run(&run, now)?)
+            .await?
+            .into_done()?;
+        Ok(created_run(run, now))
+    }
+
+    async fn get_run(&self, id: &str) -> Result<RunRecord> {
+        let id = id.to_owned();
+        self.readers
+            .read(move |db| {
+                Box::pin(
+                    async move { reads::run(db, &id).await?.ok_or_else(|| not_found_run(&id)) },
+                )
+            })
+            .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
+        let filter = filter.clone();
+        self.readers
+            .read(move |db| Box::pin(async move { reads::runs(db, &filter).await }))
+            .await
+    }
+
+    async fn set_run_status(
+        &self,
+        id: &str,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<RunRecord> {
+        self.write(WriteOp::set_run_status(id, status, error))
+            .await?
+            .into_run()
+    }
+
+    async fn begin_drive(&self, id: &str) -> Result<RunRecord> {
+        self.write(WriteOp::begin_drive(id)).await?.into_run()
+    }
+
+    async fn record_run(
+        &self,
+        run: NewRun,
+        calls: Vec<(NewCall, CallResult)>,
+        crumbs: Vec<Value>,
+        status: RunStatus,
+    ) -> Result<RunRecord> {
+        let now = now_ms();
+        self.write(WriteOp::record_run(&run, &calls, &crumbs, status, now)?)
+            .await?
+            .into_done()?;
+        let mut record = created_run(run, now);
+        record.status = status;
+        record.resumes = 1;
+        Ok(record)
+    }
+
+    async fn calls_of_run(&self, run_id: &str) -> Result<Vec<CallRecord>> {
+        let run_id = run_id.to_owned();
+        self.readers
+            .read(move |db| Box::pin(async move { reads::calls_of_run(db, &run_id).await }))
+            .await
+    }
+
+    async fn get_call(&self, call_id: &str) -> Result<CallRecord> {
+        let call_id = call_id.to_owned();
+        self.readers
+            .read(move |db| {
+                Box::pin(async move {
+                    reads::call(db, &call_id)
+                        .await?
+                        .ok_or_else(|| not_found_call(&call_id))
+                })
+            })
+            .await
+    }
+
+    async fn open_call(&self, call: NewCall) -> Result<CallRecord> {
+        let insert = WriteOp::call_insert(&call)?;
+        let now = insert.now;
+        self.write(WriteOp::OpenCall(insert))
+            .await?
+            .into_call(Some((call, now)))
+    }
+
+    async fn open_and_start(&self, call: NewCall) -> Result<OpenedCall> {
+        let insert = WriteOp::call_insert(&call)?;
+        let now = insert.now;
+        self.write(WriteOp::OpenAndStart(insert))
+            .await?
+            .into_opened(call, now)
+    }
+
+    async fn record_started(&self, call_id: &str) -> Result<u32> {
+        self.write(WriteOp::record_started(call_id))
+            .await?
+            .into_attempts()
+    }
+
+    async fn record_finished(&self, call_id: &str, outcome: CallResult) -> Result<CallRecord> {
+        self.write(WriteOp::record_finished(call_id, &outcome)?)
+            .await?
+            .into_call(None)
+    }
+
+    async fn record_gate(&self, call_id: &str, gate: Gate) -> Result<CallRecord> {
+        self.write(WriteOp::record_gate(call_id, &gate)?)
+            .await?
+            .into_call(None)
+    }
+
+    async fn decide(&self, call_id: &str, decision: Decision) -> Result<CallRecord> {
+        self.write(WriteOp::decide(call_id, &decision)?)
+            .await?
+            .into_call(None)
+    }
+
+    async fn answer(&self, call_id: &str, answer: Answer) -> Result<CallRecord> {
+        self.write(WriteOp::answer(call_id, &answer)?)
+            .await?
+            .into_call(None)
+    }
+
+    async fn pending_gates(&self, filter: &GateFilter) -> Result<Vec<CallRecord>> {
+        let filter = filter.clone();
+        self.readers
+            .read(move |db| Box::pin(async move { reads::pending_gates(db, &filter).await }))
+            .await
+    }
+
+    async fn append_crumbs(&self, run_id: &str, crumbs: Vec<Value>) -> Result<()> {
+        self.write(WriteOp::append_crumbs(run_id, &crumbs)?)
+            .await?
+            .into_done()
+    }
+
+    async fn crumbs_of_run(&self, run_id: &str) -> Result<Vec<CrumbRecord>> {
+        let run_id = run_id.to_owned();
+        self.readers
+            .read(move |db| Box::pin(async move { reads::crumbs_of_run(db, &run_id).await }))
+            .await
+    }
+}

@@ -1,0 +1,686 @@
+//! The registry's rules, written once over an [`Executor`]: what a registration checks,
+//! what a revision bump does, how an agent's edges are replaced, how rows become records.
+//! Each backend only runs the statements of `sql.rs`; whether a rule runs in a write
+//! transaction or on a read connection is decided by its caller (`store.rs`).
+
+use std::collections::BTreeMap;
+
+use toolshed_auth::Role;
+use toolshed_store::sql::Query;
+use toolshed_store::time::now_ms;
+use toolshed_store::{Executor, Param, Row};
+
+use crate::sql;
+use crate::{
+    AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewTool, NewUser, Page, RegistryError,
+    Result, ToolFilter, ToolRecord, ToolStatus, ToolUsage, UserRecord,
+};
+
+/// Items per page when the caller asks for 0.
+pub(crate) const DEFAULT_PER_PAGE: u32 = 20;
+
+/// A page request as applied: page from 1, per_page in 1..=MAX_PER_PAGE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Paging {
+    pub(crate) page: u32,
+    pub(crate) per_page: u32,
+}
+
+impl Paging {
+    /// Apply the defaults and the cap.
+    pub(crate) fn new(page: u32, per_page: u32) -> Paging {
+        let per_page = match per_page {
+            0 => DEFAULT_PER_PAGE,
+            n => n.min(MAX_PER_PAGE),
+        };
+        Paging {
+            page: page.max(1),
+            per_page,
+        }
+    }
+
+    /// `LIMIT`.
+    pub(crate) fn limit(self) -> i64 {
+        i64::from(self.per_page)
+    }
+
+    /// `OFFSET` (at most about 2^41, no overflow).
+    pub(crate) fn offset(self) -> i64 {
+        i64::from(self.page - 1) * i64::from(self.per_page)
+    }
+
+    fn page_of<T>(self, items: Vec<T>, total: u64) -> Page<T> {
+        Page {
+            items,
+            page: self.page,
+            per_page: self.per_page,
+            total,
+        }
+    }
+}
+
+/// A fresh id: a UUID v7 (time-ordered, so ids sort roughly by creation).
+fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// The smallest string greater than every string starting with `prefix`, if any: the
+/// prefix with its last incrementable character incremented and the rest dropped.
+/// Names are compared by code point in both backends (SQLite's `BINARY`, PostgreSQL's
+/// `"C"` collation on UTF-8), so `name >= prefix AND name < upper` is exactly "starts
+/// with `prefix`", and it is an index range rather than a scan.
+pub(crate) fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            // Skip the surrogate range, which `char` cannot hold.
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+// ---- errors callers see ----
+
+pub(crate) fn tool_not_found(id: &str) -> RegistryError {
+    RegistryError::NotFound {
+        what: "tool",
+        id: id.to_owned(),
+    }
+}
+
+fn agent_not_found(id: &str) -> RegistryError {
+    RegistryError::NotFound {
+        what: "agent",
+        id: id.to_owned(),
+    }
+}
+
+fn user_not_found(username: &str) -> RegistryError {
+    RegistryError::NotFound {
+        what: "user",
+        id: username.to_owned(),
+    }
+}
+
+/// An active tool already has the name (`holder`: its id, when known).
+fn name_taken(name: &str, holder: Option<&str>) -> RegistryError {
+    let id = holder.map(|id| format!(" (id {id})")).unwrap_or_default();
+    RegistryError::Conflict(format!(
+        "a tool named `{name}` is already registered{id}; update it with PUT or delete it first"
+    ))
+}
+
+fn stale_revision(name: &str, current: u32, expected: u32) -> RegistryError {
+    RegistryError::Conflict(format!(
+        "tool `{name}` is at revision {current}, not {expected}: reload it and try again"
+    ))
+}
+
+// ---- tools ----
+
+/// The id of the active tool named `name`, if any.
+async fn active_tool_id(db: &mut dyn Executor, name: &str) -> Result<Option<String>> {
+    match db.row(&sql::ACTIVE_TOOL_ID, &[name.into()]).await? {
+        Some(row) => Ok(Some(row.get(0)?)),
+        None => Ok(None),
+    }
+}
+
+/// The active tool with this id, if any.
+pub(crate) async fn active_tool(db: &mut dyn Executor, id: &str) -> Result<Option<ToolRecord>> {
+    db.row(&sql::ACTIVE_TOOL, &[id.into()])
+        .await?
+        .map(|row| tool_from_row(&row))
+        .transpose()
+}
+
+/// The active tool with this exact name, if any.
+pub(crate) async fn active_tool_by_name(
+    db: &mut dyn Executor,
+    name: &str,
+) -> Result<Option<ToolRecord>> {
+    db.row(&sql::ACTIVE_TOOL_BY_NAME, &[name.into()])
+        .await?
+        .map(|row| tool_from_row(&row))
+        .transpose()
+}
+
+/// The row of a tool's current revision, as [`sql::INSERT_TOOL`] and
+/// [`sql::UPDATE_TOOL`] bind it.
+fn tool_params(id: &str, tool: &NewTool, now: i64) -> Vec<Param> {
+    vec![
+        id.into(),
+        (&tool.name).into(),
+        (&tool.description).into(),
+        (&tool.tool_type).into(),
+        (&tool.source).into(),
+        (&tool.endpoint).into(),
+        (&tool.version).into(),
+        (&tool.definition).into(),
+        (&tool.created_by).into(),
+        now.into(),
+    ]
+}
+
+/// Register a tool: the name must be free among active tools; revision 1 goes into the
+/// history too. Of two registrations of one name at once (in any process), the unique
+/// index lets one in; the other inserts nothing and names the winner.
+pub(crate) async fn create_tool(db: &mut dyn Executor, new: NewTool) -> Result<ToolRecord> {
+    if let Some(holder) = active_tool_id(db, &new.name).await? {
+        return Err(name_taken(&new.name, Some(&holder)));
+    }
+    let now = now_ms();
+    let id = new_id();
+    if db
+        .run(&sql::INSERT_TOOL, &tool_params(&id, &new, now))
+        .await?
+        == 0
+    {
+        let holder = active_tool_id(db, &new.name).await?;
+        return Err(name_taken(&new.name, holder.as_deref()));
+    }
+    db.run(&sql::SNAPSHOT_VERSION, &[id.as_str().into()])
+        .await?;
+    Ok(record(id, new, 1, now, now))
+}
+
+/// Replace an active tool's definition: revision n+1 becomes current and joins the
+/// history. A caller that names the revision it last saw gets a conflict when another
+/// update came first; renaming onto another active tool's name is a conflict.
+pub(crate) async fn update_tool(
+    db: &mut dyn Executor,
+    id: &str,
+    update: NewTool,
+    expected_revision: Option<u32>,
+) -> Result<ToolRecord> {
+    let current = db
+        .row(&sql::ACTIVE_TOOL_FOR_UPDATE, &[id.into()])
+        .await?
+        .map(|row| tool_from_row(&row))
+        .transpose()?
+        .ok_or_else(|| tool_not_found(id))?;
+    if let Some(expected) = expected_revision
+        && expected != current.revision
+    {
+        return Err(stale_revision(&current.name, current.revision, expected));
+    }
+    if let Some(holder) = active_tool_id(db, &update.name).await?
+        && holder != id
+    {
+        return Err(name_taken(&update.name, Some(&holder)));
+    }
+    let revision = current.revision.saturating_add(1);
+    let now = now_ms();
+    let mut params = tool_params(id, &update, now);
+    params.push(revision.into());
+    db.run(&sql::UPDATE_TOOL, &params)
+        .await
+        .map_err(|e| unique_or(e, || name_taken(&update.name, None)))?;
+    db.run(&sql::SNAPSHOT_VERSION, &[id.into()]).await?;
+    Ok(record(
+        id.to_owned(),
+        update,
+        revision,
+        current.created_at_ms,
+        now,
+    ))
+}
+
+/// The record a registration or an update wrote.
+fn record(id: String, tool: NewTool, revision: u32, created: i64, updated: i64) -> ToolRecord {
+    ToolRecord {
+        id,
+        name: tool.name,
+        description: tool.description,
+        tool_type: tool.tool_type,
+        source: tool.source,
+        status: ToolStatus::Active,
+        endpoint: tool.endpoint,
+        version: tool.version,
+        revision,
+        definition: tool.definition,
+        created_by: tool.created_by,
+        created_at_ms: created,
+        updated_at_ms: updated,
+    }
+}
+
+/// Every revision of a tool, oldest first; none is `NotFound`.
+pub(crate) async fn tool_versions(db: &mut dyn Executor, id: &str) -> Result<Vec<ToolRecord>> {
+    let rows = db.rows(&sql::TOOL_VERSIONS, &[id.into()]).await?;
+    if rows.is_empty() {
+        return Err(tool_not_found(id));
+    }
+    rows.iter().map(tool_from_row).collect()
+}
+
+/// Mark an active tool deleted; its current revision's copy says deleted too, so the
+/// history ends as the tool did. The name is free again.
+pub(crate) async fn delete_tool(db: &mut dyn Executor, id: &str) -> Result<ToolRecord> {
+    let mut tool = db
+        .row(&sql::ACTIVE_TOOL_FOR_UPDATE, &[id.into()])
+        .await?
+        .map(|row| tool_from_row(&row))
+        .transpose()?
+        .ok_or_else(|| tool_not_found(id))?;
+    let now = now_ms();
+    db.run(&sql::DELETE_TOOL, &[id.into(), now.into()]).await?;
+    db.run(
+        &sql::DELETE_TOOL_VERSION,
+        &[id.into(), tool.revision.into(), now.into()],
+    )
+    .await?;
+    tool.status = ToolStatus::Deleted;
+    tool.updated_at_ms = now;
+    Ok(tool)
+}
+
+/// The agents using an active tool, by name.
+pub(crate) async fn tool_usage(db: &mut dyn Executor, id: &str) -> Result<Vec<ToolUsage>> {
+    let rows = db.rows(&sql::TOOL_USAGE, &[id.into()]).await?;
+    if rows.is_empty() {
+        return Err(tool_not_found(id));
+    }
+    let mut usage = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if let Some(agent_id) = row.get::<Option<String>>(0)? {
+            usage.push(ToolUsage {
+                agent_id,
+                agent_name: row.get(1)?,
+                agent_status: parse_agent_status(&row.get::<String>(2)?)?,
+            });
+        }
+    }
+    Ok(usage)
+}
+
+/// One page of active tools and the total of the filter, from one statement. Every
+/// variant filters on `status = 'active'` and orders by name, so it walks one of the
+/// partial indexes (by name, or by type or source then name) and stops after the page;
+/// the count walks the same index.
+pub(crate) async fn list_tools(
+    db: &mut dyn Executor,
+    filter: &ToolFilter,
+) -> Result<Page<ToolRecord>> {
+    let paging = Paging::new(filter.page, filter.per_page);
+    let mut cond = Query::new("status = 'active'");
+    if let Some(tool_type) = &filter.tool_type {
+        cond.push(" AND tool_type = ").bind(tool_type);
+    }
+    if let Some(source) = &filter.source {
+        cond.push(" AND source = ").bind(source);
+    }
+    if let Some(prefix) = filter.name_prefix.as_deref().filter(|p| !p.is_empty()) {
+        cond.push(" AND name >= ").bind(prefix);
+        if let Some(upper) = prefix_upper_bound(prefix) {
+            cond.push(" AND name < ").bind(upper);
+        }
+    }
+    let n = cond.bound();
+    let (cond_sql, cond_params) = cond.parts();
+    let statement = format!(
+        "{}{cond_sql}{}{cond_sql} ORDER BY name LIMIT ?{} OFFSET ?{}) p ON TRUE",
+        sql::TOOL_PAGE_HEAD,
+        sql::TOOL_PAGE_JOIN,
+        n + 1,
+        n + 2
+    );
+    let mut params = cond_params.to_vec();
+    params.push(paging.limit().into());
+    params.push(paging.offset().into());
+    let rows = db.query(&statement, &params).await?;
+    let mut total = 0;
+    let mut items = Vec::with_capacity(rows.len());
+    for row in &rows {
+        total = row.get(13)?;
+        if row.get::<Option<String>>(0)?.is_some() {
+            items.push(tool_from_row(row)?);
+        }
+    }
+    Ok(paging.page_of(items, total))
+}
+
+/// A tool row (id and the tool fields, in `sql::TOOL_FIELDS` order).
+fn tool_from_row(row: &Row) -> Result<ToolRecord> {
+    let id: String = row.get(0)?;
+    let status: String = row.get(5)?;
+    let status = status.parse::<ToolStatus>().map_err(|_| {
+        RegistryError::Backend(format!("tool `{id}` has an unknown status `{status}`"))
+    })?;
+    let revision = row
+        .get::<u32>(8)
+        .map_err(|e| RegistryError::Backend(format!("tool `{id}` has an invalid revision: {e}")))?;
+    let definition = row.get::<serde_json::Value>(9).map_err(|e| {
+        RegistryError::Backend(format!("tool `{id}` has a corrupt definition: {e}"))
+    })?;
+    Ok(ToolRecord {
+        name: row.get(1)?,
+        description: row.get(2)?,
+        tool_type: row.get(3)?,
+        source: row.get(4)?,
+        status,
+        endpoint: row.get(6)?,
+        version: row.get(7)?,
+        revision,
+        definition,
+        created_by: row.get(10)?,
+        created_at_ms: row.get(11)?,
+        updated_at_ms: row.get(12)?,
+        id,
+    })
+}
+
+// ---- agents ----
+
+/// Register an agent, or replace the one with its name (same id, new definition, its
+/// edges replaced). Every tool it uses must be active; PostgreSQL locks them against a
+/// concurrent delete until the edges are committed.
+pub(crate) async fn upsert_agent(db: &mut dyn Executor, new: NewAgent) -> Result<AgentRecord> {
+    let mut tool_ids = new.tool_ids.clone();
+    tool_ids.sort();
+    tool_ids.dedup();
+    for tool_id in &tool_ids {
+        if db
+            .row(&sql::TOOL_IS_ACTIVE_FOR_SHARE, &[tool_id.into()])
+            .await?
+            .is_none()
+        {
+            return Err(tool_not_found(tool_id));
+        }
+    }
+    let now = now_ms();
+    let row = db
+        .row(
+            &sql::UPSERT_AGENT,
+            &[
+                new_id().into(),
+                (&new.name).into(),
+                (&new.framework).into(),
+                (&new.definition).into(),
+                (&new.created_by).into(),
+                now.into(),
+            ],
+        )
+        .await?
+        .ok_or_else(|| RegistryError::Backend("registering an agent returned no row".into()))?;
+    let id: String = row.get(0)?;
+    let created_at_ms: i64 = row.get(1)?;
+    db.run(&sql::DELETE_AGENT_EDGES, &[id.as_str().into()])
+        .await?;
+    for tool_id in &tool_ids {
+        db.run(
+            &sql::INSERT_AGENT_EDGE,
+            &[id.as_str().into(), tool_id.into()],
+        )
+        .await?;
+    }
+    Ok(AgentRecord {
+        id,
+        name: new.name,
+        framework: new.framework,
+        status: AgentStatus::Registered,
+        definition: new.definition,
+        tool_ids,
+        created_by: new.created_by,
+        created_at_ms,
+        updated_at_ms: now,
+    })
+}
+
+/// An agent by id or name.
+pub(crate) async fn agent(db: &mut dyn Executor, id_or_name: &str) -> Result<AgentRecord> {
+    let rows = db.rows(&sql::AGENT, &[id_or_name.into()]).await?;
+    agents_from_rows(&rows)?
+        .pop()
+        .ok_or_else(|| agent_not_found(id_or_name))
+}
+
+/// One page of agents by name.
+pub(crate) async fn list_agents(
+    db: &mut dyn Executor,
+    page: u32,
+    per_page: u32,
+) -> Result<Page<AgentRecord>> {
+    let paging = Paging::new(page, per_page);
+    let rows = db
+        .rows(
+            &sql::LIST_AGENTS,
+            &[paging.limit().into(), paging.offset().into()],
+        )
+        .await?;
+    let mut total = 0;
+    for row in &rows {
+        total = row.get(9)?;
+    }
+    Ok(paging.page_of(agents_from_rows(&rows)?, total))
+}
+
+/// Agents from rows of agent columns plus one edge's tool id (NULL for none); rows of
+/// NULLs (an empty page) are skipped. The order of first appearance is kept.
+fn agents_from_rows(rows: &[Row]) -> Result<Vec<AgentRecord>> {
+    let mut order: Vec<String> = Vec::new();
+    let mut agents: BTreeMap<String, AgentRecord> = BTreeMap::new();
+    for row in rows {
+        let Some(id) = row.get::<Option<String>>(0)? else {
+            continue;
+        };
+        if !agents.contains_key(&id) {
+            let definition = row.get::<serde_json::Value>(4).map_err(|e| {
+                RegistryError::Backend(format!("agent `{id}` has a corrupt definition: {e}"))
+            })?;
+            order.push(id.clone());
+            agents.insert(
+                id.clone(),
+                AgentRecord {
+                    id: id.clone(),
+                    name: row.get(1)?,
+                    framework: row.get(2)?,
+                    status: parse_agent_status(&row.get::<String>(3)?)?,
+                    definition,
+                    tool_ids: Vec::new(),
+                    created_by: row.get(5)?,
+                    created_at_ms: row.get(6)?,
+                    updated_at_ms: row.get(7)?,
+                },
+            );
+        }
+        if let Some(tool_id) = row.get::<Option<String>>(8)?
+            && let Some(agent) = agents.get_mut(&id)
+        {
+            agent.tool_ids.push(tool_id);
+        }
+    }
+    Ok(order
+        .into_iter()
+        .filter_map(|id| agents.remove(&id))
+        .collect())
+}
+
+fn parse_agent_status(text: &str) -> Result<AgentStatus> {
+    text.parse()
+        .map_err(|_| RegistryError::Backend(format!("an agent has an unknown status `{text}`")))
+}
+
+// ---- users ----
+
+/// Add a user; a taken name is a conflict.
+pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<UserRecord> {
+    let now = now_ms();
+    let inserted = db
+        .run(
+            &sql::INSERT_USER,
+            &[
+                (&new.username).into(),
+                (&new.password_hash).into(),
+                new.role.as_str().into(),
+                (&new.tenant).into(),
+                now.into(),
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(RegistryError::Conflict(format!(
+            "user `{}` already exists",
+            new.username
+        )));
+    }
+    Ok(UserRecord {
+        username: new.username,
+        password_hash: new.password_hash,
+        role: new.role,
+        tenant: new.tenant,
+        created_at_ms: now,
+    })
+}
+
+/// A user by name, if any.
+pub(crate) async fn user(db: &mut dyn Executor, username: &str) -> Result<Option<UserRecord>> {
+    db.row(&sql::USER, &[username.into()])
+        .await?
+        .map(|row| user_from_row(&row))
+        .transpose()
+}
+
+/// Every user by name.
+pub(crate) async fn users(db: &mut dyn Executor) -> Result<Vec<UserRecord>> {
+    db.rows(&sql::USERS, &[])
+        .await?
+        .iter()
+        .map(user_from_row)
+        .collect()
+}
+
+/// Change a user's hash and/or role.
+pub(crate) async fn update_user(
+    db: &mut dyn Executor,
+    username: &str,
+    password_hash: Option<String>,
+    role: Option<Role>,
+) -> Result<UserRecord> {
+    let changed = db
+        .run(
+            &sql::UPDATE_USER,
+            &[
+                username.into(),
+                password_hash.into(),
+                role.map(Role::as_str).into(),
+                now_ms().into(),
+            ],
+        )
+        .await?;
+    if changed == 0 {
+        return Err(user_not_found(username));
+    }
+    user(db, username)
+        .await?
+        .ok_or_else(|| user_not_found(username))
+}
+
+/// Remove a user.
+pub(crate) async fn delete_user(db: &mut dyn Executor, username: &str) -> Result<()> {
+    if db.run(&sql::DELETE_USER, &[username.into()]).await? == 0 {
+        return Err(user_not_found(username));
+    }
+    Ok(())
+}
+
+/// How many users exist.
+pub(crate) async fn count_users(db: &mut dyn Executor) -> Result<u64> {
+    match db.row(&sql::COUNT_USERS, &[]).await? {
+        Some(row) => Ok(row.get(0)?),
+        None => Ok(0),
+    }
+}
+
+fn user_from_row(row: &Row) -> Result<UserRecord> {
+    let username: String = row.get(0)?;
+    let role: String = row.get(2)?;
+    let role = role.parse::<Role>().map_err(|_| {
+        RegistryError::Backend(format!("user `{username}` has an unknown role `{role}`"))
+    })?;
+    Ok(UserRecord {
+        password_hash: row.get(1)?,
+        role,
+        tenant: row.get(3)?,
+        created_at_ms: row.get(4)?,
+        username,
+    })
+}
+
+// ---- settings ----
+
+/// A stored setting, if any.
+pub(crate) async fn setting(db: &mut dyn Executor, key: &str) -> Result<Option<String>> {
+    match db.row(&sql::SETTING, &[key.into()]).await? {
+        Some(row) => Ok(Some(row.get(0)?)),
+        None => Ok(None),
+    }
+}
+
+/// The stored value of `key`, or `value` stored and returned when there is none yet. In
+/// a write transaction: of two first callers (in any process) the first inserts, the
+/// second waits for its commit, inserts nothing, and reads the first one's value.
+pub(crate) async fn init_setting(
+    db: &mut dyn Executor,
+    key: &str,
+    value: String,
+) -> Result<String> {
+    db.run(&sql::INIT_SETTING, &[key.into(), value.into()])
+        .await?;
+    setting(db, key).await?.ok_or_else(|| {
+        RegistryError::Backend(format!("the setting `{key}` vanished while being set"))
+    })
+}
+
+/// A unique violation is `conflict()`; anything else passes through.
+fn unique_or(
+    e: toolshed_store::DbError,
+    conflict: impl FnOnce() -> RegistryError,
+) -> RegistryError {
+    if e.is_unique_violation() {
+        conflict()
+    } else {
+        e.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_defaults_and_caps() {
+        assert_eq!(
+            Paging::new(0, 0),
+            Paging {
+                page: 1,
+                per_page: 20
+            }
+        );
+        assert_eq!(Paging::new(3, 10_000).per_page, MAX_PER_PAGE);
+        assert_eq!(Paging::new(3, 10).offset(), 20);
+        assert_eq!(
+            Paging::new(u32::MAX, MAX_PER_PAGE).offset(),
+            i64::from(u32::MAX - 1) * 500
+        );
+    }
+
+    #[test]
+    fn prefix_bounds() {
+        assert_eq!(prefix_upper_bound("abc").as_deref(), Some("abd"));
+        assert_eq!(prefix_upper_bound("").as_deref(), None);
+        assert_eq!(
+            prefix_upper_bound("a\u{10FFFF}").as_deref(),
+            Some("b"),
+            "a maximal last character is dropped and the one before incremented"
+        );
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! Every statement of the registry, in one place: one text for both dialects where they
+//! agree, one each where they differ (row locks, which SQLite does not need: its writes
+//! take the file's write lock up front). Placeholders are `?N` (PostgreSQL's `$N` is
+//! derived). The rules that use them are in `rules.rs`.
+//!
+//! Every statement on tools says `status = 'active'` where the partial indexes do, so
+//! that both planners use them.
+
+use toolshed_store::Sql;
+
+/// A tool row's columns, in the order `rules::tool_from_row` reads them; the same names in
+/// `registry_tools` (with `id`) and `registry_tool_versions` (with `tool_id`).
+macro_rules! tool_fields {
+    () => {
+        "name, description, tool_type, source, status, endpoint, version, revision, \
+         definition, created_by, created_at_ms, updated_at_ms"
+    };
+}
+
+/// An agent row's columns, in the order `rules::agents_from_rows` reads them.
+macro_rules! agent_columns {
+    () => {
+        "id, name, framework, status, definition, created_by, created_at_ms, updated_at_ms"
+    };
+}
+
+/// A user row's columns, in the order `rules::user_from_row` reads them.
+macro_rules! user_columns {
+    () => {
+        "username, password_hash, role, tenant, created_at_ms"
+    };
+}
+
+// ---- tools ----
+
+/// The id of the active tool with a name.
+pub(crate) const ACTIVE_TOOL_ID: Sql =
+    Sql::same("SELECT id FROM registry_tools WHERE name = ?1 AND status = 'active'");
+
+/// The active tool with an id.
+pub(crate) const ACTIVE_TOOL: Sql = Sql::same(concat!(
+    "SELECT id, ",
+    tool_fields!(),
+    " FROM registry_tools WHERE id = ?1 AND status = 'active'"
+));
+
+/// The active tool with an id, locked until the transaction ends (PostgreSQL).
+pub(crate) const ACTIVE_TOOL_FOR_UPDATE: Sql = Sql::per_dialect(
+    concat!(
+        "SELECT id, ",
+        tool_fields!(),
+        " FROM registry_tools WHERE id = ?1 AND status = 'active'"
+    ),
+    concat!(
+        "SELECT id, ",
+        tool_fields!(),
+        " FROM registry_tools WHERE id = ?1 AND status = 'active' FOR UPDATE"
+    ),
+);
+
+/// The active tool with a name.
+pub(crate) const ACTIVE_TOOL_BY_NAME: Sql = Sql::same(concat!(
+    "SELECT id, ",
+    tool_fields!(),
+    " FROM registry_tools WHERE name = ?1 AND status = 'active'"
+));
+
+/// Whether a tool is active, locked against deletion until the transaction ends
+/// (PostgreSQL), so an agent's edges never point at a tool deleted meanwhile.
+pub(crate) const TOOL_IS_ACTIVE_FOR_SHARE: Sql = Sql::per_dialect(
+    "SELECT 1 FROM registry_tools WHERE id = ?1 AND status = 'active'",
+    "SELECT 1 FROM registry_tools WHERE id = ?1 AND status = 'active' FOR SHARE",
+);
+
+/// Register a tool: revision 1, active; nothing when an active tool has the name (a
+/// concurrent registration waits for the other's commit, then inserts nothing).
+/// ?1 id, ?2 name, ?3 description, ?4 tool_type, ?5 source, ?6 endpoint, ?7 version,
+/// ?8 definition, ?9 created_by, ?10 now.
+pub(crate) const INSERT_TOOL: Sql = Sql::same(concat!(
+    "INSERT INTO registry_tools (id, ",
+    tool_fields!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10, ?10) \
+     ON CONFLICT (name) WHERE status = 'active' DO NOTHING"
+));
+
+/// Replace a tool's current revision: the parameters of [`INSERT_TOOL`], then
+/// ?11 revision.
+pub(crate) const UPDATE_TOOL: Sql = Sql::same(
+    "UPDATE registry_tools SET name = ?2, description = ?3, tool_type = ?4, source = ?5, \
+     endpoint = ?6, version = ?7, definition = ?8, created_by = ?9, updated_at_ms = ?10, \
+     revision = ?11 WHERE id = ?1",
+);
+
+/// Copy a tool's current row into its history.
+pub(crate) const SNAPSHOT_VERSION: Sql = Sql::same(concat!(
+    "INSERT INTO registry_tool_versions (tool_id, ",
+    tool_fields!(),
+    ") SELECT id, ",
+    tool_fields!(),
+    " FROM registry_tools WHERE id = ?1"
+));
+
+/// Every revision of a tool, oldest first.
+pub(crate) const TOOL_VERSIONS: Sql = Sql::same(concat!(
+    "SELECT tool_id, ",
+    tool_fields!(),
+    " FROM registry_tool_versions WHERE tool_id = ?1 ORDER BY revision"
+));
+
+/// Mark a tool deleted. ?1 id, ?2 now.
+pub(crate) const DELETE_TOOL: Sql =
+    Sql::same("UPDATE registry_tools SET status = 'deleted', updated_at_ms = ?2 WHERE id = ?1");
+
+/// Mark a tool's current revision deleted in its history. ?1 id, ?2 revision, ?3 now.
+pub(crate) const DELETE_TOOL_VERSION: Sql = Sql::same(
+    "UPDATE registry_tool_versions SET status = 'deleted', updated_at_ms = ?3 \
+     WHERE tool_id = ?1 AND revision = ?2",
+);
+
+/// The agents using an active tool, by agent name: the tool's row with NULL agent
+/// columns when nobody uses it, no row when it is not active (one snapshot).
+pub(crate) const TOOL_USAGE: Sql = Sql::same(
+    "SELECT a.id, a.name, a.status FROM registry_tools t \
+     LEFT JOIN registry_agent_tools e ON e.tool_id = t.id \
+     LEFT JOIN registry_agents a ON a.id = e.agent_id \
+     WHERE t.id = ?1 AND t.status = 'active' ORDER BY a.name",
+);
+
+/// A listing page, around its condition (written twice, with the same placeholders):
+/// the page's tools with the total of the filter on every row, from one statement (one
+/// snapshot), and one row of NULL tool columns past the end. See `rules::list_tools`.
+pub(crate) const TOOL_PAGE_HEAD: &str = "SELECT p.id, p.name, p.description, p.tool_type, \
+     p.source, p.status, p.endpoint, p.version, p.revision, p.definition, p.created_by, \
+     p.created_at_ms, p.updated_at_ms, t.total \
+     FROM (SELECT COUNT(*) AS total FROM registry_tools WHERE ";
+/// Between the two copies of the condition.
+pub(crate) const TOOL_PAGE_JOIN: &str = concat!(
+    ") t LEFT JOIN (SELECT id, ",
+    tool_fields!(),
+    " FROM registry_tools WHERE "
+);
+
+// ---- agents ----
+
+/// Register an agent or replace the one with its name (same id); the id and when it
+/// was first registered.
+/// ?1 new id, ?2 name, ?3 framework, ?4 definition, ?5 created_by, ?6 now.
+pub(crate) const UPSERT_AGENT: Sql = Sql::same(concat!(
+    "INSERT INTO registry_agents (",
+    agent_columns!(),
+    ") VALUES (?1, ?2, ?3, 'registered', ?4, ?5, ?6, ?6) \
+     ON CONFLICT (name) DO UPDATE SET framework = excluded.framework, \
+     status = excluded.status, definition = excluded.definition, \
+     created_by = excluded.created_by, updated_at_ms = excluded.updated_at_ms \
+     RETURNING id, created_at_ms"
+));
+
+/// Remove an agent's edges.
+pub(crate) const DELETE_AGENT_EDGES: Sql =
+    Sql::same("DELETE FROM registry_agent_tools WHERE agent_id = ?1");
+
+/// Add one edge of the usage graph.
+pub(crate) const INSERT_AGENT_EDGE: Sql =
+    Sql::same("INSERT INTO registry_agent_tools (agent_id, tool_id) VALUES (?1, ?2)");
+
+/// An agent by id, else by name (an id wins: a name could look like another agent's
+/// id), with one row per edge (NULL tool for none), from one snapshot.
+pub(crate) const AGENT: Sql = Sql::same(concat!(
+    "SELECT a.id, a.name, a.framework, a.status, a.definition, a.created_by, \
+     a.created_at_ms, a.updated_at_ms, e.tool_id FROM (SELECT ",
+    agent_columns!(),
+    " FROM registry_agents WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1) a \
+     LEFT JOIN registry_agent_tools e ON e.agent_id = a.id ORDER BY e.tool_id"
+));
+
+/// One page of agents by name with their edges and the total, from one snapshot (one
+/// row of NULL agent columns past the end). ?1 limit, ?2 offset.
+pub(crate) const LIST_AGENTS: Sql = Sql::same(concat!(
+    "SELECT a.id, a.name, a.framework, a.status, a.definition, a.created_by, \
+     a.created_at_ms, a.updated_at_ms, e.tool_id, t.total FROM \
+     (SELECT COUNT(*) AS total FROM registry_agents) t \
+     LEFT JOIN (SELECT ",
+    agent_columns!(),
+    " FROM registry_agents ORDER BY name LIMIT ?1 OFFSET ?2) a ON TRUE \
+     LEFT JOIN registry_agent_tools e ON e.agent_id = a.id ORDER BY a.name, e.tool_id"
+));
+
+// ---- users ----
+
+/// Add a user unless the name is taken.
+/// ?1 username, ?2 password_hash, ?3 role, ?4 tenant, ?5 now.
+pub(crate) const INSERT_USER: Sql = Sql::same(concat!(
+    "INSERT INTO registry_users (",
+    user_columns!(),
+    ", updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT (username) DO NOTHING"
+));
+
+/// A user by name.
+pub(crate) const USER: Sql = Sql::same(concat!(
+    "SELECT ",
+    user_columns!(),
+    " FROM registry_users WHERE username = ?1"
+));
+
+/// Every user by name.
+pub(crate) const USERS: Sql = Sql::same(concat!(
+    "SELECT ",
+    user_columns!(),
+    " FROM registry_users ORDER BY username"
+));
+
+/// Change a user's hash and/or role (NULL keeps it). ?1 username, ?2 hash, ?3 role, ?4 now.
+pub(crate) const UPDATE_USER: Sql = Sql::same(
+    "UPDATE registry_users SET password_hash = COALESCE(?2, password_hash), \
+     role = COALESCE(?3, role), updated_at_ms = ?4 WHERE username = ?1",
+);
+
+/// Remove a user.
+pub(crate) const DELETE_USER: Sql = Sql::same("DELETE FROM registry_users WHERE username = ?1");
+
+/// How many users exist.
+pub(crate) const COUNT_USERS: Sql = Sql::same("SELECT COUNT(*) FROM registry_users");
+
+// ---- settings ----
+
+/// A setting's value.
+pub(crate) const SETTING: Sql = Sql::same("SELECT value FROM registry_settings WHERE key = ?1");
+
+/// Store a setting unless one is stored (a concurrent first caller waits for the
+/// other's commit on the key, then does nothing).
+pub(crate) const INIT_SETTING: Sql = Sql::same(
+    "INSERT INTO registry_settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+);

@@ -1,0 +1,221 @@
+//! [`SqlRegistry`]: the one implementation of [`RegistryStore`], on SQLite or PostgreSQL
+//! through `toolshed-store`. Each method says whether its rule reads or writes; the rule
+//! itself is in `rules.rs`, the same for both databases.
+
+use async_trait::async_trait;
+use toolshed_auth::Role;
+use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
+
+use crate::rules;
+use crate::{
+    AgentRecord, NewAgent, NewTool, NewUser, Page, RegistryStore, Result, ToolFilter, ToolRecord,
+    ToolUsage, UserRecord,
+};
+
+/// The registry's migrations: its tables beside the journal's, its version under
+/// `registry_schema_version` in the shared `toolshed_meta`.
+static MIGRATIONS: Migrations = Migrations {
+    store: "registry",
+    noun: "database",
+    version_key: "registry_schema_version",
+    format: None,
+    steps: &[Migration {
+        version: 1,
+        sqlite: include_str!("../migrations/sqlite/0001_registry.sql"),
+        postgres: include_str!("../migrations/postgres/0001_registry.sql"),
+    }],
+};
+
+/// Reads are hot (the server reads tools by id per request) and never wait for a
+/// writer: eight SQLite read connections (more than a 2-core VM keeps busy, few enough to
+/// keep every one open), two pipelined PostgreSQL ones. Writes are rare (registrations)
+/// and run one transaction at a time on the write connection.
+const OPTIONS: DbOptions = DbOptions {
+    application_name: "toolshed-registry",
+    sqlite_readers: 8,
+    postgres_readers: 2,
+    statement_cache: 64,
+};
+
+/// The registry in a SQLite file or a PostgreSQL database (usually the journal's).
+///
+/// Writes run in one transaction each (`BEGIN IMMEDIATE` on SQLite, so what a rule
+/// checks still holds at commit, also against other processes; on PostgreSQL the rows a
+/// rule checks are locked and names guarded by unique indexes). Reads use other
+/// connections and never wait for a write.
+#[derive(Debug)]
+pub struct SqlRegistry {
+    db: Db,
+}
+
+impl SqlRegistry {
+    /// Open (creating and migrating) the registry at `location`. A file that is not a
+    /// SQLite database, or a SQLite database with tables but no `toolshed_meta`
+    /// (someone else's), is `Unavailable` and is left unchanged; so is a registry written
+    /// by a newer toolshed.
+    pub async fn open(location: &Location) -> Result<SqlRegistry> {
+        let db = Db::open(location, &MIGRATIONS, OPTIONS).await?;
+        if !db.applied_migrations().is_empty() {
+            tracing::info!(database = %db.describe(), applied = ?db.applied_migrations(), "applied registry migrations");
+        }
+        Ok(SqlRegistry { db })
+    }
+
+    /// The schema versions this open applied: empty when the database was up to date.
+    pub fn applied_migrations(&self) -> &[u32] {
+        self.db.applied_migrations()
+    }
+}
+
+#[async_trait]
+impl RegistryStore for SqlRegistry {
+    async fn create_tool(&self, new: NewTool) -> Result<ToolRecord> {
+        self.db
+            .write(move |db| Box::pin(rules::create_tool(db, new)))
+            .await
+    }
+
+    async fn get_tool(&self, id: &str) -> Result<ToolRecord> {
+        let id = id.to_owned();
+        self.db
+            .read(move |db| {
+                Box::pin(async move {
+                    rules::active_tool(db, &id)
+                        .await?
+                        .ok_or_else(|| rules::tool_not_found(&id))
+                })
+            })
+            .await
+    }
+
+    async fn find_tool_by_name(&self, name: &str) -> Result<Option<ToolRecord>> {
+        let name = name.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::active_tool_by_name(db, &name).await }))
+            .await
+    }
+
+    async fn list_tools(&self, filter: &ToolFilter) -> Result<Page<ToolRecord>> {
+        let filter = filter.clone();
+        self.db
+            .read(move |db| Box::pin(async move { rules::list_tools(db, &filter).await }))
+            .await
+    }
+
+    async fn update_tool(
+        &self,
+        id: &str,
+        update: NewTool,
+        expected_revision: Option<u32>,
+    ) -> Result<ToolRecord> {
+        let id = id.to_owned();
+        self.db
+            .write(move |db| {
+                Box::pin(
+                    async move { rules::update_tool(db, &id, update, expected_revision).await },
+                )
+            })
+            .await
+    }
+
+    async fn tool_versions(&self, id: &str) -> Result<Vec<ToolRecord>> {
+        let id = id.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::tool_versions(db, &id).await }))
+            .await
+    }
+
+    async fn delete_tool(&self, id: &str) -> Result<ToolRecord> {
+        let id = id.to_owned();
+        self.db
+            .write(move |db| Box::pin(async move { rules::delete_tool(db, &id).await }))
+            .await
+    }
+
+    async fn tool_usage(&self, id: &str) -> Result<Vec<ToolUsage>> {
+        let id = id.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::tool_usage(db, &id).await }))
+            .await
+    }
+
+    async fn upsert_agent(&self, new: NewAgent) -> Result<AgentRecord> {
+        self.db
+            .write(move |db| Box::pin(rules::upsert_agent(db, new)))
+            .await
+    }
+
+    async fn get_agent(&self, id_or_name: &str) -> Result<AgentRecord> {
+        let key = id_or_name.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::agent(db, &key).await }))
+            .await
+    }
+
+    async fn list_agents(&self, page: u32, per_page: u32) -> Result<Page<AgentRecord>> {
+        self.db
+            .read(move |db| Box::pin(rules::list_agents(db, page, per_page)))
+            .await
+    }
+
+    async fn create_user(&self, new: NewUser) -> Result<UserRecord> {
+        self.db
+            .write(move |db| Box::pin(rules::create_user(db, new)))
+            .await
+    }
+
+    async fn get_user(&self, username: &str) -> Result<Option<UserRecord>> {
+        let username = username.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::user(db, &username).await }))
+            .await
+    }
+
+    async fn list_users(&self) -> Result<Vec<UserRecord>> {
+        self.db.read(move |db| Box::pin(rules::users(db))).await
+    }
+
+    async fn update_user(
+        &self,
+        username: &str,
+        password_hash: Option<String>,
+        role: Option<Role>,
+    ) -> Result<UserRecord> {
+        let username = username.to_owned();
+        self.db
+            .write(move |db| {
+                Box::pin(
+                    async move { rules::update_user(db, &username, password_hash, role).await },
+                )
+            })
+            .await
+    }
+
+    async fn delete_user(&self, username: &str) -> Result<()> {
+        let username = username.to_owned();
+        self.db
+            .write(move |db| Box::pin(async move { rules::delete_user(db, &username).await }))
+            .await
+    }
+
+    async fn count_users(&self) -> Result<u64> {
+        self.db
+            .read(move |db| Box::pin(rules::count_users(db)))
+            .await
+    }
+
+    async fn get_or_init_setting(&self, key: &str, value: String) -> Result<String> {
+        let read_key = key.to_owned();
+        if let Some(stored) = self
+            .db
+            .read(move |db| Box::pin(async move { rules::setting(db, &read_key).await }))
+            .await?
+        {
+            return Ok(stored);
+        }
+        let key = key.to_owned();
+        self.db
+            .write(move |db| Box::pin(async move { rules::init_setting(db, &key, value).await }))
+            .await
+    }
+}
