@@ -329,7 +329,7 @@ async fn gate_mistakes_are_clear_errors(db: Db) {
     let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
     let gate = parked(run.call(call("pay", json!({"amount": 900}))).await.unwrap());
     let plain = done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
-    let _ = plain;
+    assert_eq!(plain.result, Ok(json!(1)), "a call that needs no gate runs");
     run.finish().await.unwrap();
     toolshed_runtime::approve(&*db.journal, &gate.call_id, "a", None)
         .await
