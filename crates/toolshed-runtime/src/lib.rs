@@ -295,6 +295,11 @@ mod tests {
             super::args_hash(&parsed(r#"{"a": 1}"#)),
             super::args_hash(&parsed(r#"{"a": "1"}"#))
         );
+        // Integers past 2^53 stay exact: two ids one apart never share a hash.
+        assert_ne!(
+            super::args_hash(&parsed(r#"{"id": 9007199254740993}"#)),
+            super::args_hash(&parsed(r#"{"id": 9007199254740992}"#))
+        );
     }
 
     #[test]
