@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use toolshed_core::{Handler, Tool};
 use toolshed_dispatch::{Dispatcher, Endpoint};
 
-use crate::Implementations;
+use crate::{ImplementationError, Implementations};
 
 /// Loads tools through a [`Dispatcher`].
 #[derive(Clone)]
@@ -25,18 +25,12 @@ impl DispatchImplementations {
 
 #[async_trait]
 impl Implementations for DispatchImplementations {
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, String> {
-        let abs =
-            std::fs::canonicalize(path).map_err(|e| format!("cannot resolve the path: {e}"))?;
+    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
+        let abs = std::fs::canonicalize(path).map_err(ImplementationError::Path)?;
         let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
         let prefix = if ext == "py" { "python" } else { "node" };
-        let endpoint =
-            Endpoint::parse(&format!("{prefix}:{}", abs.display())).map_err(|e| e.to_string())?;
-        let inferred = self
-            .dispatcher
-            .infer_schema(&endpoint)
-            .await
-            .map_err(|e| e.to_string())?;
+        let endpoint = Endpoint::parse(&format!("{prefix}:{}", abs.display()))?;
+        let inferred = self.dispatcher.infer_schema(&endpoint).await?;
         let handler = self.dispatcher.handler(endpoint.clone(), &inferred.name);
         let mut b = Tool::builder(&inferred.name)
             .description(inferred.description)
@@ -50,11 +44,15 @@ impl Implementations for DispatchImplementations {
         if let Some(out) = inferred.output_schema {
             b = b.output_schema(out);
         }
-        b.build().map_err(|e| e.to_string())
+        Ok(b.build()?)
     }
 
-    fn handler_for(&self, endpoint: &str, tool_name: &str) -> Result<Arc<dyn Handler>, String> {
-        let endpoint = Endpoint::parse(endpoint).map_err(|e| e.to_string())?;
+    fn handler_for(
+        &self,
+        endpoint: &str,
+        tool_name: &str,
+    ) -> Result<Arc<dyn Handler>, ImplementationError> {
+        let endpoint = Endpoint::parse(endpoint)?;
         Ok(self.dispatcher.handler(endpoint, tool_name))
     }
 }

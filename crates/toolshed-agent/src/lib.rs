@@ -22,7 +22,8 @@ mod resolve;
 pub use dispatch::DispatchImplementations;
 pub use file::{AgentFile, Limits, ToolEntry, parse_agent_file};
 pub use resolve::{
-    Implementations, LoadedAgent, RegistryLookup, RegistryTool, load_agent, snake_name,
+    ImplementationError, Implementations, LoadedAgent, RegistryLookup, RegistryLookupError,
+    RegistryTool, load_agent, snake_name,
 };
 
 /// Everything that can stop an agent from starting. Messages say what to do instead.

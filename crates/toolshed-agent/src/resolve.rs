@@ -22,11 +22,49 @@ const DEFINITION_EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
 pub trait Implementations: Send + Sync {
     /// A tool from a code file of the tools folder (`.py`, `.js`, `.mjs`, `.ts`): its
     /// schema inferred or read beside it, its endpoint the file.
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, String>;
+    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError>;
 
     /// The handler behind an endpoint string (`builtin:…`, `python:…`, `node:…`,
     /// `exec:…`, `http(s)://…`).
-    fn handler_for(&self, endpoint: &str, tool_name: &str) -> Result<Arc<dyn Handler>, String>;
+    fn handler_for(
+        &self,
+        endpoint: &str,
+        tool_name: &str,
+    ) -> Result<Arc<dyn Handler>, ImplementationError>;
+}
+
+/// Why an [`Implementations`] could not turn a code file or an endpoint into a tool.
+/// The message is shown to the agent's author as one of the agent's problems, so it
+/// says what is wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImplementationError {
+    /// The code file's path cannot be resolved (it vanished, or a folder is unreadable).
+    #[error("cannot resolve the path: {0}")]
+    Path(std::io::Error),
+    /// The dispatch layer refused the endpoint or could not read the tool's schema.
+    #[error(transparent)]
+    Dispatch(#[from] toolshed_dispatch::DispatchError),
+    /// The tool made from the file or endpoint is not a valid tool.
+    #[error(transparent)]
+    Spec(#[from] toolshed_core::SpecError),
+    /// This implementation does not handle that kind of file or endpoint; the message
+    /// says which and what it handles.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl ImplementationError {
+    /// A stable code: `PATH_UNRESOLVED`, the dispatch error's code (e.g.
+    /// `INVALID_ENDPOINT`), `INVALID_TOOL` or `UNSUPPORTED`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ImplementationError::Path(_) => "PATH_UNRESOLVED",
+            ImplementationError::Dispatch(e) => e.code(),
+            ImplementationError::Spec(_) => "INVALID_TOOL",
+            ImplementationError::Unsupported(_) => "UNSUPPORTED",
+        }
+    }
 }
 
 /// A tool found in the registry: its definition in file form and its endpoint.
@@ -41,8 +79,42 @@ pub struct RegistryTool {
 /// The registry step of the resolver chain.
 #[async_trait]
 pub trait RegistryLookup: Send + Sync {
-    /// The tool registered under `name` (as written in the ref, or its snake form).
-    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, String>;
+    /// The tool registered under `name` (as written in the ref, or its snake form);
+    /// `None` when the registry has no such tool.
+    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, RegistryLookupError>;
+}
+
+/// Why the registry step of the resolver chain could not answer. The message is shown
+/// to the agent's author as one of the agent's problems.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryLookupError {
+    /// The registry could not be asked, or answered with an error; the message says
+    /// which registry and what it answered.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The registry answered with something this resolver cannot use (no definition,
+    /// or one it cannot read); the message says what.
+    #[error("{0}")]
+    InvalidAnswer(String),
+    /// The tool is registered without an endpoint, so nothing can run it.
+    #[error("`{name}` is registered without an endpoint, so it cannot run; register it with one")]
+    NoEndpoint {
+        /// The tool's name as asked.
+        name: String,
+    },
+}
+
+impl RegistryLookupError {
+    /// A stable code: `REGISTRY_UNAVAILABLE`, `INVALID_REGISTRY_ANSWER` or
+    /// `NO_ENDPOINT`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistryLookupError::Unavailable(_) => "REGISTRY_UNAVAILABLE",
+            RegistryLookupError::InvalidAnswer(_) => "INVALID_REGISTRY_ANSWER",
+            RegistryLookupError::NoEndpoint { .. } => "NO_ENDPOINT",
+        }
+    }
 }
 
 /// An agent ready to run.
@@ -268,10 +340,15 @@ async fn load_local(
         let endpoint = spec.meta.endpoint.clone().ok_or_else(|| {
             "has no `endpoint:`; say where the tool runs, e.g. `endpoint: python:/abs/path/tool.py:fn`".to_owned()
         })?;
-        let handler = implementations.handler_for(&endpoint, spec.name.as_str())?;
+        let handler = implementations
+            .handler_for(&endpoint, spec.name.as_str())
+            .map_err(|e| e.to_string())?;
         Tool::from_spec(spec, handler).map_err(|e| e.to_string())
     } else {
-        implementations.load_code_file(path).await
+        implementations
+            .load_code_file(path)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -280,7 +357,9 @@ fn registry_tool(
     implementations: &dyn Implementations,
 ) -> Result<Tool, String> {
     let spec = found.definition.into_spec().map_err(|e| e.to_string())?;
-    let handler = implementations.handler_for(&found.endpoint, spec.name.as_str())?;
+    let handler = implementations
+        .handler_for(&found.endpoint, spec.name.as_str())
+        .map_err(|e| e.to_string())?;
     Tool::from_spec(spec, handler).map_err(|e| e.to_string())
 }
 
@@ -309,7 +388,9 @@ fn inline_tool(
         local.get(&snake),
         toolshed_stdlib::get(&snake),
     ) {
-        (Some(ep), _, _) => implementations.handler_for(ep, name)?,
+        (Some(ep), _, _) => implementations
+            .handler_for(ep, name)
+            .map_err(|e| e.to_string())?,
         (None, Some((t, _)), _) => t.handler().clone(),
         (None, None, Some(t)) => t.handler().clone(),
         (None, None, None) => {

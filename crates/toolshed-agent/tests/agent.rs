@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
-use toolshed_agent::{Implementations, RegistryLookup, RegistryTool, load_agent, parse_agent_file};
+use toolshed_agent::{
+    ImplementationError, Implementations, RegistryLookup, RegistryLookupError, RegistryTool,
+    load_agent, parse_agent_file,
+};
 use toolshed_core::file::ToolFile;
 use toolshed_core::{Handler, Tool};
 
@@ -17,16 +20,23 @@ struct Builtins;
 
 #[async_trait]
 impl Implementations for Builtins {
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, String> {
-        Err(format!("{} needs the dispatch layer", path.display()))
+    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
+        Err(ImplementationError::Unsupported(format!(
+            "{} needs the dispatch layer",
+            path.display()
+        )))
     }
-    fn handler_for(&self, endpoint: &str, _tool: &str) -> Result<Arc<dyn Handler>, String> {
-        let name = endpoint
-            .strip_prefix("builtin:")
-            .ok_or_else(|| format!("unsupported endpoint {endpoint}"))?;
+    fn handler_for(
+        &self,
+        endpoint: &str,
+        _tool: &str,
+    ) -> Result<Arc<dyn Handler>, ImplementationError> {
+        let name = endpoint.strip_prefix("builtin:").ok_or_else(|| {
+            ImplementationError::Unsupported(format!("unsupported endpoint {endpoint}"))
+        })?;
         toolshed_stdlib::get(name)
             .map(|t| t.handler().clone())
-            .ok_or_else(|| format!("no built-in {name}"))
+            .ok_or_else(|| ImplementationError::Unsupported(format!("no built-in {name}")))
     }
 }
 
@@ -36,7 +46,7 @@ struct OneTool;
 
 #[async_trait]
 impl RegistryLookup for OneTool {
-    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, String> {
+    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, RegistryLookupError> {
         if name != "order-lookup" {
             return Ok(None);
         }
@@ -315,4 +325,36 @@ async fn a_python_file_in_the_tools_folder_is_loaded_and_runs() {
     let v = out.result.unwrap();
     assert_eq!(v["status"], "shipped");
     assert_eq!(v["tracking"], "1Z999AA10123456784");
+}
+
+#[tokio::test]
+async fn dispatch_implementations_give_typed_errors_with_clear_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let implementations = toolshed_agent::DispatchImplementations::new(
+        toolshed_dispatch::Dispatcher::new(toolshed_dispatch::DispatcherConfig {
+            cache_dir: dir.path().join("cache"),
+            ..Default::default()
+        }),
+    );
+    let err = implementations
+        .handler_for("ftp://example.com/tool", "t")
+        .err()
+        .unwrap();
+    assert!(matches!(err, ImplementationError::Dispatch(_)), "{err:?}");
+    assert_eq!(err.code(), "INVALID_ENDPOINT");
+    assert!(
+        err.to_string()
+            .contains("invalid endpoint `ftp://example.com/tool`"),
+        "{err}"
+    );
+    let err = implementations
+        .load_code_file(&dir.path().join("tools/gone.py"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ImplementationError::Path(_)), "{err:?}");
+    assert_eq!(err.code(), "PATH_UNRESOLVED");
+    assert!(
+        err.to_string().starts_with("cannot resolve the path: "),
+        "{err}"
+    );
 }

@@ -53,7 +53,7 @@ impl Assets {
             hasher.update([0]);
             hasher.update(text.as_bytes());
         }
-        let version = hex(&hasher.finalize())[..16].to_owned();
+        let version = hex::encode(hasher.finalize())[..16].to_owned();
         let dir = cache_dir.join(format!("runners-{version}"));
         for (name, text) in FILES {
             let path = dir.join(name);
@@ -88,20 +88,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     })
 }
 
-/// Lower-case hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
-/// Hex SHA-256 of some bytes.
+/// Lower-case hex SHA-256 of some bytes.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]
@@ -117,6 +106,9 @@ mod tests {
         assert_eq!(std::fs::read_to_string(a.runner_mjs()).unwrap(), RUNNER_MJS);
         let b = Assets::materialize(dir.path()).unwrap();
         assert_eq!(a.dir, b.dir);
-        assert_eq!(sha256_hex(b"abc").len(), 64);
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

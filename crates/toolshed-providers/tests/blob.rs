@@ -1,6 +1,7 @@
 //! The local-folder blob store on a real temporary folder.
 #![allow(clippy::unwrap_used)]
 
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 use toolshed_core::BlobStore;
@@ -56,12 +57,19 @@ async fn same_bytes_same_uri_and_no_rewrite() {
         .join("sha256")
         .join(&HELLO_HEX[..2])
         .join(HELLO_HEX);
-    let before = std::fs::metadata(&path).unwrap().modified().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Blobs are written to a temporary file and renamed into place, so a rewrite would
+    // put a new file (a new inode) at the path; a hard link keeps the old one visible.
+    let link = dir.path().join("first-write");
+    std::fs::hard_link(&path, &link).unwrap();
     let second = store.put(b"hello", Some("text/plain")).await.unwrap();
     assert_eq!(first.uri, second.uri);
-    let after = std::fs::metadata(&path).unwrap().modified().unwrap();
-    assert_eq!(before, after, "the blob was rewritten");
+    let inode = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    };
+    assert_eq!(inode(&path), inode(&link), "the blob was rewritten");
+    assert_eq!(std::fs::metadata(&path).unwrap().nlink(), 2);
+    std::fs::remove_file(&link).unwrap();
     let other = store.put(b"hello!", None).await.unwrap();
     assert_ne!(first.uri, other.uri);
     // No temporary files are left behind.

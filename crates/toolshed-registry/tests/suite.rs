@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use toolshed_registry::{
     AgentStatus, MAX_PER_PAGE, NewAgent, NewTool, NewUser, RegistryError, RegistryStore,
     SqlRegistry, ToolFilter, ToolStatus,
@@ -908,9 +908,10 @@ async fn json_definitions_round_trip(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.get_agent(&a.id).await.unwrap().definition, definition);
     let page = store.list_agents(1, 20).await.unwrap();
     assert_eq!(page.items[0].definition, definition);
-    let _: Value = store.tool_versions(&created.id).await.unwrap()[0]
-        .definition
-        .clone();
+    assert_eq!(
+        store.tool_versions(&created.id).await.unwrap()[0].definition,
+        definition
+    );
 }
 
 // ---- 10,000 tools ----

@@ -1,7 +1,7 @@
 //! Runtime errors: failures for whoever drives a run, as opposed to a tool's error
 //! results, which the model sees.
 
-use toolshed_journal::JournalError;
+use toolshed_journal::{JournalError, RunStatus};
 
 /// A failure of the runtime itself.
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +39,12 @@ pub enum RuntimeError {
         reason: String,
     },
     /// The run is completed, failed or cancelled and cannot be driven.
-    #[error("run {run_id} is {status} and cannot be resumed")]
+    #[error("run {run_id} is {} and cannot be resumed", .status.as_str())]
     RunFinished {
         /// The run.
         run_id: String,
-        /// Its final status.
-        status: String,
+        /// Its final status: completed, failed or cancelled.
+        status: RunStatus,
     },
     /// A human tool's answer does not match its schema; the run stays parked.
     #[error("the answer to call {call_id} does not match the tool's schema: {details}")]

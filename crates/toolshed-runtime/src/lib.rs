@@ -234,53 +234,32 @@ impl NewRunBuilder {
     }
 }
 
-/// Hex SHA-256 of the canonical JSON of `value` (object keys sorted at every level):
-/// the args hash checked on replay.
+/// Hex SHA-256 of the JSON Canonicalization Scheme (RFC 8785) form of `value`: the
+/// args hash checked on replay. Object keys are sorted at every level and numbers are
+/// written as ECMAScript does, so `1` and `1.0` (one number, parsed as an integer or as
+/// a float) hash alike, as do objects that differ only in key order.
 pub fn args_hash(value: &serde_json::Value) -> String {
+    use canon_json::CanonJsonSerialize;
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    canonical(value, &mut hasher);
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = hasher.finalize();
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for b in digest {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    if let Err(e) = value.to_canon_json_writer(&mut hasher) {
+        // A `Value` holds only string keys and finite numbers, and the hasher never
+        // fails to write, so this does not happen; hash the plain text rather than stop.
+        tracing::error!(error = %e, "cannot canonicalize call args; hashing them as written");
+        hasher = Sha256::new();
+        hasher.update(value.to_string().as_bytes());
     }
-    hex
-}
-
-fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
-    use serde_json::Value;
-    use sha2::Digest;
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.update(b"{");
-            for k in keys {
-                out.update(serde_json::to_string(k).unwrap_or_default().as_bytes());
-                out.update(b":");
-                canonical(&map[k], out);
-                out.update(b",");
-            }
-            out.update(b"}");
-        }
-        Value::Array(items) => {
-            out.update(b"[");
-            for v in items {
-                canonical(v, out);
-                out.update(b",");
-            }
-            out.update(b"]");
-        }
-        other => out.update(other.to_string().as_bytes()),
-    }
+    hex::encode(hasher.finalize())
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
+    use sha2::{Digest, Sha256};
+
+    fn parsed(text: &str) -> Value {
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
 
     #[test]
     fn args_hash_ignores_key_order() {
@@ -294,6 +273,42 @@ mod tests {
         assert_ne!(
             super::args_hash(&json!([1, 2])),
             super::args_hash(&json!([2, 1]))
+        );
+    }
+
+    #[test]
+    fn args_hash_treats_one_number_written_two_ways_alike() {
+        // serde_json keeps `1` as an integer and `1.0` as a float: one number to JSON.
+        let int = parsed(r#"{"a": 1}"#);
+        let float = parsed(r#"{"a": 1.0}"#);
+        assert_ne!(int, float, "serde_json tells them apart, the hash must not");
+        assert_eq!(super::args_hash(&int), super::args_hash(&float));
+        assert_eq!(
+            super::args_hash(&parsed(r#"{"n": [0, 25, -3]}"#)),
+            super::args_hash(&parsed(r#"{"n": [-0.0, 2.5e1, -3.00]}"#))
+        );
+        assert_ne!(
+            super::args_hash(&parsed(r#"{"a": 1}"#)),
+            super::args_hash(&parsed(r#"{"a": 1.5}"#))
+        );
+        assert_ne!(
+            super::args_hash(&parsed(r#"{"a": 1}"#)),
+            super::args_hash(&parsed(r#"{"a": "1"}"#))
+        );
+        // Integers past 2^53 stay exact: two ids one apart never share a hash.
+        assert_ne!(
+            super::args_hash(&parsed(r#"{"id": 9007199254740993}"#)),
+            super::args_hash(&parsed(r#"{"id": 9007199254740992}"#))
+        );
+    }
+
+    #[test]
+    fn args_hash_is_sha256_of_the_rfc8785_text() {
+        let value = parsed(r#"{"b": [1.0, "x\u00e9"], "a": {"z": null, "y": true}, "c": 1e-7}"#);
+        let canonical = r#"{"a":{"y":true,"z":null},"b":[1,"xé"],"c":1e-7}"#;
+        assert_eq!(
+            super::args_hash(&value),
+            hex::encode(Sha256::digest(canonical.as_bytes()))
         );
     }
 }

@@ -7,12 +7,10 @@
 //! durable before they run (keyed, gated, human) take the ordinary path.
 
 use serde_json::json;
-use toolshed_core::{
-    Approval, CallOutcome, Crumb, CrumbKind, ErrorCode, Idempotency, ToolCall, ToolError,
-};
+use toolshed_core::{Approval, Crumb, CrumbKind, Idempotency, ToolCall};
 use toolshed_journal::{Budgets, CallResult, NewCall, NewRun, RunRecord, RunStatus};
 
-use crate::run::CallStep;
+use crate::run::{CallStep, cap_result, run_context};
 use crate::{Runtime, RuntimeError, args_hash};
 
 impl Runtime {
@@ -42,7 +40,7 @@ impl Runtime {
             return Ok((run, step));
         }
 
-        let ctx = crate::run::run_context(
+        let ctx = run_context(
             &new.agent_id,
             &new.id,
             &new.session_id,
@@ -76,25 +74,5 @@ impl Runtime {
             .record_run(new, vec![(new_call, result)], held, RunStatus::Completed)
             .await?;
         Ok((run, CallStep::Done(outcome)))
-    }
-}
-
-/// Replace a result larger than `max` serialized bytes by a non-retryable
-/// `RESULT_TOO_LARGE` error result.
-pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
-    if let Ok(v) = &outcome.result {
-        let size = serde_json::to_string(v)
-            .map(|s| s.len())
-            .unwrap_or(usize::MAX);
-        if size > max {
-            outcome.result = Err(ToolError::new(
-                ErrorCode::ResultTooLarge,
-                format!(
-                    "the result of {} is {size} bytes, over the {max}-byte cap on recorded results; \
-                     return less (a summary, a page, or a blob URI)",
-                    outcome.tool_name
-                ),
-            ));
-        }
     }
 }

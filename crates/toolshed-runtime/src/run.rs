@@ -102,7 +102,7 @@ impl RunHandle {
         if current.status.is_final() {
             return Err(RuntimeError::RunFinished {
                 run_id,
-                status: current.status.as_str().into(),
+                status: current.status,
             });
         }
         let run = journal.begin_drive(&run_id).await?;
@@ -450,7 +450,7 @@ impl RunHandle {
         rec: &CallRecord,
         mut outcome: CallOutcome,
     ) -> Result<CallOutcome, RuntimeError> {
-        crate::once::cap_result(self.inner.runtime.config().max_result_bytes, &mut outcome);
+        cap_result(self.inner.runtime.config().max_result_bytes, &mut outcome);
         self.inner
             .runtime
             .journal()
@@ -477,6 +477,26 @@ impl RunHandle {
             p.push(gate.clone());
         }
         CallStep::Parked(gate)
+    }
+}
+
+/// Replace a result larger than `max` serialized bytes by a non-retryable
+/// `RESULT_TOO_LARGE` error result.
+pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
+    if let Ok(v) = &outcome.result {
+        let size = serde_json::to_string(v)
+            .map(|s| s.len())
+            .unwrap_or(usize::MAX);
+        if size > max {
+            outcome.result = Err(ToolError::new(
+                ErrorCode::ResultTooLarge,
+                format!(
+                    "the result of {} is {size} bytes, over the {max}-byte cap on recorded results; \
+                     return less (a summary, a page, or a blob URI)",
+                    outcome.tool_name
+                ),
+            ));
+        }
     }
 }
 

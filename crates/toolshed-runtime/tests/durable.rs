@@ -1,5 +1,6 @@
 //! The durability contract, on both journal backends: replay, keyed restarts, approvals,
-//! human answers, parallel parking, result caps, budgets and journaled crumbs.
+//! human answers, parallel parking, result caps, budgets, journaled crumbs, and the
+//! hooks an approved call runs on resume.
 //!
 //! PostgreSQL tests use `TOOLSHED_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), each in a fresh schema.
@@ -196,6 +197,7 @@ on_both!(
     crumbs_are_journaled_in_order,
     finished_runs_cannot_be_resumed,
     one_call_runs_record_everything_at_once_or_take_the_ordinary_path,
+    approved_calls_on_resume_run_exactly_the_hooks_of_a_live_call,
 );
 
 async fn replay_executes_each_handler_once(db: Db) {
@@ -327,7 +329,7 @@ async fn gate_mistakes_are_clear_errors(db: Db) {
     let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
     let gate = parked(run.call(call("pay", json!({"amount": 900}))).await.unwrap());
     let plain = done(run.call(call("echo", json!({"v": 1}))).await.unwrap());
-    let _ = plain;
+    assert_eq!(plain.result, Ok(json!(1)), "a call that needs no gate runs");
     run.finish().await.unwrap();
     toolshed_runtime::approve(&*db.journal, &gate.call_id, "a", None)
         .await
@@ -738,4 +740,191 @@ async fn one_call_runs_record_everything_at_once_or_take_the_ordinary_path(db: D
     // Crumbs of ordinary runs still reach the journal (nothing stays held).
     let kinds = db.journal.crumbs_of_run(&id).await.unwrap();
     assert!(!kinds.is_empty());
+}
+
+/// One hook invocation as a hook saw it: level, method, attempt and the value it was
+/// shown (the args for `before_run`, the result for `after_run`, the error code for
+/// `on_error`).
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    level: &'static str,
+    method: &'static str,
+    attempt: u32,
+    value: Value,
+}
+
+type Record = Arc<std::sync::Mutex<Vec<Seen>>>;
+
+/// A hook at `level` that records every invocation and changes nothing.
+fn recording_hook(level: &'static str, record: &Record) -> Arc<dyn toolshed_core::Hook> {
+    use toolshed_core::{AfterRun, BeforeRun, HookFns, OnError};
+    let push = move |record: &Record, method, attempt, value| {
+        record.lock().unwrap().push(Seen {
+            level,
+            method,
+            attempt,
+            value,
+        });
+    };
+    let (b, a, e) = (record.clone(), record.clone(), record.clone());
+    HookFns::new(level)
+        .before_run(move |call, args| {
+            push(&b, "before_run", call.attempt, args.clone());
+            BeforeRun::Continue
+        })
+        .after_run(move |call, result| {
+            push(&a, "after_run", call.attempt, result.clone());
+            AfterRun::Keep
+        })
+        .on_error(move |call, error| {
+            push(&e, "on_error", call.attempt, json!(error.code));
+            OnError::Propagate
+        })
+        .into_hook()
+}
+
+/// A plugin whose only contribution is a hook.
+struct HookPlugin(Arc<dyn toolshed_core::Hook>);
+
+impl toolshed_core::Plugin for HookPlugin {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+    fn hooks(&self) -> Vec<Arc<dyn toolshed_core::Hook>> {
+        vec![self.0.clone()]
+    }
+}
+
+/// A runtime (as one process would build it) whose `transfer` tool needs approval above
+/// 100, fails its first attempt and succeeds on the retry, with a recording hook at the
+/// tool, plugin and global levels.
+fn hooked_runtime(db: &Db, record: &Record) -> Runtime {
+    let transfer = Tool::builder("transfer")
+        .description("Transfer an amount; needs approval above 100; the first attempt fails.")
+        .input_schema(json!({
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "currency": {"type": "string", "default": "EUR"}
+            },
+            "required": ["amount"]
+        }))
+        .effects(toolshed_core::Effects::External)
+        .idempotency(Idempotency::Keyed)
+        .approval(Approval::when(|a| {
+            a["amount"].as_f64().unwrap_or(0.0) > 100.0
+        }))
+        .retry(RetryPolicy {
+            attempts: 1,
+            backoff_ms: 0,
+            multiplier: 1.0,
+            max_backoff_ms: 0,
+        })
+        .hook(recording_hook("tool", record))
+        .handler(|args, ctx| async move {
+            if ctx.attempt() == 1 {
+                return Err("the bank did not answer".to_owned());
+            }
+            Ok(json!({"sent": args["amount"], "currency": args["currency"]}))
+        })
+        .build()
+        .unwrap();
+    let plugin: Arc<dyn toolshed_core::Plugin> =
+        Arc::new(HookPlugin(recording_hook("plugin", record)));
+    let pipeline = Pipeline::builder(ToolSet::from_tools([transfer]).unwrap())
+        .plugins(&[plugin])
+        .global_hook(recording_hook("global", record))
+        .build();
+    Runtime::new(pipeline, db.journal.clone(), RuntimeConfig::default()).unwrap()
+}
+
+/// What the hooks of a `transfer` of `amount` see when it runs: every level in chain
+/// order before the handler, every level's `on_error` for the failed first attempt,
+/// every level's `after_run` for the second.
+fn hooks_of_a_transfer(amount: u32) -> Vec<Seen> {
+    let args = json!({"amount": amount, "currency": "EUR"});
+    let result = json!({"sent": amount, "currency": "EUR"});
+    let mut expected = Vec::new();
+    for (method, attempt, value) in [
+        ("before_run", 1, args),
+        ("on_error", 1, json!("HANDLER_ERROR")),
+        ("after_run", 2, result),
+    ] {
+        for level in ["tool", "plugin", "global"] {
+            expected.push(Seen {
+                level,
+                method,
+                attempt,
+                value: value.clone(),
+            });
+        }
+    }
+    expected
+}
+
+async fn approved_calls_on_resume_run_exactly_the_hooks_of_a_live_call(db: Db) {
+    // First drive: a live call runs its hooks; the gated one parks and runs none.
+    let first: Record = Arc::default();
+    let rt = hooked_runtime(&db, &first);
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    let live = done(
+        run.call(call("transfer", json!({"amount": 50})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(live.attempts, 2, "{live:?}");
+    let live_hooks = first.lock().unwrap().clone();
+    assert_eq!(live_hooks, hooks_of_a_transfer(50));
+    let gate = parked(
+        run.call(call("transfer", json!({"amount": 500})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Parked);
+    assert_eq!(
+        first.lock().unwrap().len(),
+        live_hooks.len(),
+        "a call that parks runs no hook"
+    );
+    toolshed_runtime::approve(&*db.journal, &gate.call_id, "alice", None)
+        .await
+        .unwrap();
+
+    // Resumed in a new runtime (as another process would): the replayed call runs no
+    // hook, the approved call runs exactly the hooks the live call ran.
+    let resumed: Record = Arc::default();
+    let rt = hooked_runtime(&db, &resumed);
+    let run = rt.resume(&id).await.unwrap();
+    let replayed = done(
+        run.call(call("transfer", json!({"amount": 50})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(replayed.result, live.result);
+    assert!(
+        resumed.lock().unwrap().is_empty(),
+        "a replayed call runs no hook: {:?}",
+        resumed.lock().unwrap()
+    );
+    let approved = done(
+        run.call(call("transfer", json!({"amount": 500})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        approved.result.unwrap(),
+        json!({"sent": 500, "currency": "EUR"})
+    );
+    assert_eq!(approved.attempts, live.attempts);
+    let resumed_hooks = resumed.lock().unwrap().clone();
+    assert_eq!(resumed_hooks, hooks_of_a_transfer(500));
+    // The same hooks, in the same order, with the same attempts, as the live call.
+    let shape = |seen: &[Seen]| -> Vec<(&'static str, &'static str, u32)> {
+        seen.iter()
+            .map(|s| (s.level, s.method, s.attempt))
+            .collect()
+    };
+    assert_eq!(shape(&resumed_hooks), shape(&live_hooks));
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
 }

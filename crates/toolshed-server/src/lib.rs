@@ -332,6 +332,18 @@ pub(crate) fn dummy_hash() -> &'static str {
 /// The application: every route, the body limit, the timeout, the panic guard, and
 /// error envelopes for whatever a layer answers bare.
 pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// [`router`] with the routes of an application that embeds the server added (a probe
+/// or a page of its own). They are served under the same layers as the API's routes:
+/// the body limit, the error envelopes, the request timeout, the panic guard (a panic
+/// is a 500 envelope that leaks nothing) and the access log.
+///
+/// # Panics
+///
+/// When a route of `extra` is also one of the API's (axum refuses overlapping routes).
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     use routes::{auth, meta, registry, runs};
     let config = state.config().clone();
     Router::new()
@@ -378,15 +390,17 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/approvals/{call_id}/approve", post(runs::approve))
         .route("/api/v1/approvals/{call_id}/deny", post(runs::deny))
         .route("/api/v1/answers/{call_id}", post(runs::answer))
+        .merge(extra)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(middleware::from_fn(envelope_bare_errors))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             config.request_timeout,
         ))
+        // Outside the timeout, so the timeout's bare 503 gets its envelope too.
+        .layer(middleware::from_fn(envelope_bare_errors))
         .layer(CatchPanicLayer::custom(panicked))
         // One span and one event per request at DEBUG (method, path, status, latency):
         // `TOOLSHED_LOG=info,tower_http=debug` turns the access log on.

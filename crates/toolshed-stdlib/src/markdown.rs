@@ -103,7 +103,7 @@ pub async fn markdown_writer(
     Ok(WrittenFile {
         path: path.display().to_string(),
         bytes: text.len() as u64,
-        sha256: hex(&Sha256::digest(text.as_bytes())),
+        sha256: hex::encode(Sha256::digest(text.as_bytes())),
         blob_uri,
     })
 }
@@ -128,10 +128,6 @@ fn check_filename(name: &str) -> Result<&Path, String> {
         }
     }
     Ok(path)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -37,7 +37,12 @@ async fn markdown_writer_writes_inside_the_output_folder() {
     let written = std::fs::read_to_string(dir.path().join("notes/a.md")).unwrap();
     assert_eq!(written, "# Hello\n\nbody\n");
     assert_eq!(result["bytes"], json!(written.len()));
-    assert_eq!(result["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        result["sha256"],
+        json!(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            written.as_bytes()
+        )))
+    );
 
     // Same content again (a keyed re-run) is fine; different content needs overwrite.
     let again = p

@@ -5,3 +5,7 @@
 
 /// The tool the crash driver calls: keyed, with this many starts at most.
 pub const MAX_ATTEMPTS: u32 = 3;
+
+/// How long the crash driver's handler works between its `start` and `end` ledger
+/// lines, in milliseconds: long enough for the test to kill it there on purpose.
+pub const HANDLER_WORK_MS: u64 = 10;

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use clap::Args;
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{Value, json};
-use toolshed_agent::{RegistryLookup, RegistryTool};
+use toolshed_agent::{RegistryLookup, RegistryLookupError, RegistryTool};
 use toolshed_core::file::ToolFile;
 
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};
@@ -543,7 +543,7 @@ impl HttpRegistry {
 
 #[async_trait]
 impl RegistryLookup for HttpRegistry {
-    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, String> {
+    async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, RegistryLookupError> {
         let answer = match self
             .client
             .get(&["api", "v1", "registry", "tools", name])
@@ -552,24 +552,28 @@ impl RegistryLookup for HttpRegistry {
             Ok(a) => a,
             Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => return Ok(None),
             Err(e) => {
-                return Err(match e {
+                return Err(RegistryLookupError::Unavailable(match e {
                     ClientError::Api { .. } => {
                         format!("{} (registry {})", e.describe(), self.client.base())
                     }
                     other => other.describe(),
-                });
+                }));
             }
         };
         let definition: ToolFile = answer
             .data
             .get("definition")
             .cloned()
-            .ok_or_else(|| "the registry's answer has no `definition`".to_owned())
+            .ok_or_else(|| {
+                RegistryLookupError::InvalidAnswer(
+                    "the registry's answer has no `definition`".to_owned(),
+                )
+            })
             .and_then(|d| {
                 serde_json::from_value(d).map_err(|e| {
-                    format!(
+                    RegistryLookupError::InvalidAnswer(format!(
                         "the registry's definition of `{name}` is not a tool.yaml this CLI reads: {e}"
-                    )
+                    ))
                 })
             })?;
         let endpoint = answer
@@ -578,10 +582,8 @@ impl RegistryLookup for HttpRegistry {
             .and_then(Value::as_str)
             .map(str::to_owned)
             .or_else(|| definition.endpoint.clone())
-            .ok_or_else(|| {
-                format!(
-                    "`{name}` is registered without an endpoint, so it cannot run; register it with one"
-                )
+            .ok_or_else(|| RegistryLookupError::NoEndpoint {
+                name: name.to_owned(),
             })?;
         Ok(Some(RegistryTool {
             definition,

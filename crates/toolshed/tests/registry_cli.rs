@@ -882,9 +882,28 @@ fn a_parked_call_exits_4_and_is_decided_and_resumed_on_the_server() {
     let o = sh.run(&["registry", "approve", &call]);
     assert_eq!(code(&o), 2, "deciding twice: {}", stderr(&o));
     assert!(stderr(&o).contains("CONFLICT"), "{}", stderr(&o));
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    let before = unix_now();
     let o = sh.run(&["registry", "resume", &run]);
+    let after = unix_now();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stdout(&o).contains("20"), "a timestamp: {}", stdout(&o));
+    // The output is get_current_time's answer, taken while the run resumed.
+    let time: Value = serde_json::from_str(&stdout(&o))
+        .unwrap_or_else(|e| panic!("not the tool's JSON output ({e}): {}", stdout(&o)));
+    let iso = time["iso8601"].as_str().unwrap_or_default();
+    let parsed = chrono::DateTime::parse_from_rfc3339(iso)
+        .unwrap_or_else(|e| panic!("not an RFC 3339 timestamp ({e}): {time}"));
+    assert_eq!(Some(parsed.timestamp()), time["unix"].as_i64(), "{time}");
+    assert!(
+        (before..=after).contains(&parsed.timestamp()),
+        "{iso} is not a time between the resume's start ({before}) and end ({after})"
+    );
+    assert_eq!(time["offset"], "+00:00", "{time}");
 
     // Denied: the resumed run ends with an error result.
     let o = sh.run(&["registry", "tool", "run", "guarded-time", "--json"]);
