@@ -52,11 +52,40 @@ pub enum AgentError {
 
 impl AgentError {
     /// A stable code: `AGENT_FILE_INVALID`, `AGENT_INVALID`, `MISSING_ENV`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> AgentCode {
         match self {
-            AgentError::File(_) => "AGENT_FILE_INVALID",
-            AgentError::Invalid { .. } => "AGENT_INVALID",
-            AgentError::MissingEnv { .. } => "MISSING_ENV",
+            AgentError::File(_) => AgentCode::AgentFileInvalid,
+            AgentError::Invalid { .. } => AgentCode::AgentInvalid,
+            AgentError::MissingEnv { .. } => AgentCode::MissingEnv,
         }
     }
 }
+
+/// The stable codes of [`AgentError`], listed with what to do in `docs/errors.md`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum AgentCode {
+    /// `agent.yaml` cannot be read or parsed, or a field is invalid.
+    AgentFileInvalid,
+    /// The agent cannot start (every problem listed).
+    AgentInvalid,
+    /// Declared env vars are missing.
+    MissingEnv,
+}
+
+toolshed_core::code_enum!(AgentCode);
