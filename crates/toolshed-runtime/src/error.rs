@@ -51,8 +51,10 @@ pub enum RuntimeError {
     InvalidAnswer {
         /// The call.
         call_id: String,
-        /// Every violation.
+        /// Every violation, as text.
         details: String,
+        /// Every violation (empty when the tool's answer schema itself is unusable).
+        violations: Vec<toolshed_core::schema::Violation>,
     },
     /// The runtime cannot start with this configuration.
     #[error("{0}")]
