@@ -55,14 +55,14 @@ pub enum ImplementationError {
 }
 
 impl ImplementationError {
-    /// A stable code: `PATH_UNRESOLVED`, the dispatch error's code (e.g.
-    /// `INVALID_ENDPOINT`), `INVALID_TOOL` or `UNSUPPORTED`.
+    /// The stable code: `PATH_UNRESOLVED`, the dispatch error's own code (e.g.
+    /// `INVALID_ENDPOINT`, a `DispatchCode`), `INVALID_TOOL` or `UNSUPPORTED`.
     pub fn code(&self) -> &'static str {
         match self {
-            ImplementationError::Path(_) => "PATH_UNRESOLVED",
-            ImplementationError::Dispatch(e) => e.code(),
-            ImplementationError::Spec(_) => "INVALID_TOOL",
-            ImplementationError::Unsupported(_) => "UNSUPPORTED",
+            ImplementationError::Path(_) => crate::AgentCode::PathUnresolved.as_str(),
+            ImplementationError::Dispatch(e) => e.code().as_str(),
+            ImplementationError::Spec(_) => crate::AgentCode::InvalidTool.as_str(),
+            ImplementationError::Unsupported(_) => crate::AgentCode::Unsupported.as_str(),
         }
     }
 }
@@ -106,13 +106,13 @@ pub enum RegistryLookupError {
 }
 
 impl RegistryLookupError {
-    /// A stable code: `REGISTRY_UNAVAILABLE`, `INVALID_REGISTRY_ANSWER` or
+    /// The stable code: `REGISTRY_LOOKUP_FAILED`, `INVALID_REGISTRY_ANSWER` or
     /// `NO_ENDPOINT`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> crate::AgentCode {
         match self {
-            RegistryLookupError::Unavailable(_) => "REGISTRY_UNAVAILABLE",
-            RegistryLookupError::InvalidAnswer(_) => "INVALID_REGISTRY_ANSWER",
-            RegistryLookupError::NoEndpoint { .. } => "NO_ENDPOINT",
+            RegistryLookupError::Unavailable(_) => crate::AgentCode::RegistryLookupFailed,
+            RegistryLookupError::InvalidAnswer(_) => crate::AgentCode::InvalidRegistryAnswer,
+            RegistryLookupError::NoEndpoint { .. } => crate::AgentCode::NoEndpoint,
         }
     }
 }

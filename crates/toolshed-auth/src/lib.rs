@@ -113,19 +113,54 @@ pub enum AuthError {
 }
 
 impl AuthError {
-    /// The stable code: `UNAUTHENTICATED` (HTTP 401) for invalid or expired tokens,
-    /// `FORBIDDEN` (403), `WEAK_PASSWORD`, `INVALID_ROLE`, `WEAK_SECRET`, `AUTH_ERROR`.
-    pub fn code(&self) -> &'static str {
+    /// The stable code: `UNAUTHENTICATED` for invalid or expired tokens, `FORBIDDEN`,
+    /// `WEAK_PASSWORD`, `INVALID_ROLE`, `WEAK_SECRET`, `AUTH_ERROR`.
+    pub fn code(&self) -> AuthCode {
         match self {
-            AuthError::InvalidToken(_) | AuthError::Expired => "UNAUTHENTICATED",
-            AuthError::Forbidden { .. } => "FORBIDDEN",
-            AuthError::WeakPassword => "WEAK_PASSWORD",
-            AuthError::InvalidRole(_) => "INVALID_ROLE",
-            AuthError::WeakSecret => "WEAK_SECRET",
-            AuthError::BadHash | AuthError::Internal(_) => "AUTH_ERROR",
+            AuthError::InvalidToken(_) | AuthError::Expired => AuthCode::Unauthenticated,
+            AuthError::Forbidden { .. } => AuthCode::Forbidden,
+            AuthError::WeakPassword => AuthCode::WeakPassword,
+            AuthError::InvalidRole(_) => AuthCode::InvalidRole,
+            AuthError::WeakSecret => AuthCode::WeakSecret,
+            AuthError::BadHash | AuthError::Internal(_) => AuthCode::AuthError,
         }
     }
 }
+
+/// The stable codes of [`AuthError`], listed with what to do in `docs/errors.md`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum AuthCode {
+    /// No token, or an invalid or expired one.
+    Unauthenticated,
+    /// The role is too low for the action.
+    Forbidden,
+    /// The password is too short.
+    WeakPassword,
+    /// Not a role name.
+    InvalidRole,
+    /// The signing secret is too short.
+    WeakSecret,
+    /// Hashing, signing or a stored hash failed.
+    AuthError,
+}
+
+toolshed_core::code_enum!(AuthCode);
 
 /// Hash a password with argon2id and a random salt (PHC string format).
 pub fn hash_password(password: &str) -> Result<String, AuthError> {

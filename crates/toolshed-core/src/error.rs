@@ -6,15 +6,60 @@
 //! - a *definition failure* (an invalid name, schema or file) is a [`SpecError`],
 //!   raised when a tool is built or loaded, long before any call.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Stable, machine-readable error codes. Scripts and clients match on these; the
-/// wording of messages may change, the codes may not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The text side of a code enum: `as_str()` and comparisons with text, for an enum that
+/// derives strum's `IntoStaticStr` (with `serialize_all = "SCREAMING_SNAKE_CASE"`, as its
+/// serde form). Every layer's code enum uses it, so the name a code is written with is
+/// derived from its variant once, never kept in a hand-written table.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! code_enum {
+    ($name:ident) => {
+        impl $name {
+            /// The code as written on the wire and in messages, e.g. `NOT_FOUND`.
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+
+        impl ::core::cmp::PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl ::core::cmp::PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+    };
+}
+
+/// Stable, machine-readable error codes of a tool call. Scripts and clients match on
+/// these; the wording of messages may change, the codes may not. Every code is listed,
+/// with what to do about it, in `docs/errors.md`.
+///
+/// The wire form (serde) and the text form (`Display`, [`as_str`](ErrorCode::as_str))
+/// are the same `SCREAMING_SNAKE_CASE` name, derived from the variant by both.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum ErrorCode {
     /// The tool name is not in the toolset.
@@ -67,36 +112,9 @@ pub enum ErrorCode {
     AttemptsExhausted,
 }
 
-impl ErrorCode {
-    /// The code as written on the wire, e.g. `INVALID_ARGS`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
-            ErrorCode::InvalidArgs => "INVALID_ARGS",
-            ErrorCode::InvalidOutput => "INVALID_OUTPUT",
-            ErrorCode::HandlerError => "HANDLER_ERROR",
-            ErrorCode::HandlerPanic => "HANDLER_PANIC",
-            ErrorCode::Timeout => "TIMEOUT",
-            ErrorCode::Cancelled => "CANCELLED",
-            ErrorCode::HookError => "HOOK_ERROR",
-            ErrorCode::HookPanic => "HOOK_PANIC",
-            ErrorCode::HookTimeout => "HOOK_TIMEOUT",
-            ErrorCode::ApprovalRequired => "APPROVAL_REQUIRED",
-            ErrorCode::ApprovalDenied => "APPROVAL_DENIED",
-            ErrorCode::ApprovalPredicateError => "APPROVAL_PREDICATE_ERROR",
-            ErrorCode::CredentialNotDeclared => "CREDENTIAL_NOT_DECLARED",
-            ErrorCode::InvalidCredentialName => "INVALID_CREDENTIAL_NAME",
-            ErrorCode::InvalidVaultMount => "INVALID_VAULT_MOUNT",
-            ErrorCode::CredentialNotFound => "CREDENTIAL_NOT_FOUND",
-            ErrorCode::CredentialProviderError => "CREDENTIAL_PROVIDER_ERROR",
-            ErrorCode::EmptyStream => "EMPTY_STREAM",
-            ErrorCode::ResultTooLarge => "RESULT_TOO_LARGE",
-            ErrorCode::BlobError => "BLOB_ERROR",
-            ErrorCode::AnswerRequired => "ANSWER_REQUIRED",
-            ErrorCode::AttemptsExhausted => "ATTEMPTS_EXHAUSTED",
-        }
-    }
+crate::code_enum!(ErrorCode);
 
+impl ErrorCode {
     /// Whether a failure with this code may succeed when tried again unchanged.
     /// Validation failures never will: retrying them only burns attempts.
     pub fn is_retryable(self) -> bool {
@@ -108,12 +126,6 @@ impl ErrorCode {
                 | ErrorCode::CredentialProviderError
                 | ErrorCode::BlobError
         )
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

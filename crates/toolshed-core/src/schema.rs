@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use jsonschema::{Draft, Retrieve, Uri, Validator};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::FieldError;
@@ -171,7 +171,7 @@ impl CompiledSchema {
 }
 
 /// One way a value failed its schema.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Violation {
     /// JSON pointer to the offending value (`""` is the whole value).
     pub pointer: String,

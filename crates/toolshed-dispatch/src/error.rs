@@ -198,33 +198,34 @@ pub enum DispatchError {
 
 impl DispatchError {
     /// The stable, machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> DispatchCode {
         match self {
-            DispatchError::InvalidEndpoint { .. } => "INVALID_ENDPOINT",
-            DispatchError::EndpointFileNotFound { .. } => "ENDPOINT_FILE_NOT_FOUND",
-            DispatchError::UnknownBuiltin { .. } => "UNKNOWN_BUILTIN",
-            DispatchError::Spawn { .. } => "SPAWN_FAILED",
-            DispatchError::Timeout { .. } => "TIMEOUT",
-            DispatchError::StdoutTooLarge { .. } => "STDOUT_TOO_LARGE",
-            DispatchError::Protocol { .. } => "PROTOCOL_VIOLATION",
-            DispatchError::Exited { .. } => "TOOL_EXITED",
-            DispatchError::ToolFailed { .. } => "TOOL_ERROR",
-            DispatchError::HttpStatus { .. } => "HTTP_STATUS",
-            DispatchError::Http { .. } => "HTTP_ERROR",
-            DispatchError::HttpNotJson { .. } => "HTTP_NOT_JSON",
-            DispatchError::HttpTooLarge { .. } => "HTTP_RESPONSE_TOO_LARGE",
-            DispatchError::TranspilerNotInstalled { .. } => "TRANSPILER_NOT_INSTALLED",
-            DispatchError::Transpile { .. } => "TRANSPILE_FAILED",
-            DispatchError::Inference { .. } => "SCHEMA_INFERENCE_FAILED",
-            DispatchError::SchemaNotFound { .. } => "SCHEMA_NOT_FOUND",
-            DispatchError::Credential(e) => e.code.as_str(),
-            DispatchError::Io { .. } => "IO_ERROR",
+            DispatchError::InvalidEndpoint { .. } => DispatchCode::InvalidEndpoint,
+            DispatchError::EndpointFileNotFound { .. } => DispatchCode::EndpointFileNotFound,
+            DispatchError::UnknownBuiltin { .. } => DispatchCode::UnknownBuiltin,
+            DispatchError::Spawn { .. } => DispatchCode::SpawnFailed,
+            DispatchError::Timeout { .. } => DispatchCode::Timeout,
+            DispatchError::StdoutTooLarge { .. } => DispatchCode::StdoutTooLarge,
+            DispatchError::Protocol { .. } => DispatchCode::ProtocolViolation,
+            DispatchError::Exited { .. } => DispatchCode::ToolExited,
+            DispatchError::ToolFailed { .. } => DispatchCode::ToolError,
+            DispatchError::HttpStatus { .. } => DispatchCode::HttpStatus,
+            DispatchError::Http { .. } => DispatchCode::HttpError,
+            DispatchError::HttpNotJson { .. } => DispatchCode::HttpNotJson,
+            DispatchError::HttpTooLarge { .. } => DispatchCode::HttpResponseTooLarge,
+            DispatchError::TranspilerNotInstalled { .. } => DispatchCode::TranspilerNotInstalled,
+            DispatchError::Transpile { .. } => DispatchCode::TranspileFailed,
+            DispatchError::Inference { .. } => DispatchCode::SchemaInferenceFailed,
+            DispatchError::SchemaNotFound { .. } => DispatchCode::SchemaNotFound,
+            DispatchError::Credential(_) => DispatchCode::CredentialFailed,
+            DispatchError::Io { .. } => DispatchCode::IoError,
         }
     }
 
     /// The error result a model sees. The pipeline's code is `TIMEOUT` for timeouts,
-    /// `RESULT_TOO_LARGE` for caps, the credential's own code for credentials, and
-    /// `HANDLER_ERROR` otherwise; the dispatcher's code is in `details.dispatch_code`.
+    /// `RESULT_TOO_LARGE` for caps, the credential's own code for credentials (e.g.
+    /// `CREDENTIAL_NOT_FOUND`), and `HANDLER_ERROR` otherwise; the dispatcher's code is in
+    /// `details.dispatch_code`.
     pub fn to_tool_error(&self) -> ToolError {
         let code = match self {
             DispatchError::Timeout { .. } => ErrorCode::Timeout,
@@ -235,7 +236,7 @@ impl DispatchError {
             _ => ErrorCode::HandlerError,
         };
         let mut details = Map::new();
-        details.insert("dispatch_code".into(), json!(self.code()));
+        details.insert("dispatch_code".into(), json!(self.code().as_str()));
         match self {
             DispatchError::ToolFailed { code: Some(c), .. } => {
                 details.insert("tool_code".into(), json!(c));
@@ -264,6 +265,69 @@ impl DispatchError {
         text
     }
 }
+
+/// The stable codes of [`DispatchError`], listed with what to do in `docs/errors.md`.
+/// A model sees them as `details.dispatch_code` of its error result.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum DispatchCode {
+    /// The endpoint string is malformed.
+    InvalidEndpoint,
+    /// The endpoint's file does not exist or is not usable.
+    EndpointFileNotFound,
+    /// No such built-in tool.
+    UnknownBuiltin,
+    /// The interpreter or executable could not be started.
+    SpawnFailed,
+    /// The call ran past its timeout.
+    Timeout,
+    /// The tool wrote more to stdout than the cap.
+    StdoutTooLarge,
+    /// A stdout line is not a protocol message.
+    ProtocolViolation,
+    /// The process ended without an answer.
+    ToolExited,
+    /// The tool answered with an error line.
+    ToolError,
+    /// An HTTP endpoint answered a non-2xx status.
+    HttpStatus,
+    /// An HTTP request failed before an answer arrived.
+    HttpError,
+    /// An HTTP endpoint answered a body that is not JSON.
+    HttpNotJson,
+    /// An HTTP response body is larger than the cap.
+    HttpResponseTooLarge,
+    /// The TypeScript transpiler is not installed.
+    TranspilerNotInstalled,
+    /// A TypeScript source could not be transpiled.
+    TranspileFailed,
+    /// A Python schema could not be inferred.
+    SchemaInferenceFailed,
+    /// A Node module declares no schema.
+    SchemaNotFound,
+    /// A declared credential could not be read (the error result carries the
+    /// credential's own code).
+    CredentialFailed,
+    /// A local file operation failed.
+    IoError,
+}
+
+toolshed_core::code_enum!(DispatchCode);
 
 impl From<DispatchError> for ToolError {
     fn from(e: DispatchError) -> Self {

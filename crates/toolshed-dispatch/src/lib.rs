@@ -80,6 +80,6 @@ pub mod protocol;
 pub use config::{ChildEnv, DispatcherConfig, Mode};
 pub use dispatcher::{Dispatcher, Execution, Request};
 pub use endpoint::Endpoint;
-pub use error::DispatchError;
+pub use error::{DispatchCode, DispatchError};
 pub use infer::{InferredTool, infer_node_schema, infer_python_schema};
 pub use protocol::CallContext;

@@ -51,24 +51,80 @@ pub enum RuntimeError {
     InvalidAnswer {
         /// The call.
         call_id: String,
-        /// Every violation.
+        /// Every violation, as text.
         details: String,
+        /// Every violation (empty when the tool's answer schema itself is unusable).
+        violations: Vec<toolshed_core::schema::Violation>,
     },
     /// The runtime cannot start with this configuration.
     #[error("{0}")]
     Startup(String),
+    /// A task the runtime spawned for a call panicked or was cancelled: a bug, never the
+    /// caller's mistake.
+    #[error("a call task failed: {0}")]
+    TaskFailed(String),
 }
 
+/// The stable codes of the runtime's own failures (a journal failure keeps the
+/// journal's code). Listed with what to do in `docs/errors.md`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum RuntimeCode {
+    /// A resumed run issued a different call than the recorded one.
+    NonDeterminism,
+    /// A run budget is spent.
+    BudgetExhausted,
+    /// The run is final and cannot be driven.
+    RunFinished,
+    /// A human tool's answer does not match its schema.
+    InvalidAnswer,
+    /// The runtime refused its configuration.
+    Startup,
+    /// A spawned call task panicked or was cancelled.
+    TaskFailed,
+}
+
+toolshed_core::code_enum!(RuntimeCode);
+
 impl RuntimeError {
-    /// The stable code of this error.
+    /// The runtime's own code, or `None` for a journal failure (whose code is the
+    /// journal's, [`JournalError::code`]).
+    pub fn runtime_code(&self) -> Option<RuntimeCode> {
+        self.layer_code().ok()
+    }
+
+    /// The stable code as text: the journal's for a journal failure, else the runtime's.
     pub fn code(&self) -> &'static str {
-        match self {
-            RuntimeError::Journal(e) => e.code().as_str(),
-            RuntimeError::NonDeterminism { .. } => "NON_DETERMINISM",
-            RuntimeError::BudgetExhausted { .. } => "BUDGET_EXHAUSTED",
-            RuntimeError::RunFinished { .. } => "RUN_FINISHED",
-            RuntimeError::InvalidAnswer { .. } => "INVALID_ANSWER",
-            RuntimeError::Startup(_) => "STARTUP",
+        match self.layer_code() {
+            Ok(code) => code.as_str(),
+            Err(journal) => journal.code().as_str(),
         }
+    }
+
+    fn layer_code(&self) -> Result<RuntimeCode, &JournalError> {
+        Ok(match self {
+            RuntimeError::Journal(e) => return Err(e),
+            RuntimeError::NonDeterminism { .. } => RuntimeCode::NonDeterminism,
+            RuntimeError::BudgetExhausted { .. } => RuntimeCode::BudgetExhausted,
+            RuntimeError::RunFinished { .. } => RuntimeCode::RunFinished,
+            RuntimeError::InvalidAnswer { .. } => RuntimeCode::InvalidAnswer,
+            RuntimeError::Startup(_) => RuntimeCode::Startup,
+            RuntimeError::TaskFailed(_) => RuntimeCode::TaskFailed,
+        })
     }
 }

@@ -70,12 +70,14 @@ pub async fn answer(
             RuntimeError::InvalidAnswer {
                 call_id: call_id.to_owned(),
                 details: e.to_string(),
+                violations: Vec::new(),
             }
         })?;
         if let Err(violations) = compiled.validate(&value) {
             return Err(RuntimeError::InvalidAnswer {
                 call_id: call_id.to_owned(),
                 details: describe_violations("invalid answer", &violations),
+                violations,
             });
         }
     }

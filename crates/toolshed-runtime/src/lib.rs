@@ -36,7 +36,7 @@ use toolshed_core::{BlobStore, CredentialProvider, Pipeline, Principal};
 use toolshed_journal::{Budgets, Journal, NewRun};
 
 pub use driver::{Driver, PlanStep, RunOutcome, drive};
-pub use error::RuntimeError;
+pub use error::{RuntimeCode, RuntimeError};
 pub use gates::{answer, approve, deny};
 pub use run::{CallStep, PendingGate, RunHandle};
 

@@ -196,8 +196,7 @@ impl RunHandle {
                     first_error.get_or_insert(e);
                 }
                 Err(e) => {
-                    first_error
-                        .get_or_insert(RuntimeError::Startup(format!("a call task failed: {e}")));
+                    first_error.get_or_insert(RuntimeError::TaskFailed(e.to_string()));
                 }
             }
         }

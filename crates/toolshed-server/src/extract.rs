@@ -7,6 +7,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use toolshed_api::ApiCode;
 use toolshed_auth::{Claims, Role};
 
 use crate::error::ApiError;
@@ -34,13 +35,8 @@ impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthenticated = |message: &str| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "UNAUTHENTICATED",
-                message.to_owned(),
-            )
-        };
+        let unauthenticated =
+            |message: &str| ApiError::new(ApiCode::Unauthenticated, message.to_owned());
         let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
             return Err(unauthenticated(
                 "no token: log in with POST /api/v1/auth/login and send `Authorization: Bearer TOKEN`",
@@ -87,14 +83,14 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
 /// The 413 answer.
 pub fn too_large(limit: usize) -> ApiError {
     ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "PAYLOAD_TOO_LARGE",
+        ApiCode::PayloadTooLarge,
         format!("the body is larger than the server's limit of {limit} bytes"),
     )
 }
 
 /// Parse a JSON body: syntax errors are `INVALID_JSON` (400) with line and column, type
-/// and field errors `INVALID_BODY` (422) naming the field.
+/// and field errors `INVALID_BODY` (422) naming the field, in the message and as
+/// `{"fields": [{"field", "message"}]}`.
 pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // An empty body reads as `{}`: routes whose fields are all optional need none, and
     // the others name the first missing field.
@@ -107,12 +103,10 @@ pub fn parse_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     };
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path.is_empty() || path == "." {
-            ApiError::invalid_body(format!("invalid body: {inner}"))
-        } else {
-            ApiError::invalid_body(format!("field `{path}`: {inner}"))
-                .with_details(serde_json::json!({ "field": path }))
+        let message = e.into_inner().to_string();
+        match crate::error::field_path(&path, &message) {
+            Some(field) => ApiError::field(&field, message),
+            None => ApiError::invalid_body(format!("invalid body: {message}")),
         }
     })
 }

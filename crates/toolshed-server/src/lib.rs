@@ -28,7 +28,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use toolshed_api::ApiCode;
 use toolshed_auth::{Role, Tokens};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
 use toolshed_registry::{NewTool, NewUser};
@@ -44,9 +44,10 @@ mod state;
 mod tools;
 mod views;
 
-pub use error::{ApiError, ErrorBody, ErrorEnvelope};
-pub use routes::meta::ApiDoc;
+pub use error::ApiError;
+pub use routes::ApiDoc;
 pub use state::AppState;
+pub use toolshed_api::{ErrorBody, ErrorEnvelope};
 
 /// The tenant of users added without one.
 pub const DEFAULT_TENANT: &str = "default";
@@ -123,16 +124,50 @@ pub enum ServerError {
 impl ServerError {
     /// The stable code: `JOURNAL_UNAVAILABLE`, `REGISTRY_UNAVAILABLE`, `AUTH_SETTINGS`,
     /// `LISTEN_FAILED` or `SEED_FAILED`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ServerCode {
         match self {
-            ServerError::Journal(_) => "JOURNAL_UNAVAILABLE",
-            ServerError::Registry(_) => "REGISTRY_UNAVAILABLE",
-            ServerError::Auth(_) => "AUTH_SETTINGS",
-            ServerError::Listen { .. } => "LISTEN_FAILED",
-            ServerError::Seed(_) => "SEED_FAILED",
+            ServerError::Journal(_) => ServerCode::JournalUnavailable,
+            ServerError::Registry(_) => ServerCode::RegistryUnavailable,
+            ServerError::Auth(_) => ServerCode::AuthSettings,
+            ServerError::Listen { .. } => ServerCode::ListenFailed,
+            ServerError::Seed(_) => ServerCode::SeedFailed,
         }
     }
 }
+
+/// The stable codes of [`ServerError`]: why a server could not start or stopped (the
+/// codes of its HTTP answers are [`ApiCode`]s). Listed in `docs/errors.md`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum ServerCode {
+    /// The journal could not be opened.
+    JournalUnavailable,
+    /// The registry could not be opened or seeded.
+    RegistryUnavailable,
+    /// The signing secret or the admin password was refused.
+    AuthSettings,
+    /// The address could not be bound, or serving failed.
+    ListenFailed,
+    /// Seeding the database failed.
+    SeedFailed,
+}
+
+toolshed_core::code_enum!(ServerCode);
 
 /// What the first start of an empty database created.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -330,7 +365,8 @@ pub(crate) fn dummy_hash() -> &'static str {
 }
 
 /// The application: every route, the body limit, the timeout, the panic guard, and
-/// error envelopes for whatever a layer answers bare.
+/// error envelopes for whatever a layer answers bare. The routes are listed once, in
+/// [`routes::api`], which also makes the OpenAPI document.
 pub fn router(state: AppState) -> Router {
     router_with(state, Router::new())
 }
@@ -344,52 +380,9 @@ pub fn router(state: AppState) -> Router {
 ///
 /// When a route of `extra` is also one of the API's (axum refuses overlapping routes).
 pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
-    use routes::{auth, meta, registry, runs};
     let config = state.config().clone();
-    Router::new()
-        .route("/healthz", get(meta::healthz))
-        .route("/api/v1/openapi.json", get(meta::openapi))
-        .route("/api/v1/auth/login", post(auth::login))
-        .route("/api/v1/users", get(auth::list_users).post(auth::add_user))
-        .route(
-            "/api/v1/users/{username}",
-            axum::routing::delete(auth::delete_user),
-        )
-        .route(
-            "/api/v1/registry/tools",
-            get(registry::list_tools).post(registry::create_tool),
-        )
-        .route(
-            "/api/v1/registry/tools/{id}",
-            get(registry::get_tool)
-                .put(registry::update_tool)
-                .delete(registry::delete_tool),
-        )
-        .route(
-            "/api/v1/registry/tools/{id}/versions",
-            get(registry::tool_versions),
-        )
-        .route(
-            "/api/v1/registry/tools/{id}/usage",
-            get(registry::tool_usage),
-        )
-        .route(
-            "/api/v1/registry/tools/{id}/execute",
-            post(registry::execute_tool),
-        )
-        .route(
-            "/api/v1/registry/agents",
-            get(registry::list_agents).post(registry::register_agent),
-        )
-        .route("/api/v1/registry/agents/{id}", get(registry::get_agent))
-        .route("/api/v1/runs", get(runs::list_runs))
-        .route("/api/v1/runs/{id}", get(runs::get_run))
-        .route("/api/v1/runs/{id}/resume", post(runs::resume_run))
-        .route("/api/v1/runs/{id}/cancel", post(runs::cancel_run))
-        .route("/api/v1/approvals", get(runs::list_approvals))
-        .route("/api/v1/approvals/{call_id}/approve", post(runs::approve))
-        .route("/api/v1/approvals/{call_id}/deny", post(runs::deny))
-        .route("/api/v1/answers/{call_id}", post(runs::answer))
+    let (routes, _) = routes::api().split_for_parts();
+    routes
         .merge(extra)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -399,7 +392,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             StatusCode::SERVICE_UNAVAILABLE,
             config.request_timeout,
         ))
-        // Outside the timeout, so the timeout's bare 503 gets its envelope too.
+        // Outside the timeout, so the timeout's bare 503 gets the envelope too.
         .layer(middleware::from_fn(envelope_bare_errors))
         .layer(CatchPanicLayer::custom(panicked))
         // One span and one event per request at DEBUG (method, path, status, latency):
@@ -417,8 +410,7 @@ async fn not_found(req: Request) -> ApiError {
 
 async fn method_not_allowed(req: Request) -> ApiError {
     ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "METHOD_NOT_ALLOWED",
+        ApiCode::MethodNotAllowed,
         format!(
             "{} is not allowed on {}; see GET /api/v1/openapi.json",
             req.method(),
@@ -430,8 +422,7 @@ async fn method_not_allowed(req: Request) -> ApiError {
 fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!("a request handler panicked");
     ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "INTERNAL",
+        ApiCode::Internal,
         "the server hit a bug handling this request; the server log has the details",
     )
     .into_response()
@@ -449,27 +440,25 @@ async fn envelope_bare_errors(req: Request, next: Next) -> Response {
     if status.as_u16() < 400 || is_json {
         return response;
     }
-    let (code, message) = match status {
-        StatusCode::SERVICE_UNAVAILABLE => (
-            "TIMEOUT",
-            "the request took longer than the server allows".to_owned(),
+    let error = match status {
+        // The only bare 503 is the timeout layer's.
+        StatusCode::SERVICE_UNAVAILABLE => ApiError::new(
+            ApiCode::RequestTimeout,
+            "the request took longer than the server allows",
         ),
-        StatusCode::PAYLOAD_TOO_LARGE => (
-            "PAYLOAD_TOO_LARGE",
-            // Bodies are read by `extract::Body`, which names the limit; this is the rest.
-            "the body is larger than the server's limit".to_owned(),
+        // Bodies are read by `extract::Body`, which names the limit; this is the rest.
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            ApiCode::PayloadTooLarge,
+            "the body is larger than the server's limit",
         ),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-            "UNSUPPORTED_MEDIA_TYPE",
-            "send JSON (Content-Type: application/json)".to_owned(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+            ApiCode::UnsupportedMediaType,
+            "send JSON (Content-Type: application/json)",
         ),
-        _ => (
-            "HTTP_ERROR",
-            status
-                .canonical_reason()
-                .unwrap_or("request failed")
-                .to_owned(),
+        _ => ApiError::rejected(
+            status,
+            status.canonical_reason().unwrap_or("request failed"),
         ),
     };
-    ApiError::new(status, code, message).into_response()
+    error.into_response()
 }

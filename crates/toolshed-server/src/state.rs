@@ -1,10 +1,10 @@
 //! What every request handler shares: the stores, the token signer, the dispatcher and
-//! the cache of registry tools ready to execute.
+//! the caches of registry tools ready to execute and of verified tokens.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use moka::sync::Cache;
 use toolshed_auth::{Claims, Tokens};
 use toolshed_dispatch::Dispatcher;
 use toolshed_journal::Journal;
@@ -13,12 +13,22 @@ use toolshed_runtime::Runtime;
 
 use crate::ServerConfig;
 use crate::error::ApiError;
-use crate::tools::build_runtime;
+use crate::tools::{build_runtime, find_tool};
 
 /// How long a prepared tool is trusted before the store is asked again. Changes made
 /// through this server invalidate at once; this bounds how long another server sharing
 /// the database can go on executing a revision it replaced.
 const PREPARED_TTL: Duration = Duration::from_secs(2);
+
+/// Prepared tools kept at most (each under its id and its name).
+const PREPARED_TOOLS: u64 = 4096;
+
+/// Verified tokens remembered at most; the least used go first.
+const VERIFIED_TOKENS: u64 = 4096;
+
+/// How long a verification is remembered. The token's own expiry is checked on every
+/// hit; this only bounds how long an unused entry stays.
+const VERIFIED_TTL: Duration = Duration::from_secs(600);
 
 /// Shared state of the server. Cheap to clone.
 #[derive(Clone)]
@@ -32,12 +42,9 @@ struct Inner {
     registry: Arc<dyn RegistryStore>,
     tokens: Tokens,
     dispatcher: Dispatcher,
-    prepared: Mutex<HashMap<String, Arc<Prepared>>>,
-    verified: Mutex<HashMap<String, Claims>>,
+    prepared: Cache<String, Arc<Prepared>>,
+    verified: Cache<String, Claims>,
 }
-
-/// Verified tokens remembered, at most (the map is cleared when it is full).
-const VERIFIED_TOKENS: usize = 4096;
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
 /// one tool.
@@ -46,7 +53,6 @@ pub struct Prepared {
     pub record: ToolRecord,
     /// The runtime executing it.
     pub runtime: Runtime,
-    loaded_at: Instant,
 }
 
 impl AppState {
@@ -65,8 +71,14 @@ impl AppState {
                 registry,
                 tokens,
                 dispatcher,
-                prepared: Mutex::new(HashMap::new()),
-                verified: Mutex::new(HashMap::new()),
+                prepared: Cache::builder()
+                    .max_capacity(PREPARED_TOOLS)
+                    .time_to_live(PREPARED_TTL)
+                    .build(),
+                verified: Cache::builder()
+                    .max_capacity(VERIFIED_TOKENS)
+                    .time_to_live(VERIFIED_TTL)
+                    .build(),
             }),
         }
     }
@@ -95,25 +107,19 @@ impl AppState {
     /// (a signature check and a JSON parse per request otherwise): the key is the whole
     /// token, so a changed token is a miss, and the expiry is checked on every hit.
     pub fn verify_token(&self, token: &str) -> Result<Claims, toolshed_auth::AuthError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        if let Ok(map) = self.inner.verified.lock()
-            && let Some(claims) = map.get(token)
-        {
+        if let Some(claims) = self.inner.verified.get(token) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
             if claims.exp <= now {
+                self.inner.verified.invalidate(token);
                 return Err(toolshed_auth::AuthError::Expired);
             }
-            return Ok(claims.clone());
+            return Ok(claims);
         }
         let claims = self.inner.tokens.verify(token)?;
-        if let Ok(mut map) = self.inner.verified.lock() {
-            if map.len() >= VERIFIED_TOKENS {
-                map.clear();
-            }
-            map.insert(token.to_owned(), claims.clone());
-        }
+        self.inner.verified.insert(token.to_owned(), claims.clone());
         Ok(claims)
     }
 
@@ -122,37 +128,24 @@ impl AppState {
         &self.inner.dispatcher
     }
 
-    /// The tool with this id (or name) ready to execute, built once per revision.
+    /// The tool with this id (or name) ready to execute, built once per revision and
+    /// trusted for [`PREPARED_TTL`].
     pub async fn prepared(&self, id_or_name: &str) -> Result<Arc<Prepared>, ApiError> {
-        if let Some(p) = self.cached(id_or_name) {
+        if let Some(p) = self.inner.prepared.get(id_or_name) {
             return Ok(p);
         }
-        let record = crate::tools::find_tool(self, id_or_name).await?;
-        let runtime = build_runtime(self, &record)?;
-        let prepared = Arc::new(Prepared {
-            record,
-            runtime,
-            loaded_at: Instant::now(),
-        });
-        if let Ok(mut map) = self.inner.prepared.lock() {
-            map.insert(prepared.record.id.clone(), prepared.clone());
-            map.insert(prepared.record.name.clone(), prepared.clone());
-        }
+        let record = find_tool(self.registry().as_ref(), id_or_name).await?;
+        let runtime = build_runtime(self.dispatcher(), self.journal(), &record)?;
+        let prepared = Arc::new(Prepared { record, runtime });
+        let cache = &self.inner.prepared;
+        cache.insert(prepared.record.id.clone(), prepared.clone());
+        cache.insert(prepared.record.name.clone(), prepared.clone());
         Ok(prepared)
-    }
-
-    fn cached(&self, key: &str) -> Option<Arc<Prepared>> {
-        let map = self.inner.prepared.lock().ok()?;
-        map.get(key)
-            .filter(|p| p.loaded_at.elapsed() < PREPARED_TTL)
-            .cloned()
     }
 
     /// Forget a prepared tool (after an update or a delete through this server).
     pub fn forget(&self, record: &ToolRecord) {
-        if let Ok(mut map) = self.inner.prepared.lock() {
-            map.remove(&record.id);
-            map.remove(&record.name);
-        }
+        self.inner.prepared.invalidate(&record.id);
+        self.inner.prepared.invalidate(&record.name);
     }
 }

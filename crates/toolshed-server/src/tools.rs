@@ -5,18 +5,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+use toolshed_api::{ApiCode, FieldProblem};
 use toolshed_core::file::ToolFile;
 use toolshed_core::{
-    FieldError, Handler, HandlerFuture, Pipeline, SpecError, Tool, ToolContext, ToolError,
-    ToolOutput, ToolSet,
+    Handler, HandlerFuture, Pipeline, SpecError, Tool, ToolContext, ToolError, ToolOutput, ToolSet,
 };
 use toolshed_dispatch::{Dispatcher, Endpoint};
-use toolshed_registry::{NewTool, ToolRecord};
+use toolshed_journal::Journal;
+use toolshed_registry::{NewTool, RegistryStore, ToolRecord};
 use toolshed_runtime::{Runtime, RuntimeConfig};
 
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// Extra time the pipeline gives a dispatched call past the tool's own timeout, so the
 /// dispatcher's timeout fires first and the answer still carries stdout and stderr.
@@ -66,7 +66,7 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
         None | Some(Value::Null) => "manual".to_owned(),
         Some(Value::String(s)) if valid_source(&s) => s,
         Some(other) => {
-            return Err(field_error(
+            return Err(ApiError::field(
                 "source",
                 format!(
                     "`{}` is not a source; use 1-32 lowercase letters, digits, `-` or `_` (e.g. `manual`, `cli`)",
@@ -81,7 +81,7 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
             n.as_u64().map(|n| n as u32)
         }
         Some(other) => {
-            return Err(field_error(
+            return Err(ApiError::field(
                 "expected_revision",
                 format!(
                     "`{}` is not a revision; use a whole number from 1",
@@ -112,17 +112,15 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
     let file: ToolFile = serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
-        let path = match path.as_str() {
-            "input_schema" => "schema_definition".to_owned(),
-            "type" => "tool_type".to_owned(),
-            _ => path,
-        };
-        field_error(&path, message)
+        match crate::error::field_path(&path, &message) {
+            Some(field) => ApiError::field(&seed_field(&field), message),
+            None => ApiError::invalid_body(format!("invalid tool definition: {message}")),
+        }
     })?;
     // Check every field now (the spec is rebuilt when the tool is executed).
     file.clone().into_spec().map_err(spec_error)?;
     if let Some(endpoint) = &file.endpoint {
-        Endpoint::parse(endpoint).map_err(|e| field_error("endpoint", e.to_string()))?;
+        Endpoint::parse(endpoint).map_err(|e| ApiError::field("endpoint", e.to_string()))?;
     }
     Ok(Registration {
         file,
@@ -142,7 +140,7 @@ fn valid_source(s: &str) -> bool {
 fn rename(map: &mut Map<String, Value>, seed: &str, ours: &str) -> Result<(), ApiError> {
     if let Some(v) = map.remove(seed) {
         if map.contains_key(ours) {
-            return Err(field_error(
+            return Err(ApiError::field(
                 seed,
                 format!("give `{seed}` or `{ours}`, not both"),
             ));
@@ -161,30 +159,24 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// A 422 naming one field.
-pub fn field_error(field: &str, message: impl Into<String>) -> ApiError {
-    let message = message.into();
-    ApiError::invalid_body(format!("field `{field}`: {message}"))
-        .with_details(json!({"fields": [{"field": field, "message": message}]}))
-}
-
+/// A definition's field problems as a 422 listing every one, named as the seed's API
+/// names them.
 fn spec_error(e: SpecError) -> ApiError {
     match e {
         SpecError::Fields { errors, .. } => {
-            let fields: Vec<Value> = errors.iter().map(field_json).collect();
-            let text: Vec<String> = errors
+            let fields: Vec<FieldProblem> = errors
                 .iter()
-                .map(|f| format!("field `{}`: {}", seed_field(&f.field), f.message))
+                .map(|f| FieldProblem::new(seed_field(&f.field), f.message.clone()))
+                .collect();
+            let text: Vec<String> = fields
+                .iter()
+                .map(|f| format!("field `{}`: {}", f.field, f.message))
                 .collect();
             ApiError::invalid_body(format!("invalid tool definition: {}", text.join("; ")))
-                .with_details(json!({ "fields": fields }))
+                .with_fields(fields)
         }
         other => ApiError::invalid_body(other.to_string()),
     }
-}
-
-fn field_json(f: &FieldError) -> Value {
-    json!({"field": seed_field(&f.field), "message": f.message})
 }
 
 fn seed_field(field: &str) -> String {
@@ -200,20 +192,21 @@ fn seed_field(field: &str) -> String {
 /// Check a registration against this server: the endpoint's implementation exists, and
 /// a Python or Node tool without a schema gets one inferred from its code.
 pub async fn complete_registration(
-    state: &AppState,
+    dispatcher: &Dispatcher,
     mut reg: Registration,
 ) -> Result<Registration, ApiError> {
     let Some(text) = reg.file.endpoint.clone() else {
         return Ok(reg);
     };
-    let endpoint = Endpoint::parse(&text).map_err(|e| field_error("endpoint", e.to_string()))?;
+    let endpoint =
+        Endpoint::parse(&text).map_err(|e| ApiError::field("endpoint", e.to_string()))?;
     match &endpoint {
         Endpoint::Builtin { name } if toolshed_stdlib::get(name).is_none() => {
             let known: Vec<String> = toolshed_stdlib::tools()
                 .iter()
                 .map(|t| t.name().to_owned())
                 .collect();
-            return Err(field_error(
+            return Err(ApiError::field(
                 "endpoint",
                 format!(
                     "there is no built-in tool `{name}`; built-ins: {}",
@@ -223,7 +216,7 @@ pub async fn complete_registration(
         }
         Endpoint::Python { path, .. } | Endpoint::Node { path, .. } => {
             if !path.is_file() {
-                return Err(field_error(
+                return Err(ApiError::field(
                     "endpoint",
                     format!(
                         "{} is not a file on the server; push from the machine the server runs on, or use an http(s):// endpoint",
@@ -232,16 +225,12 @@ pub async fn complete_registration(
                 ));
             }
             if reg.file.input_schema.is_none() || reg.infer_description {
-                let inferred = state
-                    .dispatcher()
-                    .infer_schema(&endpoint)
-                    .await
-                    .map_err(|e| {
-                        field_error(
-                            "schema_definition",
-                            format!("none given and inferring it failed: {e}"),
-                        )
-                    })?;
+                let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
+                    ApiError::field(
+                        "schema_definition",
+                        format!("none given and inferring it failed: {e}"),
+                    )
+                })?;
                 if reg.file.input_schema.is_none() {
                     reg.file.input_schema = Some(inferred.input_schema);
                     if reg.file.output_schema.is_none() {
@@ -250,7 +239,7 @@ pub async fn complete_registration(
                 }
                 if reg.infer_description {
                     if inferred.description.trim().is_empty() {
-                        return Err(field_error(
+                        return Err(ApiError::field(
                             "description",
                             "none given and the code has no docstring; give a description",
                         ));
@@ -261,7 +250,7 @@ pub async fn complete_registration(
             }
         }
         Endpoint::Exec { path } if !path.is_file() => {
-            return Err(field_error(
+            return Err(ApiError::field(
                 "endpoint",
                 format!("{} is not a file on the server", path.display()),
             ));
@@ -292,13 +281,16 @@ pub fn new_tool(reg: &Registration, created_by: &str) -> Result<NewTool, ApiErro
 }
 
 /// The active tool with this id, or else with this name (or its `_`/`-` twin).
-pub async fn find_tool(state: &AppState, id_or_name: &str) -> Result<ToolRecord, ApiError> {
-    match state.registry().get_tool(id_or_name).await {
+pub async fn find_tool(
+    registry: &dyn RegistryStore,
+    id_or_name: &str,
+) -> Result<ToolRecord, ApiError> {
+    match registry.get_tool(id_or_name).await {
         Ok(t) => return Ok(t),
         Err(toolshed_registry::RegistryError::NotFound { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    find_by_name(state, id_or_name).await?.ok_or_else(|| {
+    find_by_name(registry, id_or_name).await?.ok_or_else(|| {
         ApiError::not_found(format!(
             "no tool with id or name `{id_or_name}`; list them with GET /api/v1/registry/tools"
         ))
@@ -306,9 +298,12 @@ pub async fn find_tool(state: &AppState, id_or_name: &str) -> Result<ToolRecord,
 }
 
 /// The active tool with this name or its `_`/`-` twin, if any.
-pub async fn find_by_name(state: &AppState, name: &str) -> Result<Option<ToolRecord>, ApiError> {
+pub async fn find_by_name(
+    registry: &dyn RegistryStore,
+    name: &str,
+) -> Result<Option<ToolRecord>, ApiError> {
     for form in name_forms(name) {
-        if let Some(t) = state.registry().find_tool_by_name(&form).await? {
+        if let Some(t) = registry.find_tool_by_name(&form).await? {
             return Ok(Some(t));
         }
     }
@@ -327,13 +322,16 @@ fn name_forms(name: &str) -> Vec<String> {
 }
 
 /// Build the runtime executing one registry tool.
-pub fn build_runtime(state: &AppState, record: &ToolRecord) -> Result<Runtime, ApiError> {
-    let tool = build_tool(state.dispatcher(), record)?;
+pub fn build_runtime(
+    dispatcher: &Dispatcher,
+    journal: &Arc<dyn Journal>,
+    record: &ToolRecord,
+) -> Result<Runtime, ApiError> {
+    let tool = build_tool(dispatcher, record)?;
     let set =
         ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
     let pipeline = Pipeline::builder(set).build();
-    Runtime::new(pipeline, state.journal().clone(), RuntimeConfig::default())
-        .map_err(ApiError::from)
+    Runtime::new(pipeline, journal.clone(), RuntimeConfig::default()).map_err(ApiError::from)
 }
 
 /// A stored definition as an executable tool; a definition this server refuses is a
@@ -347,8 +345,7 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
     })?;
     executable(dispatcher, file).map_err(|reason| {
         ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "INVALID_DEFINITION",
+            ApiCode::InvalidDefinition,
             format!("tool `{}` {reason}; update it with PUT", record.name),
         )
     })

@@ -1,6 +1,6 @@
 //! The answers the server's layers give, on a real server on loopback: a handler that
 //! panics is a 500 envelope that leaks nothing and the server goes on; a request past
-//! the request timeout is a 503 `TIMEOUT` envelope (an embedded route that never
+//! the request timeout is a 503 `REQUEST_TIMEOUT` envelope (an embedded route that never
 //! answers, and a tool execution that outlasts it); a bad token sent with a bad body is
 //! a 401, whatever is wrong with the body.
 
@@ -170,7 +170,7 @@ async fn a_request_past_the_request_timeout_is_a_503_timeout_envelope() {
     let (status, content_type, answer) = s.send("GET", "/embedded/never", None).await;
     assert_eq!(status, 503, "{answer}");
     assert_eq!(content_type, "application/json");
-    assert_envelope(&answer, "TIMEOUT");
+    assert_envelope(&answer, "REQUEST_TIMEOUT");
     assert!(
         answer["error"]["message"]
             .as_str()
@@ -205,7 +205,7 @@ async fn a_request_past_the_request_timeout_is_a_503_timeout_envelope() {
         .await;
     assert_eq!(status, 503, "{answer}");
     assert_eq!(content_type, "application/json");
-    assert_envelope(&answer, "TIMEOUT");
+    assert_envelope(&answer, "REQUEST_TIMEOUT");
     let (status, _, _) = s.send("GET", "/healthz", None).await;
     assert_eq!(status, 200);
     s.stop().await;

@@ -9,9 +9,11 @@ use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::{Value, json};
 use toolshed_agent::{DispatchImplementations, RegistryLookup, load_agent, parse_agent_file};
+use toolshed_api::Data;
+use toolshed_api::views::{AgentView, ToolDetail};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
 
-use crate::client::{Client, HttpRegistry};
+use crate::client::{Answer, Client, HttpRegistry};
 use crate::output::{EXIT_BAD_INPUT, Failure, print, print_json, table};
 
 /// `toolshed agent` subcommands.
@@ -104,44 +106,27 @@ async fn register(dir: &Path, json_out: bool) -> Result<(), Failure> {
     let body: Value = serde_yaml_ng::from_str(&text)
         .map_err(|e| Failure::bad_input(anyhow!("{shown} cannot be sent as JSON: {e}")))?;
     let client = Client::from_env()?;
-    let answer = client
+    let answer: Answer<Data<AgentView>> = client
         .post(&["api", "v1", "registry", "agents"], &body)
         .await?;
-    let d = &answer.data;
     if json_out {
-        print_json(d);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let id = d.get("id").and_then(Value::as_str).unwrap_or("-");
-    let tool_ids: Vec<String> = d
-        .get("tool_ids")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut text = format!("registered agent {} (id {id})", file.name);
-    if tool_ids.is_empty() {
+    let agent = &answer.body.data;
+    let mut text = format!("registered agent {} (id {})", file.name, agent.id);
+    if agent.tool_ids.is_empty() {
         text.push_str("\nit uses no registry tools (refs resolved locally or in the standard library are not edges)");
     } else {
         text.push_str("\nuses registry tools:");
-        for tool_id in &tool_ids {
+        for tool_id in &agent.tool_ids {
             // Names read better than ids; an id the server cannot show is printed as is.
-            let name = client
+            let tool: Option<Answer<Data<ToolDetail>>> = client
                 .get(&["api", "v1", "registry", "tools", tool_id])
                 .await
-                .ok()
-                .and_then(|a| {
-                    a.data
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                });
-            match name {
-                Some(n) => text.push_str(&format!("\n  {n} ({tool_id})")),
+                .ok();
+            match tool {
+                Some(t) => text.push_str(&format!("\n  {} ({tool_id})", t.body.data.summary.name)),
                 None => text.push_str(&format!("\n  {tool_id}")),
             }
         }

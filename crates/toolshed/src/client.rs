@@ -11,8 +11,13 @@ use anyhow::anyhow;
 use async_trait::async_trait;
 use clap::Args;
 use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolshed_agent::{RegistryLookup, RegistryLookupError, RegistryTool};
+use toolshed_api::requests::LoginBody;
+use toolshed_api::views::{TokenView, ToolDetail};
+use toolshed_api::{ApiCode, Data, ErrorDetails, ErrorEnvelope};
 use toolshed_core::file::ToolFile;
 
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};
@@ -45,30 +50,50 @@ pub struct Client {
     http: reqwest::Client,
 }
 
-/// A successful answer: its `data` and, for listings, its `meta`.
+/// A successful answer: its envelope (`Data<…>` or `Paged<…>` of `toolshed_api`) as
+/// read, and the JSON as sent, which `--json` prints.
 #[derive(Debug, Clone)]
-pub struct Answer {
-    /// The `data` part.
-    pub data: Value,
-    /// The `meta` part of a listing (`page`, `per_page`, `total`).
-    pub meta: Option<Value>,
+pub struct Answer<T> {
+    /// The answer, typed.
+    pub body: T,
+    json: Value,
+}
+
+impl<T> Answer<T> {
+    /// The whole answer as sent (`{"data": …}`, with `meta` for listings).
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// Its `data` as sent.
+    pub fn data_json(&self) -> &Value {
+        &self.json["data"]
+    }
 }
 
 /// Why a request failed.
 #[derive(Debug)]
 pub enum ClientError {
-    /// The server answered with an error envelope (or at least an error status).
+    /// The server answered with an error envelope.
     Api {
         /// The HTTP status.
         status: StatusCode,
         /// The stable code (`NOT_FOUND`, `CONFLICT`, `INVALID_ARGS`, …).
-        code: String,
+        code: ApiCode,
         /// The server's message.
         message: String,
-        /// Structured details (`fields`, `violations`), or null.
-        details: Value,
+        /// The field problems or schema violations, if any.
+        details: Option<ErrorDetails>,
         /// Whether a token was sent, for the 401 hint.
         token: Option<TokenSource>,
+    },
+    /// The server answered an error status without the API's error envelope (a proxy, a
+    /// server of another version).
+    Status {
+        /// The HTTP status.
+        status: StatusCode,
+        /// What it said.
+        message: String,
     },
     /// The server could not be reached.
     Unreachable {
@@ -88,9 +113,9 @@ pub enum ClientError {
 
 impl ClientError {
     /// The API error code, if the server answered with one.
-    pub fn code(&self) -> Option<&str> {
+    pub fn code(&self) -> Option<ApiCode> {
         match self {
-            ClientError::Api { code, .. } => Some(code),
+            ClientError::Api { code, .. } => Some(*code),
             _ => None,
         }
     }
@@ -98,7 +123,7 @@ impl ClientError {
     /// The HTTP status, if the server answered.
     pub fn status(&self) -> Option<StatusCode> {
         match self {
-            ClientError::Api { status, .. } => Some(*status),
+            ClientError::Api { status, .. } | ClientError::Status { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -106,8 +131,8 @@ impl ClientError {
     /// The exit code: 2 for the caller's mistakes (4xx), 3 for a broken or unreachable
     /// server.
     pub fn exit_code(&self) -> u8 {
-        match self {
-            ClientError::Api { status, .. } if status.is_client_error() => EXIT_BAD_INPUT,
+        match self.status() {
+            Some(status) if status.is_client_error() => EXIT_BAD_INPUT,
             _ => EXIT_INTERNAL,
         }
     }
@@ -124,7 +149,11 @@ impl ClientError {
                 token,
             } => {
                 let mut text = format!("{message} [{code}]");
-                for line in detail_lines(details) {
+                let lines = details
+                    .as_ref()
+                    .map(ErrorDetails::lines)
+                    .unwrap_or_default();
+                for line in lines {
                     if !message.contains(&line) {
                         text.push_str("\n  - ");
                         text.push_str(&line);
@@ -146,6 +175,9 @@ impl ClientError {
                 }
                 text
             }
+            ClientError::Status { status, message } => {
+                format!("{message} [HTTP {}]", status.as_u16())
+            }
             ClientError::Unreachable { url, reason } => format!(
                 "cannot reach the toolshed registry at {url} ({reason}); start it with `toolshed serve`, or set {URL_VAR} to where it runs"
             ),
@@ -163,32 +195,6 @@ impl From<ClientError> for Failure {
             error: anyhow!("{}", e.describe()),
         }
     }
-}
-
-/// The `details` of an error answer as lines: each field problem and each schema
-/// violation.
-fn detail_lines(details: &Value) -> Vec<String> {
-    let mut lines = Vec::new();
-    if let Some(fields) = details.get("fields").and_then(Value::as_array) {
-        for f in fields {
-            let field = f.get("field").and_then(Value::as_str).unwrap_or("?");
-            let message = f.get("message").and_then(Value::as_str).unwrap_or("");
-            lines.push(format!("field `{field}`: {message}"));
-        }
-    }
-    if let Some(violations) = details.get("violations").and_then(Value::as_array) {
-        for v in violations {
-            let pointer = v.get("pointer").and_then(Value::as_str).unwrap_or("");
-            let at = if pointer.is_empty() {
-                "(root)"
-            } else {
-                pointer
-            };
-            let expected = v.get("expected").and_then(Value::as_str).unwrap_or("");
-            lines.push(format!("{at}: {expected}"));
-        }
-    }
-    lines
 }
 
 impl Client {
@@ -239,25 +245,36 @@ impl Client {
         url
     }
 
-    /// `GET` an API path.
-    pub async fn get(&self, segments: &[&str]) -> Result<Answer, ClientError> {
-        self.send(Method::GET, self.url(segments, &[]), None).await
+    /// `GET` an API path; the answer read as `T`.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+    ) -> Result<Answer<T>, ClientError> {
+        self.send(Method::GET, self.url(segments, &[]), None::<&Value>)
+            .await
     }
 
-    /// `POST` a JSON body to an API path.
-    pub async fn post(&self, segments: &[&str], body: &Value) -> Result<Answer, ClientError> {
+    /// `POST` a JSON body to an API path; the answer read as `T`.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        body: &(impl Serialize + ?Sized),
+    ) -> Result<Answer<T>, ClientError> {
         self.send(Method::POST, self.url(segments, &[]), Some(body))
             .await
     }
 
-    /// Send one request with the bearer token and read the envelope.
-    pub async fn send(
+    /// Send one request with the bearer token and read the envelope: a success as `T`
+    /// (a field the server did not send is an error naming it, never a silent default),
+    /// an error as the API's error envelope.
+    pub async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         method: Method,
         url: Url,
-        body: Option<&Value>,
-    ) -> Result<Answer, ClientError> {
-        let mut request = self.http.request(method, url);
+        body: Option<&B>,
+    ) -> Result<Answer<T>, ClientError> {
+        let path = url.path().to_owned();
+        let mut request = self.http.request(method.clone(), url);
         if let Some((token, _)) = &self.token {
             request = request.bearer_auth(token);
         }
@@ -267,33 +284,45 @@ impl Client {
         let response = request.send().await.map_err(|e| self.unreachable(&e))?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| self.unreachable(&e))?;
-        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        self.read(&method, &path, status, &bytes)
+    }
+
+    /// Read an answer: a success as `T`, an error as the API's error envelope (or, when
+    /// the body is not one, the status and what the body says).
+    fn read<T: DeserializeOwned>(
+        &self,
+        method: &Method,
+        path: &str,
+        status: StatusCode,
+        bytes: &[u8],
+    ) -> Result<Answer<T>, ClientError> {
         if status.is_success() {
-            let Some(Value::Object(mut map)) = parsed else {
-                return Err(self.protocol(format!("a {status} answer is not a JSON object")));
-            };
-            let Some(data) = map.remove("data") else {
-                return Err(self.protocol(format!("a {status} answer has no `data`")));
-            };
-            return Ok(Answer {
-                data,
-                meta: map.remove("meta"),
-            });
+            let json: Value = serde_json::from_slice(bytes).map_err(|e| {
+                self.protocol(format!(
+                    "its {status} answer to {method} {path} is not JSON ({e})"
+                ))
+            })?;
+            let body = serde_path_to_error::deserialize(&json).map_err(|e| {
+                let at = e.path().to_string();
+                self.protocol(format!(
+                    "its answer to {method} {path} is not one this CLI reads: `{at}`: {} (are the CLI and the server the same version?)",
+                    e.into_inner()
+                ))
+            })?;
+            return Ok(Answer { body, json });
         }
-        let error = parsed.as_ref().and_then(|v| v.get("error"));
-        let text = |k: &str| {
-            error
-                .and_then(|e| e.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        Err(ClientError::Api {
-            status,
-            code: text("code").unwrap_or_else(|| format!("HTTP_{}", status.as_u16())),
-            message: text("message").unwrap_or_else(|| {
-                let body = String::from_utf8_lossy(&bytes);
-                let body = body.trim();
-                if body.is_empty() {
+        match serde_json::from_slice::<ErrorEnvelope>(bytes) {
+            Ok(envelope) => Err(ClientError::Api {
+                status,
+                code: envelope.error.code,
+                message: envelope.error.message,
+                details: envelope.error.details,
+                token: self.token.as_ref().map(|(_, s)| s.clone()),
+            }),
+            Err(_) => {
+                let text = String::from_utf8_lossy(bytes);
+                let text = text.trim();
+                let message = if text.is_empty() {
                     format!(
                         "the server answered {status} without a message ({})",
                         self.base()
@@ -301,16 +330,12 @@ impl Client {
                 } else {
                     format!(
                         "the server answered {status}: {}",
-                        body.chars().take(200).collect::<String>()
+                        text.chars().take(200).collect::<String>()
                     )
-                }
-            }),
-            details: error
-                .and_then(|e| e.get("details"))
-                .cloned()
-                .unwrap_or(Value::Null),
-            token: self.token.as_ref().map(|(_, s)| s.clone()),
-        })
+                };
+                Err(ClientError::Status { status, message })
+            }
+        }
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> ClientError {
@@ -465,31 +490,21 @@ pub async fn login(args: LoginArgs) -> Result<(), Failure> {
             prompt::password(&format!("password for {username}: ")).map_err(Failure::bad_input)?
         }
     };
-    let answer = client
+    let answer: Answer<Data<TokenView>> = client
         .post(
             &["api", "v1", "auth", "login"],
-            &json!({"username": username, "password": password}),
+            &LoginBody {
+                username: username.clone(),
+                password,
+            },
         )
         .await?;
-    let token = answer
-        .data
-        .get("token")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Failure::Error {
-            code: EXIT_INTERNAL,
-            error: anyhow!("the login answer of {} has no token", client.base()),
-        })?;
-    let role = answer
-        .data
-        .get("role")
-        .and_then(Value::as_str)
-        .unwrap_or("?");
-    let expires_in = answer
-        .data
-        .get("expires_in")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let path = save_token(token).map_err(|error| Failure::Error {
+    let TokenView {
+        token,
+        expires_in,
+        role,
+    } = answer.body.data;
+    let path = save_token(&token).map_err(|error| Failure::Error {
         code: EXIT_INTERNAL,
         error,
     })?;
@@ -544,7 +559,7 @@ impl HttpRegistry {
 #[async_trait]
 impl RegistryLookup for HttpRegistry {
     async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, RegistryLookupError> {
-        let answer = match self
+        let answer: Answer<Data<ToolDetail>> = match self
             .client
             .get(&["api", "v1", "registry", "tools", name])
             .await
@@ -553,34 +568,22 @@ impl RegistryLookup for HttpRegistry {
             Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => return Ok(None),
             Err(e) => {
                 return Err(RegistryLookupError::Unavailable(match e {
-                    ClientError::Api { .. } => {
+                    ClientError::Api { .. } | ClientError::Status { .. } => {
                         format!("{} (registry {})", e.describe(), self.client.base())
                     }
                     other => other.describe(),
                 }));
             }
         };
-        let definition: ToolFile = answer
-            .data
-            .get("definition")
-            .cloned()
-            .ok_or_else(|| {
-                RegistryLookupError::InvalidAnswer(
-                    "the registry's answer has no `definition`".to_owned(),
-                )
-            })
-            .and_then(|d| {
-                serde_json::from_value(d).map_err(|e| {
-                    RegistryLookupError::InvalidAnswer(format!(
-                        "the registry's definition of `{name}` is not a tool.yaml this CLI reads: {e}"
-                    ))
-                })
-            })?;
-        let endpoint = answer
-            .data
-            .get("endpoint")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        let tool = answer.body.data;
+        let definition: ToolFile = serde_json::from_value(tool.definition).map_err(|e| {
+            RegistryLookupError::InvalidAnswer(format!(
+                "the registry's definition of `{name}` is not a tool.yaml this CLI reads: {e}"
+            ))
+        })?;
+        let endpoint = tool
+            .summary
+            .endpoint
             .or_else(|| definition.endpoint.clone())
             .ok_or_else(|| RegistryLookupError::NoEndpoint {
                 name: name.to_owned(),
@@ -622,13 +625,87 @@ mod tests {
         }
     }
 
+    fn client() -> Client {
+        Client {
+            base: parse_base("http://example.invalid:8000").unwrap(),
+            token: None,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    #[test]
+    fn a_field_the_server_did_not_send_is_named() {
+        let body = br#"{"data": [{"agent_id": "a1", "agent_name": "support"}]}"#;
+        let e = client()
+            .read::<Data<Vec<toolshed_api::views::UsageView>>>(
+                &Method::GET,
+                "/api/v1/registry/tools/x/usage",
+                StatusCode::OK,
+                body,
+            )
+            .unwrap_err();
+        let text = e.describe();
+        assert!(text.contains("`data[0]`"), "{text}");
+        assert!(text.contains("missing field `agent_status`"), "{text}");
+        assert!(
+            text.contains("GET /api/v1/registry/tools/x/usage"),
+            "{text}"
+        );
+        assert_eq!(e.exit_code(), EXIT_INTERNAL);
+    }
+
+    #[test]
+    fn typed_answers_keep_the_json_as_sent() {
+        let body = br#"{"data": {"status": "ok", "version": "9", "extra": 1}}"#;
+        let a = client()
+            .read::<Data<toolshed_api::views::Health>>(
+                &Method::GET,
+                "/healthz",
+                StatusCode::OK,
+                body,
+            )
+            .unwrap();
+        assert_eq!(a.body.data.version, "9");
+        assert_eq!(a.data_json()["extra"], 1);
+    }
+
+    #[test]
+    fn an_error_without_the_envelope_keeps_its_status() {
+        let e = client()
+            .read::<Data<Value>>(
+                &Method::GET,
+                "/x",
+                StatusCode::BAD_GATEWAY,
+                b"<html>bad gateway</html>",
+            )
+            .unwrap_err();
+        assert_eq!(e.status(), Some(StatusCode::BAD_GATEWAY));
+        assert_eq!(e.code(), None);
+        assert!(e.describe().contains("bad gateway"), "{}", e.describe());
+        assert_eq!(e.exit_code(), EXIT_INTERNAL);
+        let e = client()
+            .read::<Data<Value>>(
+                &Method::GET,
+                "/x",
+                StatusCode::NOT_FOUND,
+                br#"{"error": {"code": "NOT_FOUND", "message": "no tool `x`", "details": null}}"#,
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ApiCode::NotFound));
+        assert_eq!(e.describe(), "no tool `x` [NOT_FOUND]");
+        assert_eq!(e.exit_code(), EXIT_BAD_INPUT);
+    }
+
     #[test]
     fn details_already_in_the_message_are_not_repeated() {
         let e = ClientError::Api {
             status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "INVALID_BODY".into(),
+            code: ApiCode::InvalidBody,
             message: "field `name`: too long".into(),
-            details: json!({"fields": [{"field": "name", "message": "too long"}, {"field": "x", "message": "bad"}]}),
+            details: Some(ErrorDetails::Fields(vec![
+                toolshed_api::FieldProblem::new("name", "too long"),
+                toolshed_api::FieldProblem::new("x", "bad"),
+            ])),
             token: None,
         };
         assert_eq!(

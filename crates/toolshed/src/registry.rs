@@ -15,7 +15,14 @@ use serde_json::{Map, Value, json};
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, InferredTool};
 
-use crate::client::Client;
+use toolshed_api::requests::{AnswerBody, ExecuteBody, ReasonBody};
+use toolshed_api::views::{
+    AnswerView, DecisionView, ExecuteStatus, ExecuteView, Gate, ResumeView, ToolDetail,
+    ToolSummary, UsageView,
+};
+use toolshed_api::{ApiCode, Data, Paged};
+
+use crate::client::{Answer, Client};
 use crate::output::{
     EXIT_INTERNAL, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table,
 };
@@ -505,38 +512,32 @@ async fn push(args: PushArgs, json_out: bool) -> Result<(), Failure> {
         .unwrap_or_default()
         .to_owned();
     let body = Value::Object(body);
-    let (answer, updated) = match client.post(&TOOLS, &body).await {
+    let (answer, updated): (Answer<Data<ToolDetail>>, bool) = match client.post(&TOOLS, &body).await
+    {
         Ok(a) => (a, false),
-        Err(e) if e.status() == Some(StatusCode::CONFLICT) && e.code() == Some("CONFLICT") => {
+        Err(e)
+            if e.status() == Some(StatusCode::CONFLICT) && e.code() == Some(ApiCode::Conflict) =>
+        {
             let url = client.url(&tool_path(&name, &[]), &[]);
             (client.send(Method::PUT, url, Some(&body)).await?, true)
         }
         Err(e) => return Err(e.into()),
     };
-    let data = &answer.data;
     if json_out {
-        print_json(data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let text = |k: &str| {
-        data.get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_owned()
-    };
-    let revision = data.get("revision").and_then(Value::as_u64).unwrap_or(0);
+    let tool = &answer.body.data.summary;
+    let endpoint = tool.endpoint.as_deref().unwrap_or("-");
     if updated {
         print(&format!(
-            "updated {} to revision {revision} (endpoint {})",
-            text("name"),
-            text("endpoint")
+            "updated {} to revision {} (endpoint {endpoint})",
+            tool.name, tool.revision
         ));
     } else {
         print(&format!(
-            "registered {} (id {}, endpoint {})",
-            text("name"),
-            text("id"),
-            text("endpoint")
+            "registered {} (id {}, endpoint {endpoint})",
+            tool.name, tool.id
         ));
     }
     Ok(())
@@ -562,129 +563,151 @@ async fn list(
     if let Some(s) = source {
         query.push(("source", s));
     }
-    let answer = client
-        .send(Method::GET, client.url(&TOOLS, &query), None)
+    let answer: Answer<Paged<ToolSummary>> = client
+        .send(Method::GET, client.url(&TOOLS, &query), None::<&Value>)
         .await?;
     if json_out {
-        print_json(&json!({"data": answer.data, "meta": answer.meta}));
+        print_json(answer.json());
         return Ok(());
     }
-    let items = answer.data.as_array().cloned().unwrap_or_default();
-    let rows: Vec<Vec<String>> = items
+    let Paged { data, meta } = &answer.body;
+    let rows: Vec<Vec<String>> = data
         .iter()
         .map(|t| {
-            ["name", "tool_type", "source", "endpoint", "description"]
-                .iter()
-                .map(|k| t.get(*k).and_then(Value::as_str).unwrap_or("-").to_owned())
-                .collect()
+            vec![
+                t.name.clone(),
+                t.tool_type.clone(),
+                t.source.clone(),
+                t.endpoint.clone().unwrap_or_else(|| "-".into()),
+                t.description.clone(),
+            ]
         })
         .collect();
-    let meta = answer.meta.unwrap_or(Value::Null);
-    let num = |k: &str, d: u64| meta.get(k).and_then(Value::as_u64).unwrap_or(d);
-    let total = num("total", items.len() as u64);
-    let per = num("per_page", u64::from(per_page)).max(1);
-    let pages = total.div_ceil(per).max(1);
     let mut text = table(
         &["NAME", "TYPE", "SOURCE", "ENDPOINT", "DESCRIPTION"],
         &rows,
         60,
     );
     text.push_str(&format!(
-        "\npage {} of {pages}, {total} tool{}",
-        num("page", u64::from(page)),
-        if total == 1 { "" } else { "s" }
+        "\npage {} of {}, {} tool{}",
+        meta.page,
+        meta.pages(),
+        meta.total,
+        if meta.total == 1 { "" } else { "s" }
     ));
     print(&text);
     Ok(())
 }
 
+/// The wire name of a setting (`external`, `keyed`), as a tool.yaml writes it.
+fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// A tool's definition as the tool.yaml it is.
+fn definition_of(tool: &ToolDetail) -> Result<ToolFile, Failure> {
+    serde_json::from_value(tool.definition.clone()).map_err(|e| Failure::Error {
+        code: EXIT_INTERNAL,
+        error: anyhow!(
+            "the registry's definition of `{}` is not a tool.yaml this CLI reads: {e}",
+            tool.summary.name
+        ),
+    })
+}
+
 async fn show(name: &str, json_out: bool) -> Result<(), Failure> {
     let client = Client::from_env()?;
-    let answer = client.get(&tool_path(name, &[])).await?;
-    let d = &answer.data;
+    let answer: Answer<Data<ToolDetail>> = client.get(&tool_path(name, &[])).await?;
     if json_out {
-        print_json(d);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
-    let def = |k: &str| d.get("definition").and_then(|x| x.get(k)).cloned();
-    let shown = |v: Option<Value>, none: &str| match v {
-        Some(Value::String(s)) => s,
-        Some(Value::Null) | None => none.to_owned(),
-        Some(other) => other.to_string(),
-    };
-    let timeout = match (def("timeout_ms"), def("timeout_seconds")) {
+    let tool = &answer.body.data;
+    let t = &tool.summary;
+    let def = definition_of(tool)?;
+    let timeout = match (def.timeout_ms, def.timeout_seconds) {
         (Some(ms), _) => format!("{ms}ms"),
         (None, Some(s)) => format!("{s}s"),
         (None, None) => "default".into(),
     };
     let mut out = format!(
         "{}\n  {}\n\n  id           {}\n  type         {}\n  source       {}\n  endpoint     {}\n  revision     {}\n  version      {}\n  effects      {}\n  idempotency  {}\n  timeout      {timeout}\n  updated      {} by {}\n",
-        text("name"),
-        text("description").replace('\n', "\n  "),
-        text("id"),
-        text("tool_type"),
-        text("source"),
-        text("endpoint"),
-        d.get("revision").and_then(Value::as_u64).unwrap_or(0),
-        shown(d.get("version").cloned(), "-"),
-        shown(def("effects"), "default"),
-        shown(def("idempotency"), "default"),
-        text("updated_at"),
-        text("created_by"),
+        t.name,
+        t.description.replace('\n', "\n  "),
+        t.id,
+        t.tool_type,
+        t.source,
+        t.endpoint.as_deref().unwrap_or("-"),
+        t.revision,
+        t.version.as_deref().unwrap_or("-"),
+        def.effects.map_or("default".into(), |e| wire_name(&e)),
+        def.idempotency.map_or("default".into(), |i| wire_name(&i)),
+        t.updated_at,
+        tool.created_by,
     );
     out.push_str("\ninput schema:\n");
-    out.push_str(
-        &serde_json::to_string_pretty(d.get("schema_definition").unwrap_or(&Value::Null))
-            .unwrap_or_default(),
-    );
-    if let Some(o) = d.get("output_schema").filter(|o| !o.is_null()) {
+    out.push_str(&serde_json::to_string_pretty(&tool.schema_definition).unwrap_or_default());
+    if !tool.output_schema.is_null() {
         out.push_str("\n\noutput schema:\n");
-        out.push_str(&serde_json::to_string_pretty(o).unwrap_or_default());
+        out.push_str(&serde_json::to_string_pretty(&tool.output_schema).unwrap_or_default());
     }
     print(&out);
     Ok(())
 }
 
+/// A tool's output as printed: a string as it is, anything else as pretty JSON.
+fn output_text(output: &Value) -> String {
+    match output {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    }
+}
+
 async fn run_tool(name: &str, raw_args: &str, json_out: bool) -> Result<(), Failure> {
     let args = crate::tools::read_args(raw_args)?;
     let client = Client::from_env()?;
-    let answer = client
-        .post(&tool_path(name, &["execute"]), &json!({"args": args}))
+    let answer: Answer<Data<ExecuteView>> = client
+        .post(
+            &tool_path(name, &["execute"]),
+            &ExecuteBody { args: Some(args) },
+        )
         .await?;
-    let d = &answer.data;
-    let run_id = d.get("run_id").and_then(Value::as_str).unwrap_or("-");
-    let parked = d.get("status").and_then(Value::as_str) == Some("parked");
-    let error = d.get("error").filter(|e| !e.is_null());
+    let d = &answer.body.data;
+    let parked = d.status == ExecuteStatus::Parked;
     if json_out {
-        print_json(d);
+        print_json(answer.data_json());
     } else if parked {
-        let call = d.get("call_id").and_then(Value::as_str).unwrap_or("-");
-        let gate = d.get("gate").cloned().unwrap_or(Value::Null);
-        eprintln!("{}", parked_hint(run_id, call, &gate));
-    } else if let Some(e) = error {
-        let code = e.get("code").and_then(Value::as_str).unwrap_or("ERROR");
-        let message = e.get("message").and_then(Value::as_str).unwrap_or("");
-        let mut text = format!("error {code}: {message}");
-        let stderr = d.get("stderr").and_then(Value::as_str).unwrap_or("").trim();
-        if !stderr.is_empty() && !message.contains(stderr) {
+        let (Some(call), Some(gate)) = (&d.call_id, &d.gate) else {
+            return Err(Failure::Error {
+                code: EXIT_INTERNAL,
+                error: anyhow!(
+                    "{} answered `parked` for run {} without the call and what it waits for",
+                    client.base(),
+                    d.run_id
+                ),
+            });
+        };
+        eprintln!("{}", parked_hint(&d.run_id, call, gate));
+    } else if let Some(e) = &d.error {
+        let mut text = format!("error {}: {}", e.code, e.message);
+        let stderr = d.stderr.trim();
+        if !stderr.is_empty() && !e.message.contains(stderr) {
             text.push_str("\n  the tool's stderr (tail):\n    ");
             text.push_str(&tail(stderr, 20).replace('\n', "\n    "));
         }
-        text.push_str(&format!("\n  run {run_id}"));
+        text.push_str(&format!("\n  run {}", d.run_id));
         eprintln!("{text}");
     } else {
-        let output = d.get("output").cloned().unwrap_or(Value::Null);
-        print(&match output {
-            Value::String(s) => s,
-            other => serde_json::to_string_pretty(&other).unwrap_or_default(),
-        });
-        let ms = d.get("duration_ms").and_then(Value::as_f64).unwrap_or(0.0);
-        eprintln!("run {run_id} ({ms:.0} ms)");
+        print(&output_text(&d.output));
+        eprintln!("run {} ({:.0} ms)", d.run_id, d.duration_ms);
     }
     if parked {
         Err(Failure::Reported(EXIT_PARKED))
-    } else if error.is_some() {
+    } else if d.error.is_some() {
         Err(Failure::Reported(EXIT_TOOL_ERROR))
     } else {
         Ok(())
@@ -692,20 +715,14 @@ async fn run_tool(name: &str, raw_args: &str, json_out: bool) -> Result<(), Fail
 }
 
 /// What to do about a parked call: decide or answer it, then resume the run.
-fn parked_hint(run_id: &str, call: &str, gate: &Value) -> String {
-    if gate.get("kind").and_then(Value::as_str) == Some("answer") {
-        let schema = gate.get("schema").map(Value::to_string).unwrap_or_default();
-        format!(
+fn parked_hint(run_id: &str, call: &str, gate: &Gate) -> String {
+    match gate {
+        Gate::Answer { schema } => format!(
             "run {run_id} parked: call {call} waits for an answer matching {schema}\n  answer:  toolshed registry answer {call} --answer '{{…}}'\n  then:    toolshed registry resume {run_id}"
-        )
-    } else {
-        let reason = gate
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or("always");
-        format!(
+        ),
+        Gate::Approval { reason } => format!(
             "run {run_id} parked: call {call} needs an approval ({reason})\n  decide:  toolshed registry approve {call} [--reason TEXT]   or   toolshed registry deny {call} --reason TEXT\n  then:    toolshed registry resume {run_id}"
-        )
+        ),
     }
 }
 
@@ -716,28 +733,24 @@ async fn decide(
     json_out: bool,
 ) -> Result<(), Failure> {
     let client = Client::from_env()?;
-    let answer = client
+    let answer: Answer<Data<DecisionView>> = client
         .post(
             &["api", "v1", "approvals", call_id, verb],
-            &json!({ "reason": reason }),
+            &ReasonBody { reason },
         )
         .await?;
     if json_out {
-        print_json(&answer.data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let run_id = answer
-        .data
-        .get("run_id")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
     let done = if verb == "approve" {
         "approved"
     } else {
         "denied"
     };
     print(&format!(
-        "{done} call {call_id}; continue with `toolshed registry resume {run_id}`"
+        "{done} call {call_id}; continue with `toolshed registry resume {}`",
+        answer.body.data.run_id
     ));
     Ok(())
 }
@@ -745,76 +758,47 @@ async fn decide(
 async fn answer_call(call_id: &str, raw: &str, json_out: bool) -> Result<(), Failure> {
     let value = read_json(raw, "--answer")?;
     let client = Client::from_env()?;
-    let answer = client
+    let answer: Answer<Data<AnswerView>> = client
         .post(
             &["api", "v1", "answers", call_id],
-            &json!({ "answer": value }),
+            &AnswerBody { answer: value },
         )
         .await?;
     if json_out {
-        print_json(&answer.data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let run_id = answer
-        .data
-        .get("run_id")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
     print(&format!(
-        "answered call {call_id}; continue with `toolshed registry resume {run_id}`"
+        "answered call {call_id}; continue with `toolshed registry resume {}`",
+        answer.body.data.run_id
     ));
     Ok(())
 }
 
 async fn resume(run_id: &str, json_out: bool) -> Result<(), Failure> {
     let client = Client::from_env()?;
-    let answer = client
+    let answer: Answer<Data<ResumeView>> = client
         .post(&["api", "v1", "runs", run_id, "resume"], &json!({}))
         .await?;
-    let d = &answer.data;
-    let empty = Vec::new();
-    let outcomes = d
-        .get("outcomes")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let parked = d.get("parked").and_then(Value::as_array).unwrap_or(&empty);
-    let failed = outcomes
-        .iter()
-        .any(|o| o.get("error").is_some_and(|e| !e.is_null()));
+    let d = &answer.body.data;
+    let failed = d.outcomes.iter().any(|o| o.error.is_some());
     if json_out {
-        print_json(d);
+        print_json(answer.data_json());
     } else {
-        for p in parked {
-            let call = p.get("call_id").and_then(Value::as_str).unwrap_or("-");
-            eprintln!(
-                "{}",
-                parked_hint(run_id, call, p.get("gate").unwrap_or(&Value::Null))
-            );
+        for p in &d.parked {
+            eprintln!("{}", parked_hint(run_id, &p.call_id, &p.gate));
         }
-        if parked.is_empty() {
-            for o in outcomes {
-                let tool = o.get("tool").and_then(Value::as_str).unwrap_or("-");
-                match o.get("error").filter(|e| !e.is_null()) {
-                    Some(e) => eprintln!(
-                        "error {}: {} ({tool})",
-                        e.get("code").and_then(Value::as_str).unwrap_or("ERROR"),
-                        e.get("message").and_then(Value::as_str).unwrap_or("")
-                    ),
-                    None => print(&match o.get("output").cloned().unwrap_or(Value::Null) {
-                        Value::String(s) => s,
-                        other => serde_json::to_string_pretty(&other).unwrap_or_default(),
-                    }),
+        if d.parked.is_empty() {
+            for o in &d.outcomes {
+                match &o.error {
+                    Some(e) => eprintln!("error {}: {} ({})", e.code, e.message, o.tool),
+                    None => print(&output_text(o.output.as_ref().unwrap_or(&Value::Null))),
                 }
             }
-            let status = d
-                .get("run")
-                .and_then(|r| r.get("status"))
-                .and_then(Value::as_str)
-                .unwrap_or("-");
-            eprintln!("run {run_id} {status}");
+            eprintln!("run {run_id} {}", d.run.status);
         }
     }
-    if !parked.is_empty() {
+    if !d.parked.is_empty() {
         Err(Failure::Reported(EXIT_PARKED))
     } else if failed {
         Err(Failure::Reported(EXIT_TOOL_ERROR))
@@ -853,12 +837,12 @@ fn tail(text: &str, n: usize) -> String {
 
 async fn usage(name: &str, json_out: bool) -> Result<(), Failure> {
     let client = Client::from_env()?;
-    let answer = client.get(&tool_path(name, &["usage"])).await?;
+    let answer: Answer<Data<Vec<UsageView>>> = client.get(&tool_path(name, &["usage"])).await?;
     if json_out {
-        print_json(&answer.data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let items = answer.data.as_array().cloned().unwrap_or_default();
+    let items = &answer.body.data;
     if items.is_empty() {
         print(&format!("no registered agent uses {name}"));
         return Ok(());
@@ -866,10 +850,11 @@ async fn usage(name: &str, json_out: bool) -> Result<(), Failure> {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|u| {
-            ["agent_name", "agent_status", "agent_id"]
-                .iter()
-                .map(|k| u.get(*k).and_then(Value::as_str).unwrap_or("-").to_owned())
-                .collect()
+            vec![
+                u.agent_name.clone(),
+                u.agent_status.clone(),
+                u.agent_id.clone(),
+            ]
         })
         .collect();
     print(&table(&["AGENT", "STATUS", "ID"], &rows, 40));
@@ -879,50 +864,40 @@ async fn usage(name: &str, json_out: bool) -> Result<(), Failure> {
 async fn delete(name: &str, json_out: bool) -> Result<(), Failure> {
     let client = Client::from_env()?;
     let url = client.url(&tool_path(name, &[]), &[]);
-    let answer = client.send(Method::DELETE, url, None).await?;
+    let answer: Answer<Data<ToolSummary>> =
+        client.send(Method::DELETE, url, None::<&Value>).await?;
     if json_out {
-        print_json(&answer.data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let text = |k: &str| {
-        answer
-            .data
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_owned()
-    };
+    let t = &answer.body.data;
     print(&format!(
         "deleted {} (id {}); its revisions are kept (`toolshed registry tool versions {}`)",
-        text("name"),
-        text("id"),
-        text("id")
+        t.name, t.id, t.id
     ));
     Ok(())
 }
 
 async fn versions(name: &str, json_out: bool) -> Result<(), Failure> {
     let client = Client::from_env()?;
-    let answer = client.get(&tool_path(name, &["versions"])).await?;
+    let answer: Answer<Data<Vec<ToolDetail>>> = client.get(&tool_path(name, &["versions"])).await?;
     if json_out {
-        print_json(&answer.data);
+        print_json(answer.data_json());
         return Ok(());
     }
-    let items = answer.data.as_array().cloned().unwrap_or_default();
-    let rows: Vec<Vec<String>> = items
+    let rows: Vec<Vec<String>> = answer
+        .body
+        .data
         .iter()
         .map(|v| {
-            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+            let t = &v.summary;
             vec![
-                v.get("revision")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0)
-                    .to_string(),
-                s("status"),
-                s("updated_at"),
-                s("created_by"),
-                s("endpoint"),
-                s("description"),
+                t.revision.to_string(),
+                t.status.to_string(),
+                t.updated_at.clone(),
+                v.created_by.clone(),
+                t.endpoint.clone().unwrap_or_else(|| "-".into()),
+                t.description.clone(),
             ]
         })
         .collect();

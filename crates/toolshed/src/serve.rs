@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::Args;
+use toolshed_journal::JournalError;
+use toolshed_registry::RegistryError;
 use toolshed_server::{Server, ServerConfig, ServerError};
 
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure};
@@ -122,10 +124,8 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
         ServerError::Auth(_) => EXIT_BAD_INPUT,
-        ServerError::Journal(toolshed_journal::JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
-        ServerError::Registry(toolshed_registry::RegistryError::InvalidUrl { .. }) => {
-            EXIT_BAD_INPUT
-        }
+        ServerError::Journal(JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
+        ServerError::Registry(RegistryError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         _ => EXIT_INTERNAL,
     };
     let mut text = e.to_string();

@@ -2,26 +2,16 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
+use toolshed_api::requests::{LoginBody, NewUserBody};
+use toolshed_api::views::{DeletedUser, TokenView, UserView};
+use toolshed_api::{ApiCode, Data, ErrorEnvelope};
 use toolshed_auth::Role;
 use toolshed_registry::NewUser;
-use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::ApiError;
 use crate::extract::{Auth, Body};
 use crate::state::AppState;
-use crate::views::{Data, TokenView, UserView};
 use crate::{DEFAULT_TENANT, Json};
-
-/// A login.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LoginBody {
-    /// The user name.
-    pub username: String,
-    /// The password.
-    pub password: String,
-}
 
 /// Exchange a user name and password for a bearer token.
 #[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginBody,
@@ -34,13 +24,7 @@ pub async fn login(
     State(state): State<AppState>,
     Body(body): Body<LoginBody>,
 ) -> Result<Json<Data<TokenView>>, ApiError> {
-    let wrong = || {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-            "wrong user name or password",
-        )
-    };
+    let wrong = || ApiError::new(ApiCode::Unauthenticated, "wrong user name or password");
     let user = state.registry().get_user(&body.username).await?;
     // Verify against a fixed hash when the user is unknown, so both answers take as long.
     let hash = user.as_ref().map(|u| u.password_hash.clone());
@@ -66,21 +50,6 @@ pub async fn login(
             role: role.as_str().to_owned(),
         },
     }))
-}
-
-/// A new user.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewUserBody {
-    /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
-    pub username: String,
-    /// At least 8 characters.
-    pub password: String,
-    /// `viewer`, `deployer` or `admin`.
-    pub role: String,
-    /// The tenant (default `default`).
-    #[serde(default)]
-    pub tenant: Option<String>,
 }
 
 /// Check a user name: what the CLI and the API accept.
@@ -114,10 +83,10 @@ pub async fn add_user(
     Body(body): Body<NewUserBody>,
 ) -> Result<(StatusCode, Json<Data<UserView>>), ApiError> {
     auth.require(Role::Admin)?;
-    check_username(&body.username).map_err(|m| crate::tools::field_error("username", m))?;
+    check_username(&body.username).map_err(|m| ApiError::field("username", m))?;
     let role: Role = body.role.parse()?;
     let tenant = body.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
-    check_username(&tenant).map_err(|m| crate::tools::field_error("tenant", m))?;
+    check_username(&tenant).map_err(|m| ApiError::field("tenant", m))?;
     let password = body.password;
     let hash = tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
         .await
@@ -131,7 +100,12 @@ pub async fn add_user(
             tenant,
         })
         .await?;
-    Ok((StatusCode::CREATED, Json(Data { data: user.into() })))
+    Ok((
+        StatusCode::CREATED,
+        Json(Data {
+            data: crate::views::user(user),
+        }),
+    ))
 }
 
 /// List users (admin).
@@ -147,7 +121,7 @@ pub async fn list_users(
     auth.require(Role::Admin)?;
     let users = state.registry().list_users().await?;
     Ok(Json(Data {
-        data: users.into_iter().map(Into::into).collect(),
+        data: users.into_iter().map(crate::views::user).collect(),
     }))
 }
 
@@ -155,7 +129,7 @@ pub async fn list_users(
 #[utoipa::path(delete, path = "/api/v1/users/{username}", tag = "auth", security(("bearer" = [])),
     params(("username" = String, Path, description = "The user name")),
     responses(
-        (status = 200, body = Data<Object>),
+        (status = 200, body = Data<DeletedUser>),
         (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
     ))]
@@ -163,17 +137,18 @@ pub async fn delete_user(
     State(state): State<AppState>,
     auth: Auth,
     Path(username): Path<String>,
-) -> Result<Json<Data<serde_json::Value>>, ApiError> {
+) -> Result<Json<Data<DeletedUser>>, ApiError> {
     let claims = auth.require(Role::Admin)?;
     if claims.sub == username {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "CONFLICT",
+        return Err(ApiError::conflict(
             "you cannot remove yourself; another admin can",
         ));
     }
     state.registry().delete_user(&username).await?;
     Ok(Json(Data {
-        data: serde_json::json!({"username": username, "deleted": true}),
+        data: DeletedUser {
+            username,
+            deleted: true,
+        },
     }))
 }

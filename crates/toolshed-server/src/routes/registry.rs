@@ -8,21 +8,26 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolshed_agent::ToolEntry;
+use toolshed_api::requests::{ExecuteBody, ToolRegistration};
+use toolshed_api::views::{
+    AgentView, ExecuteStatus, ExecuteView, ToolDetail, ToolSummary, UsageView,
+};
+use toolshed_api::{ApiCode, Data, ErrorEnvelope, Paged};
 use toolshed_auth::Role;
 use toolshed_core::ToolCall;
 use toolshed_registry::{NewAgent, ToolFilter};
 use toolshed_runtime::{CallStep, NewRunBuilder};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use crate::Json;
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::tools::{
     CAPTURE, Captured, Registration, complete_registration, find_by_name, find_tool, new_tool,
     parse_registration,
 };
-use crate::views::{AgentView, Data, ExecuteView, Paged, ToolDetail, ToolSummary, UsageView};
+use crate::views;
 
 /// The agent id recorded on runs started by the execute route.
 pub const REGISTRY_AGENT: &str = "registry";
@@ -41,31 +46,6 @@ pub struct ToolQuery {
     pub page: Option<u32>,
     /// Items per page (default 20, at most 500).
     pub per_page: Option<u32>,
-}
-
-/// A tool registration: the seed's fields plus any `tool.yaml` field (`output_schema`,
-/// `version`, `team`, `owner`, `tags`, `timeout_seconds`, `timeout_ms`, `effects`,
-/// `idempotency`, `approval`, `max_attempts`, `retry`, `credentials`, …). Unknown
-/// fields are refused.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ToolRegistration {
-    /// `^[A-Za-z0-9_-]{1,64}$`, e.g. `order-lookup`.
-    pub name: String,
-    /// Shown in the registry and to models.
-    pub description: String,
-    /// `function` (default), `mcp` or `api`.
-    pub tool_type: Option<String>,
-    /// The input JSON Schema (inferred from the code for `python:`/`node:` endpoints
-    /// when left out).
-    #[schema(value_type = Option<Object>)]
-    pub schema_definition: Option<Value>,
-    /// `builtin:<name>`, `python:<abs_path>[:fn]`, `node:<abs_path>[:export]`,
-    /// `exec:<path>` or `http(s)://…`.
-    pub endpoint: Option<String>,
-    /// Where it came from (default `manual`).
-    pub source: Option<String>,
-    /// Updates only: the revision you last saw; a different current revision is 409.
-    pub expected_revision: Option<u32>,
 }
 
 /// Register a tool.
@@ -87,12 +67,12 @@ pub async fn create_tool(
     let claims = auth.require(Role::Deployer)?;
     let reg = parse_registration(body)?;
     if reg.expected_revision.is_some() {
-        return Err(crate::tools::field_error(
+        return Err(ApiError::field(
             "expected_revision",
             "only updates (PUT) take an expected revision",
         ));
     }
-    let reg = complete_registration(&state, reg).await?;
+    let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state.registry().create_tool(new).await?;
@@ -100,7 +80,7 @@ pub async fn create_tool(
     Ok((
         StatusCode::CREATED,
         Json(Data {
-            data: (&record).into(),
+            data: views::tool_detail(&record),
         }),
     ))
 }
@@ -111,7 +91,7 @@ fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError
     let tool = crate::tools::executable(state.dispatcher(), reg.file.clone())
         .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))?;
     if toolshed_runtime::could_repeat_side_effects(tool.spec()) {
-        return Err(crate::tools::field_error(
+        return Err(ApiError::field(
             "idempotency",
             "a tool with `effects: external` must be `idempotency: keyed` so a resumed run never repeats its side effect (or set `allow_unkeyed_external: true`)",
         ));
@@ -143,7 +123,7 @@ pub async fn list_tools(
             per_page: q.per_page.unwrap_or(0),
         })
         .await?;
-    Ok(Json(Paged::from_page(page, |t| (&t).into())))
+    Ok(Json(views::paged(page, |t| views::tool_summary(&t))))
 }
 
 /// A tool with its full schema, by id or name.
@@ -159,9 +139,9 @@ pub async fn get_tool(
     Path(id): Path<String>,
 ) -> Result<Json<Data<ToolDetail>>, ApiError> {
     auth.require(Role::Viewer)?;
-    let record = find_tool(&state, &id).await?;
+    let record = find_tool(state.registry().as_ref(), &id).await?;
     Ok(Json(Data {
-        data: (&record).into(),
+        data: views::tool_detail(&record),
     }))
 }
 
@@ -183,10 +163,10 @@ pub async fn update_tool(
     Body(body): Body<Value>,
 ) -> Result<Json<Data<ToolDetail>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
-    let current = find_tool(&state, &id).await?;
+    let current = find_tool(state.registry().as_ref(), &id).await?;
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
-    let reg = complete_registration(&state, reg).await?;
+    let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state
@@ -196,7 +176,7 @@ pub async fn update_tool(
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, revision = record.revision, by = %claims.sub, "tool updated");
     Ok(Json(Data {
-        data: (&record).into(),
+        data: views::tool_detail(&record),
     }))
 }
 
@@ -214,12 +194,12 @@ pub async fn delete_tool(
     Path(id): Path<String>,
 ) -> Result<Json<Data<ToolSummary>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
-    let current = find_tool(&state, &id).await?;
+    let current = find_tool(state.registry().as_ref(), &id).await?;
     let record = state.registry().delete_tool(&current.id).await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool deleted");
     Ok(Json(Data {
-        data: (&record).into(),
+        data: views::tool_summary(&record),
     }))
 }
 
@@ -236,15 +216,15 @@ pub async fn tool_versions(
     Path(id): Path<String>,
 ) -> Result<Json<Data<Vec<ToolDetail>>>, ApiError> {
     auth.require(Role::Viewer)?;
-    let id = match find_tool(&state, &id).await {
+    let id = match find_tool(state.registry().as_ref(), &id).await {
         Ok(t) => t.id,
         // A deleted tool's history is still readable by id.
-        Err(e) if e.status == StatusCode::NOT_FOUND => id,
+        Err(e) if e.code() == ApiCode::NotFound => id,
         Err(e) => return Err(e),
     };
     let versions = state.registry().tool_versions(&id).await?;
     Ok(Json(Data {
-        data: versions.iter().map(Into::into).collect(),
+        data: versions.iter().map(views::tool_detail).collect(),
     }))
 }
 
@@ -261,21 +241,11 @@ pub async fn tool_usage(
     Path(id): Path<String>,
 ) -> Result<Json<Data<Vec<UsageView>>>, ApiError> {
     auth.require(Role::Viewer)?;
-    let tool = find_tool(&state, &id).await?;
+    let tool = find_tool(state.registry().as_ref(), &id).await?;
     let usage = state.registry().tool_usage(&tool.id).await?;
     Ok(Json(Data {
-        data: usage.into_iter().map(Into::into).collect(),
+        data: usage.into_iter().map(views::usage).collect(),
     }))
-}
-
-/// What to execute with.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExecuteBody {
-    /// The arguments (a JSON object; `{}` when left out).
-    #[schema(value_type = Option<Object>)]
-    #[serde(default)]
-    pub args: Option<Value>,
 }
 
 /// Execute a registered tool through the whole pipeline, recorded as a run (needs the
@@ -304,7 +274,7 @@ pub async fn execute_tool(
         None | Some(Value::Null) => json!({}),
         Some(a @ Value::Object(_)) => a,
         Some(other) => {
-            return Err(crate::tools::field_error(
+            return Err(ApiError::field(
                 "args",
                 format!(
                     "must be a JSON object, not {}",
@@ -320,14 +290,13 @@ pub async fn execute_tool(
         let mut checked = args.clone();
         if let Err(violations) = tool.input_schema().validate_with_defaults(&mut checked) {
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID_ARGS",
+                ApiCode::InvalidArgs,
                 toolshed_core::schema::describe_violations(
                     &format!("invalid arguments for tool `{name}`"),
                     &violations,
                 ),
             )
-            .with_details(json!({ "violations": violations })));
+            .with_violations(violations));
         }
     }
     let new = NewRunBuilder::new(REGISTRY_AGENT)
@@ -361,13 +330,13 @@ pub async fn execute_tool(
     let (status, view) = match step {
         CallStep::Done(outcome) => {
             let (output, error) = match outcome.result {
-                Ok(v) => (v, Value::Null),
-                Err(e) => (Value::Null, serde_json::to_value(&e).unwrap_or(Value::Null)),
+                Ok(v) => (v, None),
+                Err(e) => (Value::Null, Some(e)),
             };
             (
                 StatusCode::OK,
                 ExecuteView {
-                    status: "completed".into(),
+                    status: ExecuteStatus::Completed,
                     output,
                     stdout: captured.stdout,
                     stderr: captured.stderr,
@@ -376,23 +345,23 @@ pub async fn execute_tool(
                     error,
                     run_id,
                     call_id: None,
-                    gate: Value::Null,
+                    gate: None,
                 },
             )
         }
         CallStep::Parked(gate) => (
             StatusCode::ACCEPTED,
             ExecuteView {
-                status: "parked".into(),
+                status: ExecuteStatus::Parked,
                 output: Value::Null,
                 stdout: String::new(),
                 stderr: String::new(),
                 exit_code: None,
                 duration_ms: 0.0,
-                error: Value::Null,
+                error: None,
                 run_id,
                 call_id: Some(gate.call_id),
-                gate: serde_json::to_value(&gate.gate).unwrap_or(Value::Null),
+                gate: Some(views::gate(gate.gate)),
             },
         ),
     };
@@ -427,7 +396,7 @@ pub async fn register_agent(
     let mut tool_ids = Vec::new();
     for entry in &file.tools {
         if let ToolEntry::Tool { name } = entry
-            && let Some(t) = find_by_name(&state, name).await?
+            && let Some(t) = find_by_name(state.registry().as_ref(), name).await?
             && !tool_ids.contains(&t.id)
         {
             tool_ids.push(t.id);
@@ -447,7 +416,7 @@ pub async fn register_agent(
     Ok((
         StatusCode::CREATED,
         Json(Data {
-            data: record.into(),
+            data: views::agent(record),
         }),
     ))
 }
@@ -476,7 +445,7 @@ pub async fn list_agents(
         .registry()
         .list_agents(q.page.unwrap_or(1), q.per_page.unwrap_or(0))
         .await?;
-    Ok(Json(Paged::from_page(page, Into::into)))
+    Ok(Json(views::paged(page, views::agent)))
 }
 
 /// An agent by id or name.
@@ -490,5 +459,7 @@ pub async fn get_agent(
 ) -> Result<Json<Data<AgentView>>, ApiError> {
     auth.require(Role::Viewer)?;
     let agent = state.registry().get_agent(&id).await?;
-    Ok(Json(Data { data: agent.into() }))
+    Ok(Json(Data {
+        data: views::agent(agent),
+    }))
 }

@@ -2,19 +2,22 @@
 //! per tenant (a run of another tenant is "not found"), decided and resumed over HTTP.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use toolshed_api::requests::{AnswerBody, ReasonBody};
+use toolshed_api::views::{
+    AnswerView, CallView, DecisionView, ParkedCall, ResumeView, ResumedCall, RunView,
+};
+use toolshed_api::{ApiCode, Data, ErrorEnvelope};
 use toolshed_auth::{Claims, Role};
-use toolshed_journal::{CallRecord, GateFilter, RunFilter, RunRecord, RunStatus};
+use toolshed_journal::{CallRecord, GateFilter, JournalError, RunFilter, RunRecord, RunStatus};
 use toolshed_runtime::{Driver, PlanStep, Runtime};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use crate::Json;
-use crate::error::{ApiError, ErrorEnvelope};
+use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
-use crate::views::{Data, GateView, ResumeView, RunView};
+use crate::views;
 
 /// Which runs to list.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -55,7 +58,7 @@ pub async fn list_runs(
         })
         .await?;
     Ok(Json(Data {
-        data: runs.into_iter().map(RunView::new).collect(),
+        data: runs.into_iter().map(views::run).collect(),
     }))
 }
 
@@ -72,7 +75,7 @@ async fn visible_run(state: &AppState, claims: &Claims, id: &str) -> Result<RunR
     let missing = || ApiError::not_found(format!("run `{id}` not found"));
     let run = match state.journal().get_run(id).await {
         Ok(r) => r,
-        Err(toolshed_journal::JournalError::NotFound { .. }) => return Err(missing()),
+        Err(JournalError::NotFound { .. }) => return Err(missing()),
         Err(e) => return Err(e.into()),
     };
     if run.tenant.as_deref() != Some(tenant_of(claims).as_str()) {
@@ -89,7 +92,7 @@ async fn visible_call(
     let missing = || ApiError::not_found(format!("call `{call_id}` not found"));
     let call = match state.journal().get_call(call_id).await {
         Ok(c) => c,
-        Err(toolshed_journal::JournalError::NotFound { .. }) => return Err(missing()),
+        Err(JournalError::NotFound { .. }) => return Err(missing()),
         Err(e) => return Err(e.into()),
     };
     visible_run(state, claims, &call.run_id)
@@ -119,8 +122,8 @@ pub async fn get_run(
     let claims = auth.require(Role::Viewer)?;
     let run = visible_run(&state, claims, &id).await?;
     let calls = state.journal().calls_of_run(&id).await?;
-    let mut view = RunView::new(run);
-    view.calls = Some(calls);
+    let mut view = views::run(run);
+    view.calls = Some(calls.into_iter().map(views::call).collect());
     if q.crumbs.unwrap_or(false) {
         let crumbs = state.journal().crumbs_of_run(&id).await?;
         view.crumbs = Some(crumbs.into_iter().map(|c| c.crumb).collect());
@@ -148,24 +151,32 @@ pub async fn resume_run(
     let outcome = toolshed_runtime::drive(&handle, &driver).await?;
     let outcomes = outcome
         .outcomes
-        .iter()
+        .into_iter()
         .map(|o| {
-            json!({
-                "call_id": o.tool_call_id.as_ref(),
-                "tool": o.tool_name.as_ref(),
-                "output": o.result.as_ref().ok(),
-                "error": o.result.as_ref().err(),
-            })
+            let (output, error) = match o.result {
+                Ok(v) => (Some(v), None),
+                Err(e) => (None, Some(e)),
+            };
+            ResumedCall {
+                call_id: o.tool_call_id.to_string(),
+                tool: o.tool_name.to_string(),
+                output,
+                error,
+            }
         })
         .collect();
     let parked = outcome
         .parked
-        .iter()
-        .map(|p| json!({"call_id": p.call_id, "tool": p.tool, "gate": p.gate}))
+        .into_iter()
+        .map(|p| ParkedCall {
+            call_id: p.call_id,
+            tool: p.tool,
+            gate: views::gate(p.gate),
+        })
         .collect();
     Ok(Json(Data {
         data: ResumeView {
-            run: RunView::new(outcome.run),
+            run: views::run(outcome.run),
             outcomes,
             parked,
         },
@@ -174,8 +185,7 @@ pub async fn resume_run(
 
 fn not_resumable(id: &str) -> ApiError {
     ApiError::new(
-        StatusCode::CONFLICT,
-        "NOT_RESUMABLE",
+        ApiCode::NotResumable,
         format!(
             "run `{id}` is driven by a program using the library; resume it by running that program again"
         ),
@@ -206,8 +216,7 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
     }
     let missing = |name: &str| {
         ApiError::new(
-            StatusCode::CONFLICT,
-            "NOT_RESUMABLE",
+            ApiCode::NotResumable,
             format!(
                 "run `{id}` calls `{name}`, which is not in the registry; resume it where it was started (`toolshed runs resume {id}`)"
             ),
@@ -216,15 +225,15 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
     if let [one] = names.as_slice() {
         return match state.prepared(one).await {
             Ok(p) => Ok(p.runtime.clone()),
-            Err(e) if e.status == StatusCode::NOT_FOUND => Err(missing(one)),
+            Err(e) if e.code() == ApiCode::NotFound => Err(missing(one)),
             Err(e) => Err(e),
         };
     }
     let mut tools = Vec::new();
     for name in &names {
-        let record = match crate::tools::find_tool(state, name).await {
+        let record = match crate::tools::find_tool(state.registry().as_ref(), name).await {
             Ok(r) => r,
-            Err(e) if e.status == StatusCode::NOT_FOUND => return Err(missing(name)),
+            Err(e) if e.code() == ApiCode::NotFound => return Err(missing(name)),
             Err(e) => return Err(e),
         };
         tools.push(crate::tools::build_tool(state.dispatcher(), &record)?);
@@ -237,14 +246,6 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
         toolshed_runtime::RuntimeConfig::default(),
     )
     .map_err(ApiError::from)
-}
-
-/// Why a run is cancelled.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReasonBody {
-    /// Why (recorded with the decision).
-    pub reason: Option<String>,
 }
 
 /// Cancel a run (it will not be resumed). Needs the deployer role.
@@ -265,17 +266,17 @@ pub async fn cancel_run(
         .set_run_status(&id, RunStatus::Cancelled, body.reason)
         .await?;
     Ok(Json(Data {
-        data: RunView::new(run),
+        data: views::run(run),
     }))
 }
 
 /// Calls of the caller's tenant waiting for an approval or an answer.
 #[utoipa::path(get, path = "/api/v1/approvals", tag = "approvals", security(("bearer" = [])),
-    responses((status = 200, body = Data<Vec<GateView>>), (status = 401, body = ErrorEnvelope)))]
+    responses((status = 200, body = Data<Vec<CallView>>), (status = 401, body = ErrorEnvelope)))]
 pub async fn list_approvals(
     State(state): State<AppState>,
     auth: Auth,
-) -> Result<Json<Data<Vec<GateView>>>, ApiError> {
+) -> Result<Json<Data<Vec<CallView>>>, ApiError> {
     let claims = auth.require(Role::Viewer)?;
     let gates = state
         .journal()
@@ -285,35 +286,35 @@ pub async fn list_approvals(
         })
         .await?;
     Ok(Json(Data {
-        data: gates.into_iter().map(|call| GateView { call }).collect(),
+        data: gates.into_iter().map(views::call).collect(),
     }))
 }
 
 /// Approve a waiting call (deployer). It runs when the run is resumed.
 #[utoipa::path(post, path = "/api/v1/approvals/{call_id}/approve", tag = "approvals", security(("bearer" = [])),
     params(("call_id" = String, Path, description = "The call id")), request_body = ReasonBody,
-    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+    responses((status = 200, body = Data<DecisionView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope), (status = 409, description = "Not waiting for an approval", body = ErrorEnvelope)))]
 pub async fn approve(
     State(state): State<AppState>,
     auth: Auth,
     Path(call_id): Path<String>,
     Body(body): Body<ReasonBody>,
-) -> Result<Json<Data<Value>>, ApiError> {
+) -> Result<Json<Data<DecisionView>>, ApiError> {
     decide(state, auth, call_id, body, true).await
 }
 
 /// Deny a waiting call (deployer). On resume it becomes an error result naming who and why.
 #[utoipa::path(post, path = "/api/v1/approvals/{call_id}/deny", tag = "approvals", security(("bearer" = [])),
     params(("call_id" = String, Path, description = "The call id")), request_body = ReasonBody,
-    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+    responses((status = 200, body = Data<DecisionView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
 pub async fn deny(
     State(state): State<AppState>,
     auth: Auth,
     Path(call_id): Path<String>,
     Body(body): Body<ReasonBody>,
-) -> Result<Json<Data<Value>>, ApiError> {
+) -> Result<Json<Data<DecisionView>>, ApiError> {
     decide(state, auth, call_id, body, false).await
 }
 
@@ -323,7 +324,7 @@ async fn decide(
     call_id: String,
     body: ReasonBody,
     approved: bool,
-) -> Result<Json<Data<Value>>, ApiError> {
+) -> Result<Json<Data<DecisionView>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     visible_call(&state, claims, &call_id).await?;
     let journal = state.journal().as_ref();
@@ -333,36 +334,35 @@ async fn decide(
         toolshed_runtime::deny(journal, &call_id, &claims.sub, body.reason).await?
     };
     Ok(Json(Data {
-        data: json!({"call_id": rec.call_id, "run_id": rec.run_id, "decision": rec.decision}),
+        data: DecisionView {
+            call_id: rec.call_id,
+            run_id: rec.run_id,
+            decision: rec.decision.map(views::decision),
+        },
     }))
-}
-
-/// A human tool's answer.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AnswerBody {
-    /// The answer, checked against the tool's answer schema.
-    #[schema(value_type = Object)]
-    pub answer: Value,
 }
 
 /// Answer a human tool's call (deployer). A wrong answer is a 422 and the run stays parked.
 #[utoipa::path(post, path = "/api/v1/answers/{call_id}", tag = "approvals", security(("bearer" = [])),
     params(("call_id" = String, Path, description = "The call id")), request_body = AnswerBody,
-    responses((status = 200, body = Data<Object>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+    responses((status = 200, body = Data<AnswerView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope)))]
 pub async fn answer(
     State(state): State<AppState>,
     auth: Auth,
     Path(call_id): Path<String>,
     Body(body): Body<AnswerBody>,
-) -> Result<Json<Data<Value>>, ApiError> {
+) -> Result<Json<Data<AnswerView>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     visible_call(&state, claims, &call_id).await?;
     let rec =
         toolshed_runtime::answer(state.journal().as_ref(), &call_id, body.answer, &claims.sub)
             .await?;
     Ok(Json(Data {
-        data: json!({"call_id": rec.call_id, "run_id": rec.run_id, "answer": rec.answer}),
+        data: AnswerView {
+            call_id: rec.call_id,
+            run_id: rec.run_id,
+            answer: rec.answer.map(views::answer),
+        },
     }))
 }

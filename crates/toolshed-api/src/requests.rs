@@ -1,0 +1,83 @@
+//! The request bodies the API takes. Unknown fields are refused, so a misspelt field is a
+//! 422 naming it rather than silently ignored.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// A login.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+/// A new user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserBody {
+    /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
+    pub username: String,
+    /// At least 8 characters.
+    pub password: String,
+    /// `viewer`, `deployer` or `admin`.
+    pub role: String,
+    /// The tenant (default `default`).
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// A tool registration: the seed's fields plus any `tool.yaml` field (`output_schema`,
+/// `version`, `team`, `owner`, `tags`, `timeout_seconds`, `timeout_ms`, `effects`,
+/// `idempotency`, `approval`, `max_attempts`, `retry`, `credentials`, …). Unknown
+/// fields are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolRegistration {
+    /// `^[A-Za-z0-9_-]{1,64}$`, e.g. `order-lookup`.
+    pub name: String,
+    /// Shown in the registry and to models.
+    pub description: String,
+    /// `function` (default), `mcp` or `api`.
+    pub tool_type: Option<String>,
+    /// The input JSON Schema (inferred from the code for `python:`/`node:` endpoints
+    /// when left out).
+    #[schema(value_type = Option<Object>)]
+    pub schema_definition: Option<Value>,
+    /// `builtin:<name>`, `python:<abs_path>[:fn]`, `node:<abs_path>[:export]`,
+    /// `exec:<path>` or `http(s)://…`.
+    pub endpoint: Option<String>,
+    /// Where it came from (default `manual`).
+    pub source: Option<String>,
+    /// Updates only: the revision you last saw; a different current revision is 409.
+    pub expected_revision: Option<u32>,
+}
+
+/// What to execute with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteBody {
+    /// The arguments (a JSON object; `{}` when left out).
+    #[schema(value_type = Option<Object>)]
+    #[serde(default)]
+    pub args: Option<Value>,
+}
+
+/// Why a call is decided or a run cancelled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonBody {
+    /// Why (recorded with the decision).
+    pub reason: Option<String>,
+}
+
+/// A human tool's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// The answer, checked against the tool's answer schema.
+    #[schema(value_type = Object)]
+    pub answer: Value,
+}

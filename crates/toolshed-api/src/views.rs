@@ -1,0 +1,503 @@
+//! The resources the API answers with: tools, agents, users, runs and their calls,
+//! executions. Statuses are enums, a tool's error result is core's `ToolError`, a gate
+//! is a [`Gate`]: a client reads fields, never keys of untyped JSON.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use toolshed_core::{Principal, ToolError};
+use utoipa::ToSchema;
+
+/// A registered tool's status.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ToolStatus {
+    /// Listed and runnable.
+    Active,
+    /// Deleted: no longer listed or runnable; its revisions are kept.
+    Deleted,
+}
+
+/// A registered tool (listing form: no schemas).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolSummary {
+    /// The tool id (UUID).
+    pub id: String,
+    /// The name agents and `tools/<name>` refs use.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// `function`, `mcp` or `api`.
+    pub tool_type: String,
+    /// `active` (deleted tools are not listed; their revisions show `deleted`).
+    pub status: ToolStatus,
+    /// Where the registration came from (`manual`, `cli`, `stdlib`, …).
+    pub source: String,
+    /// How it runs: `builtin:`, `python:`, `node:`, `exec:` or `http(s)://`.
+    pub endpoint: Option<String>,
+    /// The tool's own version label.
+    pub version: Option<String>,
+    /// The registry revision (1, then +1 per update).
+    pub revision: u32,
+    /// When it was registered.
+    pub created_at: String,
+    /// When this revision was written.
+    pub updated_at: String,
+}
+
+/// A registered tool with its schemas and whole definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDetail {
+    /// The summary fields.
+    #[serde(flatten)]
+    pub summary: ToolSummary,
+    /// The input JSON Schema.
+    #[schema(value_type = Object)]
+    pub schema_definition: Value,
+    /// The output JSON Schema, if declared (null otherwise).
+    #[schema(value_type = Object)]
+    pub output_schema: Value,
+    /// The whole definition, in `tool.yaml` form.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+    /// Who registered (or last updated) it.
+    pub created_by: String,
+}
+
+/// One agent using a tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageView {
+    /// The agent id.
+    pub agent_id: String,
+    /// The agent name.
+    pub agent_name: String,
+    /// The agent status.
+    pub agent_status: String,
+}
+
+/// Where an execution ended.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ExecuteStatus {
+    /// The call has its result (see `error` for a tool failure).
+    Completed,
+    /// The call waits for an approval or an answer.
+    Parked,
+}
+
+/// What a parked call waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Gate {
+    /// An approval of the call with its args.
+    Approval {
+        /// Why the gate applies (`always`, or the predicate's text).
+        reason: String,
+    },
+    /// A human tool's answer, which must match this schema.
+    Answer {
+        /// The answer's JSON Schema.
+        #[schema(value_type = Object)]
+        schema: Value,
+    },
+}
+
+/// What executing a tool answers (the seed's shape, plus the run it was recorded in).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecuteView {
+    /// `completed`, or `parked` when the call waits for an approval or an answer.
+    pub status: ExecuteStatus,
+    /// The tool's result (null on error or when parked).
+    #[schema(value_type = Object)]
+    pub output: Value,
+    /// Protocol lines the tool's process printed (subprocess tools).
+    pub stdout: String,
+    /// What the tool's process printed to stderr (its tail when long).
+    pub stderr: String,
+    /// The exit code of a one-shot process; null for pooled workers, built-ins and HTTP.
+    pub exit_code: Option<i32>,
+    /// Wall time of the call in milliseconds.
+    pub duration_ms: f64,
+    /// The tool's error result, or null.
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    pub error: Option<ToolError>,
+    /// The run recording this execution (`GET /api/v1/runs/{id}`).
+    pub run_id: String,
+    /// The call's id (approve, deny or answer by it when parked).
+    pub call_id: Option<String>,
+    /// What a parked call waits for; null otherwise.
+    pub gate: Option<Gate>,
+}
+
+/// A registered agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AgentView {
+    /// The agent id (UUID).
+    pub id: String,
+    /// The agent name.
+    pub name: String,
+    /// The framework.
+    pub framework: String,
+    /// `registered`.
+    pub status: String,
+    /// The registry tools it uses (the usage graph's edges).
+    pub tool_ids: Vec<String>,
+    /// Its agent.yaml as JSON.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+    /// Who registered it.
+    pub created_by: String,
+    /// When it was first registered.
+    pub created_at: String,
+    /// When it was last registered.
+    pub updated_at: String,
+}
+
+/// A user (never the password hash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UserView {
+    /// The user name.
+    pub username: String,
+    /// `viewer`, `deployer` or `admin`.
+    pub role: String,
+    /// The tenant whose runs the user sees.
+    pub tenant: String,
+    /// When the user was added.
+    pub created_at: String,
+}
+
+/// A removed user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedUser {
+    /// The user name.
+    pub username: String,
+    /// Always true.
+    pub deleted: bool,
+}
+
+/// A login's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TokenView {
+    /// The bearer token (a JWT).
+    pub token: String,
+    /// Seconds until it expires.
+    pub expires_in: u64,
+    /// The user's role.
+    pub role: String,
+}
+
+/// A run's status.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RunStatus {
+    /// A driver is (or was, until it crashed) executing it.
+    Running,
+    /// Waiting for a person.
+    Parked,
+    /// Every call has a result.
+    Completed,
+    /// A runtime failure or a spent budget (`error` says which).
+    Failed,
+    /// Cancelled by someone.
+    Cancelled,
+}
+
+/// A run's budgets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Budgets {
+    /// How many times a driver may start the run after a crash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts_per_task: Option<u32>,
+    /// Wall-clock minutes from creation, parked time included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_clock_min: Option<u32>,
+}
+
+/// A run, as the journal records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunView {
+    /// The run id.
+    pub id: String,
+    /// The agent (`registry` for runs of the execute route).
+    pub agent_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Who the run acts for.
+    #[schema(value_type = Option<crate::schema::PrincipalSchema>)]
+    pub principal: Option<Principal>,
+    /// The principal's tenant.
+    pub tenant: Option<String>,
+    /// The status.
+    pub status: RunStatus,
+    /// Budgets.
+    pub budgets: Budgets,
+    /// What drives the run (`{"kind": "direct", …}`, `{"kind": "plan", "steps": […]}`,
+    /// or a library program's own).
+    #[schema(value_type = Object)]
+    pub driver: Value,
+    /// How many times a driver started the run from `running`.
+    pub resumes: u32,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at_ms: i64,
+    /// When it was created.
+    pub created_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// Its calls (in `GET /api/v1/runs/{id}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<Vec<CallView>>,
+    /// Its crumbs (with `?crumbs=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub crumbs: Option<Vec<Value>>,
+}
+
+/// A call's state.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::Display,
+    strum::EnumIter,
+    strum::IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CallStatus {
+    /// Recorded, not yet started.
+    Open,
+    /// A keyed call whose handler was started (and maybe crashed).
+    Started,
+    /// Waiting for an approval decision.
+    AwaitingApproval,
+    /// Waiting for a human tool's answer.
+    AwaitingAnswer,
+    /// Approved; runs on the next drive.
+    Approved,
+    /// Finished with a result.
+    Completed,
+    /// Finished with an error result (including a denial).
+    Failed,
+}
+
+/// An approval decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Decision {
+    /// Approved or denied.
+    pub approved: bool,
+    /// Who decided.
+    pub by: String,
+    /// Why, if given.
+    pub reason: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: i64,
+}
+
+/// A human tool's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HumanAnswer {
+    /// The answer.
+    #[schema(value_type = Object)]
+    pub value: Value,
+    /// Who answered.
+    pub by: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: i64,
+}
+
+/// A call of a run, as the journal records it (also the form of a call waiting for a
+/// person in `GET /api/v1/approvals`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CallView {
+    /// The global call id (approve, deny or answer by it).
+    pub call_id: String,
+    /// The run.
+    pub run_id: String,
+    /// The call's position in the run, from 0.
+    pub ordinal: u32,
+    /// The model's call id.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Hash of the canonical args.
+    pub args_hash: String,
+    /// The args.
+    #[schema(value_type = Object)]
+    pub args: Value,
+    /// The state.
+    pub status: CallStatus,
+    /// Durable starts of a keyed call.
+    pub attempts: u32,
+    /// The result, once `completed`.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// The error result, once `failed`.
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    pub error: Option<ToolError>,
+    /// The call's duration in milliseconds, once final.
+    pub duration_ms: Option<f64>,
+    /// The gate, when a person was asked.
+    pub gate: Option<Gate>,
+    /// The approval decision, once made.
+    pub decision: Option<Decision>,
+    /// The human tool's answer, once given.
+    pub answer: Option<HumanAnswer>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at_ms: i64,
+}
+
+/// A call of a resumed run that has its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResumedCall {
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The result (null on error).
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// The error result, or null.
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    pub error: Option<ToolError>,
+}
+
+/// A call of a resumed run that waits for a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ParkedCall {
+    /// The global call id: approve, deny or answer by it.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// What it waits for.
+    pub gate: Gate,
+}
+
+/// A resumed run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResumeView {
+    /// The run after the drive.
+    pub run: RunView,
+    /// Results of the calls, in order.
+    pub outcomes: Vec<ResumedCall>,
+    /// Calls still waiting for a person.
+    pub parked: Vec<ParkedCall>,
+}
+
+/// An approval or a denial, recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionView {
+    /// The call.
+    pub call_id: String,
+    /// Its run (resume it to go on).
+    pub run_id: String,
+    /// The decision.
+    pub decision: Option<Decision>,
+}
+
+/// A human tool's answer, recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnswerView {
+    /// The call.
+    pub call_id: String,
+    /// Its run (resume it to go on).
+    pub run_id: String,
+    /// The answer.
+    pub answer: Option<HumanAnswer>,
+}
+
+/// `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+    /// The server version.
+    pub version: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use strum::IntoEnumIterator;
+
+    use super::*;
+
+    fn same_names<E>()
+    where
+        E: IntoEnumIterator + Serialize + std::fmt::Display + std::fmt::Debug,
+    {
+        for v in E::iter() {
+            assert_eq!(
+                serde_json::to_value(&v).unwrap(),
+                v.to_string(),
+                "{v:?}: serde and Display disagree"
+            );
+        }
+    }
+
+    #[test]
+    fn statuses_print_as_they_are_sent() {
+        same_names::<ToolStatus>();
+        same_names::<ExecuteStatus>();
+        same_names::<RunStatus>();
+        same_names::<CallStatus>();
+    }
+
+    #[test]
+    fn a_missing_field_is_named() {
+        let e = serde_json::from_str::<UsageView>(r#"{"agent_id": "a", "agent_name": "b"}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("agent_status"), "{e}");
+    }
+}
