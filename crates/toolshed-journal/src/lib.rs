@@ -207,6 +207,9 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// A short description for messages, e.g. `sqlite:///path/toolshed.db`.
     fn describe(&self) -> String;
 
+    /// What the writer has done so far (for metrics, and for tests of group commit).
+    fn write_stats(&self) -> WriteStats;
+
     // ---- runs ----
 
     /// Create a run (status `running`, `resumes = 0`). Fails with `Conflict` if the id exists.
@@ -306,8 +309,8 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// is.
     async fn answer(&self, call_id: &str, answer: Answer) -> Result<CallRecord>;
 
-    /// Calls waiting for a human: pending approvals and unanswered human tools, oldest
-    /// first, filtered by run and by the run's tenant.
+    /// Calls waiting for a human: pending approvals and unanswered human tools of runs
+    /// that are not finished, oldest first, filtered by run and by the run's tenant.
     async fn pending_gates(&self, filter: &GateFilter) -> Result<Vec<CallRecord>>;
 
     // ---- crumbs ----
@@ -319,6 +322,24 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     /// Read a run's crumbs in order. An unknown run is `NotFound`.
     async fn crumbs_of_run(&self, run_id: &str) -> Result<Vec<CrumbRecord>>;
+}
+
+/// What a journal's writer has done since it was opened: how many batches it began,
+/// how many of them it committed, how many operations those commits carried, and how
+/// many writes are waiting for their answer now. `operations / commits` is how many
+/// writes shared each durable commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Batches taken, each in its own transaction (counted when the writer takes the
+    /// batch, before its transaction may wait for a lock); PostgreSQL counts a second
+    /// one when a failing statement makes it run the batch again one by one.
+    pub batches: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Operations in committed transactions.
+    pub operations: u64,
+    /// Writes sent and not yet answered.
+    pub pending: u64,
 }
 
 /// What [`Journal::open_and_start`] found or did.

@@ -3,7 +3,7 @@
 //! use `toolshed-store`'s pool of read connections beside it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use crate::rules::{
     CALL_COLUMNS, CallChange, FinishedRun, Fragments, MAX_BATCH, Outcome, WriteOp, call_conflict,
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
-use crate::store::{MIGRATIONS, Writer};
+use crate::store::{Counters, MIGRATIONS, Writer};
 use crate::{CallRecord, CallStatus, JournalError, Result};
 
 /// How long a caller whose write is the only one in flight polls for its answer
@@ -45,9 +45,11 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
     let (sender, receiver) = std::sync::mpsc::channel();
     let (ready_tx, ready_rx) = oneshot::channel();
     let thread_path = path.clone();
+    let counters = Arc::new(Counters::default());
+    let thread_counters = Arc::clone(&counters);
     let writer = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
-        .spawn(move || writer_thread(&thread_path, receiver, ready_tx))
+        .spawn(move || writer_thread(&thread_path, receiver, ready_tx, &thread_counters))
         .map_err(|e| {
             JournalError::from(toolshed_store::sqlite::unavailable(
                 &path,
@@ -70,7 +72,7 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
         path,
         sender: Some(sender),
         thread: Some(writer),
-        in_flight: AtomicUsize::new(0),
+        counters,
     };
     Ok((writer, readers, applied))
 }
@@ -98,7 +100,7 @@ pub(crate) struct SqliteWriter {
     path: PathBuf,
     sender: Option<Sender<Request>>,
     thread: Option<JoinHandle<()>>,
-    in_flight: AtomicUsize,
+    counters: Arc<Counters>,
 }
 
 impl Drop for SqliteWriter {
@@ -119,11 +121,11 @@ impl Writer for SqliteWriter {
     async fn write(&self, op: WriteOp) -> Result<Outcome> {
         let sender = self.sender.as_ref().ok_or_else(writer_stopped)?;
         let (reply, mut answer) = oneshot::channel();
-        let in_flight = InFlight::enter(&self.in_flight);
+        let pending = self.counters.enter();
         sender
             .send(Request { op, reply })
             .map_err(|_| writer_stopped())?;
-        if in_flight.alone {
+        if pending.alone {
             // A lone write (one run working sequentially): poll for the answer instead of
             // parking, see CALLER_SPIN. Other tasks still run between polls.
             let until = Instant::now() + CALLER_SPIN;
@@ -133,13 +135,17 @@ impl Writer for SqliteWriter {
                     Err(TryRecvError::Closed) => return Err(writer_stopped()),
                     Err(TryRecvError::Empty) => {}
                 }
-                if Instant::now() >= until || self.in_flight.load(Ordering::Acquire) > 1 {
+                if Instant::now() >= until || self.counters.pending() > 1 {
                     break;
                 }
                 tokio::task::yield_now().await;
             }
         }
         answer.await.map_err(|_| writer_stopped())?
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 }
 
@@ -154,6 +160,7 @@ fn writer_thread(
     path: &Path,
     receiver: Receiver<Request>,
     ready: oneshot::Sender<Result<Vec<u32>>>,
+    counters: &Counters,
 ) {
     let (conn, applied) = match toolshed_store::sqlite::open_writer(path, &MIGRATIONS) {
         Ok(opened) => opened,
@@ -187,7 +194,7 @@ fn writer_thread(
                 Err(_) => break,
             }
         }
-        run_batch(&conn, &mut stmts, &mut batch);
+        run_batch(&conn, &mut stmts, &mut batch, counters);
         commits = commits.wrapping_add(1);
         if commits.is_multiple_of(CHECKPOINT_EVERY) {
             checkpoints.kick();
@@ -269,28 +276,15 @@ fn next_request(receiver: &Receiver<Request>) -> Option<Request> {
     }
 }
 
-/// Counts the writes in flight for as long as it lives.
-struct InFlight<'a> {
-    count: &'a AtomicUsize,
-    /// Whether no other write was in flight when this one started.
-    alone: bool,
-}
-
-impl<'a> InFlight<'a> {
-    fn enter(count: &'a AtomicUsize) -> Self {
-        let alone = count.fetch_add(1, Ordering::AcqRel) == 0;
-        InFlight { count, alone }
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// Run a batch in one transaction, commit once, then reply to each request.
-fn run_batch(conn: &Connection, st: &mut WriterStatements<'_>, batch: &mut Vec<Request>) {
+fn run_batch(
+    conn: &Connection,
+    st: &mut WriterStatements<'_>,
+    batch: &mut Vec<Request>,
+    counters: &Counters,
+) {
+    // Counted before BEGIN, which may wait for another process's lock.
+    counters.began();
     if let Err(e) = st.begin.execute([]) {
         let message = format!("cannot begin a write transaction: {e}");
         for request in batch.drain(..) {
@@ -372,6 +366,7 @@ fn run_batch(conn: &Connection, st: &mut WriterStatements<'_>, batch: &mut Vec<R
         }
         return;
     }
+    counters.committed(batch.len());
     for (request, result) in batch.drain(..).zip(results) {
         let _ = request.reply.send(result);
     }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use toolshed_core::{ErrorCode, Principal, ToolError};
 use toolshed_journal::{
     Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
-    NewCall, NewRun, RunFilter, RunStatus, SqlJournal,
+    NewCall, NewRun, RunFilter, RunRecord, RunStatus, SqlJournal,
 };
 
 // ---- harness ----
@@ -101,6 +101,8 @@ suite!(
     concurrent_keyed_calls_from_64_tasks_all_succeed,
     concurrent_crumb_appends_get_unique_consecutive_seqs,
     a_failing_operation_does_not_undo_its_batch,
+    reads_never_wait_for_writes,
+    gates_of_finished_runs_wait_for_nobody,
     data_survives_reopening,
     record_run_stores_a_finished_run_at_once,
 );
@@ -1032,6 +1034,82 @@ async fn concurrent_crumb_appends_get_unique_consecutive_seqs(store: Store) {
     assert_eq!(distinct.len(), 240);
 }
 
+/// Holds the write lock a write of run `run_id` needs, from another connection, until
+/// released: SQLite's database write lock (`BEGIN IMMEDIATE`), PostgreSQL's row lock on
+/// the run (`SELECT … FOR UPDATE`).
+enum WriteLock {
+    Sqlite(rusqlite::Connection),
+    Postgres(tokio_postgres::Client),
+}
+
+impl WriteLock {
+    async fn hold(store: &Store, run_id: &str) -> WriteLock {
+        match store {
+            Store::Sqlite { path, .. } => {
+                let conn = rusqlite::Connection::open(path).unwrap();
+                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                WriteLock::Sqlite(conn)
+            }
+            Store::Postgres { url, schema } => {
+                let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("SET search_path TO \"{schema}\"; BEGIN"))
+                    .await
+                    .unwrap();
+                let locked = client
+                    .query("SELECT id FROM runs WHERE id = $1 FOR UPDATE", &[&run_id])
+                    .await
+                    .unwrap();
+                assert_eq!(locked.len(), 1, "run `{run_id}` to lock");
+                WriteLock::Postgres(client)
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            WriteLock::Sqlite(conn) => conn.execute_batch("ROLLBACK").unwrap(),
+            WriteLock::Postgres(client) => client.batch_execute("ROLLBACK").await.unwrap(),
+        }
+    }
+}
+
+/// Poll `condition` until it holds; fail the test after 10 s.
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A write that finds the journal's write lock held waits for it: the writer has taken
+/// its batch and the write is pending.
+async fn block_the_writer(
+    store: &Store,
+    j: &Arc<dyn Journal>,
+) -> (
+    WriteLock,
+    tokio::task::JoinHandle<Result<RunRecord, JournalError>>,
+) {
+    j.create_run(new_run("blocker")).await.unwrap();
+    let lock = WriteLock::hold(store, "blocker").await;
+    let before = j.write_stats();
+    let blocked = tokio::spawn({
+        let j = Arc::clone(j);
+        async move { j.set_run_status("blocker", RunStatus::Parked, None).await }
+    });
+    wait_until("the writer takes the blocked write", || {
+        let now = j.write_stats();
+        now.batches == before.batches + 1 && now.pending == 1
+    })
+    .await;
+    (lock, blocked)
+}
+
 async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
     let j = store.open().await;
     j.create_run(new_run("r1")).await.unwrap();
@@ -1039,8 +1117,11 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
     j.record_finished(&finished.call_id, ok(json!(0)))
         .await
         .unwrap();
-    // Many writes at once, so they share commits: good ones, conflicts, and statements
-    // that fail in the database (a reused call id).
+    // Hold the writer on one write, queue 48 behind it, then let it go: the 48 are one
+    // batch, one commit. Good ones, conflicts, and statements that fail in the
+    // database (a reused call id).
+    let (lock, blocked) = block_the_writer(&store, &j).await;
+    let before = j.write_stats();
     let tasks: Vec<_> = (0..48u32)
         .map(|i| {
             let j = Arc::clone(&j);
@@ -1066,6 +1147,9 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
             })
         })
         .collect();
+    wait_until("every write is queued", || j.write_stats().pending == 49).await;
+    lock.release().await;
+    assert_eq!(blocked.await.unwrap().unwrap().status, RunStatus::Parked);
     for (i, task) in tasks.into_iter().enumerate() {
         let result = task.await.unwrap();
         if i % 3 == 0 {
@@ -1074,6 +1158,16 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
             conflict(result);
         }
     }
+    let after = j.write_stats();
+    assert_eq!(
+        (
+            after.commits - before.commits,
+            after.operations - before.operations
+        ),
+        (2, 49),
+        "the blocked write's commit, then one commit for all 48: {before:?} → {after:?}"
+    );
+    assert_eq!(after.pending, 0);
     let calls = j.calls_of_run("r1").await.unwrap();
     assert_eq!(calls.len(), 1 + 16);
     assert!(
@@ -1086,6 +1180,62 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
         j.get_call(&finished.call_id).await.unwrap().result,
         Some(json!(0))
     );
+}
+
+async fn reads_never_wait_for_writes(store: Store) {
+    let j = store.open().await;
+    j.create_run(tenant_run("r1", "agent-a", "acme"))
+        .await
+        .unwrap();
+    let gated = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    j.append_crumbs("r1", vec![json!("a")]).await.unwrap();
+    // The writer waits for a lock another connection holds, inside its transaction.
+    let (lock, blocked) = block_the_writer(&store, &j).await;
+    let reads = async {
+        assert_eq!(j.get_run("r1").await.unwrap().id, "r1");
+        assert_eq!(j.list_runs(&RunFilter::default()).await.unwrap().len(), 2);
+        assert_eq!(j.calls_of_run("r1").await.unwrap().len(), 1);
+        assert_eq!(j.get_call(&gated.call_id).await.unwrap().tool, "search");
+        assert_eq!(
+            j.pending_gates(&GateFilter::default()).await.unwrap().len(),
+            1
+        );
+        assert_eq!(j.crumbs_of_run("r1").await.unwrap().len(), 1);
+    };
+    tokio::time::timeout(Duration::from_secs(10), reads)
+        .await
+        .expect("reads answer while a write waits for its lock");
+    assert!(
+        !blocked.is_finished(),
+        "the write was still waiting for the lock while the reads answered"
+    );
+    lock.release().await;
+    assert_eq!(blocked.await.unwrap().unwrap().status, RunStatus::Parked);
+}
+
+async fn gates_of_finished_runs_wait_for_nobody(store: Store) {
+    let j = store.open().await;
+    for id in ["live", "cancelled"] {
+        j.create_run(new_run(id)).await.unwrap();
+        let call = j.open_call(new_call(id, 0)).await.unwrap();
+        j.record_gate(&call.call_id, approval()).await.unwrap();
+        j.set_run_status(id, RunStatus::Parked, None).await.unwrap();
+    }
+    j.set_run_status("cancelled", RunStatus::Cancelled, Some("by ann".into()))
+        .await
+        .unwrap();
+    let pending = j.pending_gates(&GateFilter::default()).await.unwrap();
+    let runs: Vec<&str> = pending.iter().map(|c| c.run_id.as_str()).collect();
+    assert_eq!(runs, ["live"]);
+    let of_cancelled = j
+        .pending_gates(&GateFilter {
+            run_id: Some("cancelled".into()),
+            tenant: None,
+        })
+        .await
+        .unwrap();
+    assert!(of_cancelled.is_empty(), "{of_cancelled:?}");
 }
 
 async fn data_survives_reopening(store: Store) {
