@@ -10,7 +10,7 @@ use serde_json::json;
 use toolshed_core::{
     Approval, CallOutcome, Crumb, CrumbKind, ErrorCode, Idempotency, ToolCall, ToolError,
 };
-use toolshed_journal::{Budgets, CallResult, NewCall, NewRun, RunRecord, RunStatus};
+use toolshed_journal::{Budgets, NewCall, NewRun, RunRecord, RunStatus};
 
 use crate::run::CallStep;
 use crate::{Runtime, RuntimeError, args_hash};
@@ -67,10 +67,7 @@ impl Runtime {
                 .with_payload(json!({"waiting_for": []})),
         );
         let held = held.take(self.config().max_result_bytes);
-        let result = CallResult {
-            result: outcome.result.clone(),
-            duration_ms: outcome.duration.as_secs_f64() * 1000.0,
-        };
+        let result = crate::run::call_result(&outcome);
         let run = self
             .journal()
             .record_run(new, vec![(new_call, result)], held, RunStatus::Completed)
