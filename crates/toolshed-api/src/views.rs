@@ -143,6 +143,18 @@ pub struct ExecuteView {
     pub stderr: String,
     /// The exit code of a one-shot process; null for pooled workers, built-ins and HTTP.
     pub exit_code: Option<i32>,
+    /// The signal that ended the process (9 when it was killed), or null.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// The call ran out of time and was stopped (`error.code` is then `TIMEOUT`).
+    #[serde(default)]
+    pub timed_out: bool,
+    /// `stdout` holds only the end of what the process printed.
+    #[serde(default)]
+    pub stdout_truncated: bool,
+    /// `stderr` holds only the end of what the process printed.
+    #[serde(default)]
+    pub stderr_truncated: bool,
     /// Wall time of the call in milliseconds.
     pub duration_ms: f64,
     /// The tool's error result, or null.

@@ -25,7 +25,8 @@ async fn node_tools_return_stream_and_throw() {
         assert_eq!(v["greeting"], "hello Ada", "{mode:?}");
         assert_eq!(v["tool"], "greet");
         assert!(
-            run.stderr
+            run.diagnostics
+                .stderr
                 .contains("this log line must not break the protocol")
         );
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use toolshed_core::{
-    CallOutcome, Crumb, CrumbKind, ErrorCode, ExecuteOptions, Idempotency, RunContext, ToolCall,
-    ToolError,
+    CallOutcome, Crumb, CrumbKind, Diagnostics, ErrorCode, ExecuteOptions, Idempotency, RunContext,
+    ToolCall, ToolError,
 };
 use toolshed_journal::{CallRecord, CallResult, CallStatus, Gate, NewCall, RunRecord, RunStatus};
 
@@ -453,13 +453,7 @@ impl RunHandle {
         self.inner
             .runtime
             .journal()
-            .record_finished(
-                &rec.call_id,
-                CallResult {
-                    result: outcome.result.clone(),
-                    duration_ms: outcome.duration.as_secs_f64() * 1000.0,
-                },
-            )
+            .record_finished(&rec.call_id, call_result(&outcome))
             .await?;
         Ok(outcome)
     }
@@ -499,6 +493,18 @@ pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
     }
 }
 
+/// What the journal records of a finished call: the one place a [`CallOutcome`] becomes
+/// a [`CallResult`] (ordinary runs and one-call runs alike).
+pub(crate) fn call_result(outcome: &CallOutcome) -> CallResult {
+    // `outcome.diagnostics` (already scrubbed and capped by the pipeline) is not
+    // recorded yet: the journal's rewrite adds a `diagnostics` field to `CallResult`,
+    // stored with the call, and `replayed` below reads it back.
+    CallResult {
+        result: outcome.result.clone(),
+        duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+    }
+}
+
 fn replayed(rec: &CallRecord) -> CallOutcome {
     let result = match (&rec.result, &rec.error) {
         (_, Some(e)) => Err(e.clone()),
@@ -511,6 +517,8 @@ fn replayed(rec: &CallRecord) -> CallOutcome {
         result,
         duration: Duration::from_secs_f64(rec.duration_ms.unwrap_or(0.0).max(0.0) / 1000.0),
         attempts: rec.attempts,
+        // The recorded diagnostics, once the journal stores them (see `call_result`).
+        diagnostics: Diagnostics::default(),
     }
 }
 
