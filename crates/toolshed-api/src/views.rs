@@ -405,6 +405,12 @@ pub struct CallView {
     pub decision: Option<Decision>,
     /// The human tool's answer, once given.
     pub answer: Option<HumanAnswer>,
+    /// What the call's execution left besides its result: `stdout`, `stderr`,
+    /// `exit_code`, `signal`, `timed_out`, the truncation flags (each left out when
+    /// empty); `{}` for in-process tools.
+    #[schema(value_type = Object)]
+    #[serde(default)]
+    pub diagnostics: toolshed_core::Diagnostics,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.

@@ -614,7 +614,8 @@ impl WriterStatements {
                 .await?,
             record_finished: client
                 .prepare(&format!(
-                    "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6 \
+                    "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6, \
+                     diagnostics = $7 \
                      WHERE call_id = $1 AND {} RETURNING {call_cols}",
                     CallChange::Finish.sql_condition("")
                 ))
@@ -708,7 +709,15 @@ impl WriterStatements {
                 now,
             } => (
                 &self.record_finished,
-                vec![call_id, &f.status, &f.result, &f.error, &f.duration_ms, now],
+                vec![
+                    call_id,
+                    &f.status,
+                    &f.result,
+                    &f.error,
+                    &f.duration_ms,
+                    now,
+                    &f.diagnostics,
+                ],
             ),
             WriteOp::RecordGate {
                 call_id,
@@ -768,6 +777,7 @@ fn finished_run_params(f: &FinishedRun) -> Params<'static> {
         Box::new(column(calls, |(_, d)| d.error.clone())),
         Box::new(column(calls, |(_, d)| d.duration_ms)),
         Box::new(f.crumbs.clone()),
+        Box::new(column(calls, |(_, d)| d.diagnostics.clone())),
     ])
 }
 
@@ -783,13 +793,14 @@ const RECORD_RUN: &str = "WITH run AS ( \
          RETURNING id \
      ), call_rows AS ( \
          INSERT INTO calls (call_id, run_id, ordinal, tool_call_id, tool, args_hash, args, \
-             status, attempts, result, error, duration_ms, created_at_ms, updated_at_ms) \
+             status, attempts, result, error, duration_ms, diagnostics, created_at_ms, \
+             updated_at_ms) \
          SELECT c.call_id, run.id, c.ordinal, c.tool_call_id, c.tool, c.args_hash, c.args, \
-             c.status, 0, c.result, c.error, c.duration_ms, $9, $9 \
+             c.status, 0, c.result, c.error, c.duration_ms, c.diagnostics, $9, $9 \
          FROM run, unnest($10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[], \
-             $15::text[], $16::text[], $17::text[], $18::text[], $19::float8[]) \
+             $15::text[], $16::text[], $17::text[], $18::text[], $19::float8[], $21::text[]) \
              AS c (call_id, ordinal, tool_call_id, tool, args_hash, args, status, result, error, \
-                   duration_ms) \
+                   duration_ms, diagnostics) \
          RETURNING 1 \
      ), crumb_rows AS ( \
          INSERT INTO crumbs (run_id, seq, crumb) \

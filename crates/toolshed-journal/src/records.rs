@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolshed_core::{Principal, ToolError};
+use toolshed_core::{Diagnostics, Principal, ToolError};
 
 /// The version of the record formats below, stored with every database.
 pub const FORMAT_VERSION: u32 = 1;
@@ -235,6 +235,9 @@ pub struct CallRecord {
     pub decision: Option<Decision>,
     /// The human tool's answer, once given.
     pub answer: Option<Answer>,
+    /// What the call's last execution left besides its result (stdout, stderr, exit
+    /// code, limits hit), once final; empty for in-process tools.
+    pub diagnostics: Diagnostics,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.
@@ -248,6 +251,10 @@ pub struct CallResult {
     pub result: std::result::Result<Value, ToolError>,
     /// Duration in milliseconds.
     pub duration_ms: f64,
+    /// What the execution left besides its result (already scrubbed and capped by the
+    /// pipeline); stored with the call and replayed with it.
+    #[serde(default)]
+    pub diagnostics: Diagnostics,
 }
 
 /// What a gated call waits for.

@@ -430,7 +430,8 @@ fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Out
                 done.result,
                 done.error,
                 done.duration_ms,
-                call.now
+                call.now,
+                done.diagnostics
             ])
             .map_err(|e| {
                 if constraint(&e) {
@@ -594,7 +595,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                     finished.result,
                     finished.error,
                     finished.duration_ms,
-                    now
+                    now,
+                    finished.diagnostics
                 ])
                 .map_err(db)?;
             call_outcome(st, op, call_id, changed)
@@ -804,7 +806,8 @@ impl<'c> WriterStatements<'c> {
             ))?,
             attempts: conn.prepare("SELECT attempts FROM calls WHERE call_id = ?1")?,
             record_finished: conn.prepare(&format!(
-                "UPDATE calls SET status = ?2, result = ?3, error = ?4, duration_ms = ?5, updated_at_ms = ?6 \
+                "UPDATE calls SET status = ?2, result = ?3, error = ?4, duration_ms = ?5, updated_at_ms = ?6, \
+                 diagnostics = ?7 \
                  WHERE call_id = ?1 AND {}",
                 CallChange::Finish.sql_condition("")
             ))?,
@@ -833,8 +836,8 @@ impl<'c> WriterStatements<'c> {
             )?,
             insert_finished_call: conn.prepare(
                 "INSERT INTO calls (call_id, run_id, ordinal, tool_call_id, tool, args_hash, args, status, \
-                 attempts, result, error, duration_ms, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?12)",
+                 attempts, result, error, duration_ms, created_at_ms, updated_at_ms, diagnostics) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?12, ?13)",
             )?,
             run_exists: conn.prepare("SELECT 1 FROM runs WHERE id = ?1")?,
             call_exists: conn.prepare("SELECT 1 FROM calls WHERE call_id = ?1")?,

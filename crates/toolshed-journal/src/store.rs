@@ -25,11 +25,18 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
     noun: "journal",
     version_key: "schema_version",
     format: Some(("format_version", FORMAT_VERSION)),
-    steps: &[Migration {
-        version: 1,
-        sqlite: include_str!("../migrations/sqlite/0001_journal.sql"),
-        postgres: include_str!("../migrations/postgres/0001_journal.sql"),
-    }],
+    steps: &[
+        Migration {
+            version: 1,
+            sqlite: include_str!("../migrations/sqlite/0001_journal.sql"),
+            postgres: include_str!("../migrations/postgres/0001_journal.sql"),
+        },
+        Migration {
+            version: 2,
+            sqlite: include_str!("../migrations/sqlite/0002_diagnostics.sql"),
+            postgres: include_str!("../migrations/postgres/0002_diagnostics.sql"),
+        },
+    ],
 };
 
 /// The counters behind [`WriteStats`], shared by a writer's handle and its thread or

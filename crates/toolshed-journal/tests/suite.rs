@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolshed_core::{ErrorCode, Principal, ToolError};
+use toolshed_core::{Diagnostics, ErrorCode, Principal, ToolError};
 use toolshed_journal::{
     Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
     NewCall, NewRun, RunFilter, RunRecord, RunStatus, SqlJournal,
@@ -103,6 +103,7 @@ suite!(
     a_failing_operation_does_not_undo_its_batch,
     reads_never_wait_for_writes,
     gates_of_finished_runs_wait_for_nobody,
+    diagnostics_are_kept_with_the_call,
     data_survives_reopening,
     record_run_stores_a_finished_run_at_once,
 );
@@ -148,6 +149,7 @@ fn ok(value: Value) -> CallResult {
     CallResult {
         result: Ok(value),
         duration_ms: 12.5,
+        diagnostics: Default::default(),
     }
 }
 
@@ -539,6 +541,7 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
             CallResult {
                 result: Err(error.clone()),
                 duration_ms: 30_000.0,
+                diagnostics: Default::default(),
             },
         )
         .await
@@ -557,6 +560,7 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
             CallResult {
                 result: Err(ToolError::new(ErrorCode::Cancelled, "run cancelled")),
                 duration_ms: 0.0,
+                diagnostics: Default::default(),
             },
         )
         .await
@@ -1238,6 +1242,53 @@ async fn gates_of_finished_runs_wait_for_nobody(store: Store) {
     assert!(of_cancelled.is_empty(), "{of_cancelled:?}");
 }
 
+async fn diagnostics_are_kept_with_the_call(store: Store) {
+    let diagnostics = Diagnostics {
+        stdout: "{\"id\": \"r1\", \"result\": 1}\n".into(),
+        stderr: "looked up ORD-1\n\u{0}binary\u{1b}[0m".into(),
+        exit_code: Some(3),
+        timed_out: true,
+        stderr_truncated: true,
+        peak_memory_bytes: Some(1 << 20),
+        ..Diagnostics::default()
+    };
+    let with = |result| CallResult {
+        diagnostics: diagnostics.clone(),
+        ..result
+    };
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    let finished = j
+        .record_finished(&call.call_id, with(ok(json!(1))))
+        .await
+        .unwrap();
+    assert_eq!(finished.diagnostics, diagnostics);
+    // A one-call run recorded whole keeps them too; a call without any stores none.
+    let mut quiet = new_call("r2", 1);
+    quiet.call_id = "r2-quiet".into();
+    j.record_run(
+        new_run("r2"),
+        vec![
+            (new_call("r2", 0), with(ok(json!(2)))),
+            (quiet, ok(json!(3))),
+        ],
+        vec![],
+        RunStatus::Completed,
+    )
+    .await
+    .unwrap();
+    drop(j);
+    let j = store.open().await;
+    assert_eq!(
+        j.get_call(&call.call_id).await.unwrap().diagnostics,
+        diagnostics
+    );
+    let calls = j.calls_of_run("r2").await.unwrap();
+    assert_eq!(calls[0].diagnostics, diagnostics);
+    assert!(calls[1].diagnostics.is_empty());
+}
+
 async fn data_survives_reopening(store: Store) {
     let j = store.open().await;
     j.create_run(tenant_run("r1", "agent-a", "acme"))
@@ -1360,7 +1411,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
         let j = sqlite_at(&path).await.unwrap();
-        assert_eq!(j.applied_migrations(), [1]);
+        assert_eq!(j.applied_migrations(), [1, 2]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
         let j = sqlite_at(&path).await.unwrap();
@@ -1386,7 +1437,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "1".to_owned())
+                ("schema_version".to_owned(), "2".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1415,7 +1466,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (1)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (2)"),
                     "{message}"
                 );
             }
@@ -1517,7 +1568,7 @@ mod postgres_only {
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1]]);
+            assert_eq!(applied, [vec![], vec![1, 2]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
             let again = postgres_in(&url, &schema).await.unwrap();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use toolshed_core::{
-    CallOutcome, Crumb, CrumbKind, Diagnostics, ErrorCode, ExecuteOptions, Idempotency, RunContext,
-    ToolCall, ToolError,
+    CallOutcome, Crumb, CrumbKind, ErrorCode, ExecuteOptions, Idempotency, RunContext, ToolCall,
+    ToolError,
 };
 use toolshed_journal::{CallRecord, CallResult, CallStatus, Gate, NewCall, RunRecord, RunStatus};
 
@@ -496,12 +496,12 @@ pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
 /// What the journal records of a finished call: the one place a [`CallOutcome`] becomes
 /// a [`CallResult`] (ordinary runs and one-call runs alike).
 pub(crate) fn call_result(outcome: &CallOutcome) -> CallResult {
-    // `outcome.diagnostics` (already scrubbed and capped by the pipeline) is not
-    // recorded yet: the journal's rewrite adds a `diagnostics` field to `CallResult`,
-    // stored with the call, and `replayed` below reads it back.
+    // The diagnostics are already scrubbed and capped by the pipeline; `replayed` reads
+    // them back, so a resumed run reports what the call printed when it ran.
     CallResult {
         result: outcome.result.clone(),
         duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+        diagnostics: outcome.diagnostics.clone(),
     }
 }
 
@@ -517,8 +517,7 @@ fn replayed(rec: &CallRecord) -> CallOutcome {
         result,
         duration: Duration::from_secs_f64(rec.duration_ms.unwrap_or(0.0).max(0.0) / 1000.0),
         attempts: rec.attempts,
-        // The recorded diagnostics, once the journal stores them (see `call_result`).
-        diagnostics: Diagnostics::default(),
+        diagnostics: rec.diagnostics.clone(),
     }
 }
 

@@ -160,6 +160,7 @@ pub fn call(c: journal::CallRecord) -> CallView {
         gate: c.gate.map(gate),
         decision: c.decision.map(decision),
         answer: c.answer.map(answer),
+        diagnostics: c.diagnostics,
         created_at_ms: c.created_at_ms,
         updated_at_ms: c.updated_at_ms,
     }
