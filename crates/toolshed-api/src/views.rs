@@ -84,8 +84,46 @@ pub struct UsageView {
     pub agent_id: String,
     /// The agent name.
     pub agent_name: String,
-    /// The agent status.
-    pub agent_status: String,
+    /// The agent's state.
+    pub agent_status: AgentStatus,
+}
+
+/// An agent's state in the registry.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, strum::Display,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AgentStatus {
+    /// Registered from its agent.yaml.
+    Registered,
+}
+
+/// What a user may do: a viewer reads, a deployer also registers and executes tools
+/// and decides approvals, an admin also manages users.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::Display,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Role {
+    /// Reads the registry and its tenant's runs.
+    Viewer,
+    /// Also registers and executes tools and decides approvals.
+    Deployer,
+    /// Also manages users.
+    Admin,
 }
 
 /// Where an execution ended.
@@ -177,8 +215,8 @@ pub struct AgentView {
     pub name: String,
     /// The framework.
     pub framework: String,
-    /// `registered`.
-    pub status: String,
+    /// Its state.
+    pub status: AgentStatus,
     /// The registry tools it uses (the usage graph's edges).
     pub tool_ids: Vec<String>,
     /// Its agent.yaml as JSON.
@@ -197,8 +235,8 @@ pub struct AgentView {
 pub struct UserView {
     /// The user name.
     pub username: String,
-    /// `viewer`, `deployer` or `admin`.
-    pub role: String,
+    /// What the user may do.
+    pub role: Role,
     /// The tenant whose runs the user sees.
     pub tenant: String,
     /// When the user was added.
@@ -222,7 +260,7 @@ pub struct TokenView {
     /// Seconds until it expires.
     pub expires_in: u64,
     /// The user's role.
-    pub role: String,
+    pub role: Role,
 }
 
 /// A run's status.

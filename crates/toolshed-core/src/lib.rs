@@ -57,7 +57,7 @@ pub use tool::{
     Chunk, Handler, HandlerFuture, Reply, Streaming, Tool, ToolBuilder, ToolOutput, human_tool,
     human_tool_with,
 };
-pub use toolset::{CollisionError, Plugin, Skill, ToolSet, ToolSetError, ToolSource};
+pub use toolset::{CollisionError, Plugin, PluginError, Skill, ToolSet, ToolSetError, ToolSource};
 
 #[doc(hidden)]
 pub use tool::__private;

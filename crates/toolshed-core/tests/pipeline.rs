@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 use toolshed_core::hooks::HookLevel;
 use toolshed_core::{
     AfterRun, Approval, BeforeRun, CallOutcome, Chunk, CredentialError, CredentialProvider,
-    CrumbKind, Diagnostics, ErrorCode, ExecuteOptions, HandlerFuture, HookFns, MemorySink, OnError,
-    Pipeline, PipelineConfig, Plugin, Principal, Reply, RetryPolicy, RunContext, Secret, Skill,
-    Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolSet, ToolSource,
+    CrumbKind, Diagnostics, ErrorCode, ExecuteOptions, FieldError, HandlerFuture, HookFns,
+    MemorySink, OnError, Pipeline, PipelineConfig, Plugin, PluginError, Principal, Reply,
+    RetryPolicy, RunContext, Secret, Skill, Tool, ToolCall, ToolContext, ToolError, ToolOutput,
+    ToolSet, ToolSource,
 };
 
 fn schema_q() -> Value {
@@ -998,10 +999,10 @@ impl Plugin for Mcpish {
                 .unwrap(),
         ]
     }
-    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, String> {
-        let servers = config["servers"]
-            .as_array()
-            .ok_or("`servers` must be a list")?;
+    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, PluginError> {
+        let servers = config["servers"].as_array().ok_or_else(|| {
+            PluginError::Config(vec![FieldError::new("servers", "must be a list")])
+        })?;
         Ok(servers
             .iter()
             .filter_map(|s| s.as_str())
@@ -1068,7 +1069,11 @@ fn toolsets_merge_sources_and_refuse_collisions() {
         vec![],
     )
     .unwrap_err();
-    assert!(e.to_string().contains("`servers` must be a list"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("plugin `mcp_client` could not resolve this agent's tools: field `servers`: must be a list"),
+        "{e}"
+    );
 }
 
 #[test]
