@@ -1342,6 +1342,60 @@ async fn data_survives_reopening(store: Store) {
 mod sqlite_only {
     use super::*;
 
+    /// A write alone in flight commits on its caller's thread, but never waits there:
+    /// while another process holds the file's write lock it goes to the writer thread,
+    /// and the caller's runtime (one thread here) keeps running other tasks. Were the
+    /// write to wait on the caller's thread, this test's task could not run again until
+    /// SQLite's busy timeout (5 s) gave up: the check below allows 4 s for a task to be
+    /// scheduled again, so it fails only on such a stall, never on a slow machine.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_write_never_waits_for_a_lock_on_the_callers_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let j: Arc<dyn Journal> = Arc::new(sqlite_at(&path).await.unwrap());
+        j.create_run(new_run("r1")).await.unwrap();
+        let other_process = rusqlite::Connection::open(&path).unwrap();
+        other_process.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let write = tokio::spawn({
+            let j = Arc::clone(&j);
+            async move { j.set_run_status("r1", RunStatus::Parked, None).await }
+        });
+        // Let the write start; it must not hold this thread.
+        let started = Instant::now();
+        while j.write_stats().pending == 0 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the write held the caller's thread while waiting for the lock ({:?})",
+            started.elapsed()
+        );
+        assert!(!write.is_finished(), "the write waits for the lock");
+        other_process.execute_batch("ROLLBACK").unwrap();
+        let run = write
+            .await
+            .unwrap()
+            .expect("the write succeeds once the lock is free");
+        assert_eq!(run.status, RunStatus::Parked);
+        // With nothing else in flight and the lock free, the next write commits on this
+        // thread, in one commit of its own.
+        let before = j.write_stats();
+        j.set_run_status("r1", RunStatus::Running, None)
+            .await
+            .unwrap();
+        let after = j.write_stats();
+        assert_eq!(
+            (
+                after.commits - before.commits,
+                after.batches - before.batches
+            ),
+            (1, 1)
+        );
+    }
+
     #[tokio::test]
     async fn a_text_file_is_not_a_journal() {
         let dir = tempfile::tempdir().unwrap();
