@@ -7,28 +7,16 @@ use serde_json::Value;
 use toolshed_core::{Principal, ToolError};
 use utoipa::ToSchema;
 
-/// A registered tool's status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum ToolStatus {
-    /// Listed and runnable.
-    Active,
-    /// Deleted: no longer listed or runnable; its revisions are kept.
-    Deleted,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A registered tool's status.
+    #[derive(ToSchema)]
+    pub enum ToolStatus {
+        /// Listed and runnable.
+        Active,
+        /// Deleted: no longer listed or runnable; its revisions are kept.
+        Deleted,
+    }
 }
 
 /// A registered tool (listing form: no schemas).
@@ -126,28 +114,16 @@ pub enum Role {
     Admin,
 }
 
-/// Where an execution ended.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum ExecuteStatus {
-    /// The call has its result (see `error` for a tool failure).
-    Completed,
-    /// The call waits for an approval or an answer.
-    Parked,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// Where an execution ended.
+    #[derive(ToSchema)]
+    pub enum ExecuteStatus {
+        /// The call has its result (see `error` for a tool failure).
+        Completed,
+        /// The call waits for an approval or an answer.
+        Parked,
+    }
 }
 
 /// What a parked call waits for.
@@ -263,34 +239,22 @@ pub struct TokenView {
     pub role: Role,
 }
 
-/// A run's status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum RunStatus {
-    /// A driver is (or was, until it crashed) executing it.
-    Running,
-    /// Waiting for a person.
-    Parked,
-    /// Every call has a result.
-    Completed,
-    /// A runtime failure or a spent budget (`error` says which).
-    Failed,
-    /// Cancelled by someone.
-    Cancelled,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A run's status.
+    #[derive(ToSchema)]
+    pub enum RunStatus {
+        /// A driver is (or was, until it crashed) executing it.
+        Running,
+        /// Waiting for a person.
+        Parked,
+        /// Every call has a result.
+        Completed,
+        /// A runtime failure or a spent budget (`error` says which).
+        Failed,
+        /// Cancelled by someone.
+        Cancelled,
+    }
 }
 
 /// A run's budgets.
@@ -347,38 +311,26 @@ pub struct RunView {
     pub crumbs: Option<Vec<Value>>,
 }
 
-/// A call's state.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum CallStatus {
-    /// Recorded, not yet started.
-    Open,
-    /// A keyed call whose handler was started (and maybe crashed).
-    Started,
-    /// Waiting for an approval decision.
-    AwaitingApproval,
-    /// Waiting for a human tool's answer.
-    AwaitingAnswer,
-    /// Approved; runs on the next drive.
-    Approved,
-    /// Finished with a result.
-    Completed,
-    /// Finished with an error result (including a denial).
-    Failed,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A call's state.
+    #[derive(ToSchema)]
+    pub enum CallStatus {
+        /// Recorded, not yet started.
+        Open,
+        /// A keyed call whose handler was started (and maybe crashed).
+        Started,
+        /// Waiting for an approval decision.
+        AwaitingApproval,
+        /// Waiting for a human tool's answer.
+        AwaitingAnswer,
+        /// Approved; runs on the next drive.
+        Approved,
+        /// Finished with a result.
+        Completed,
+        /// Finished with an error result (including a denial).
+        Failed,
+    }
 }
 
 /// An approval decision.

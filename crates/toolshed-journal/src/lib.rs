@@ -72,42 +72,23 @@ mod store;
 pub use records::*;
 pub use store::SqlJournal;
 
-/// The stable codes of [`JournalError`], the same for both databases.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum JournalCode {
-    /// The database URL is not `sqlite://PATH` or `postgres://…`.
-    InvalidDatabaseUrl,
-    /// The database cannot be opened or reached, or was written by a newer toolshed.
-    JournalUnavailable,
-    /// The file is not a toolshed journal (someone else's database, or not one at all).
-    NotAJournal,
-    /// No such run or call.
-    NotFound,
-    /// The change conflicts with the record's state.
-    Conflict,
-    /// Any other failure of the database.
-    JournalError,
-}
-
-impl JournalCode {
-    /// The code as written on the wire, e.g. `NOT_FOUND`.
-    pub fn as_str(self) -> &'static str {
-        self.into()
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`JournalError`], the same for both databases.
+    #[non_exhaustive]
+    pub enum JournalCode {
+        /// The database URL is not `sqlite://PATH` or `postgres://…`.
+        InvalidDatabaseUrl,
+        /// The database cannot be opened or reached, or was written by a newer toolshed.
+        JournalUnavailable,
+        /// The file is not a toolshed journal (someone else's database, or not one at all).
+        NotAJournal,
+        /// No such run or call.
+        NotFound,
+        /// The change conflicts with the record's state.
+        Conflict,
+        /// Any other failure of the database.
+        JournalError,
     }
 }
 
