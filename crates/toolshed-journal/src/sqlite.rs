@@ -3,6 +3,7 @@
 //! use `toolshed-store`'s pool of read connections beside it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -45,16 +46,18 @@ const STATEMENT_CACHE: usize = 16;
 pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>)> {
     let path = path.to_path_buf();
     let open_path = path.clone();
-    let (core, applied) = tokio::task::spawn_blocking(move || Core::open(&open_path))
-        .await
-        .map_err(|e| {
-            JournalError::from(toolshed_store::sqlite::unavailable(
-                &path,
-                format!("opening failed: {e}"),
-            ))
-        })??;
-    let core = Arc::new(Mutex::new(core));
     let counters = Arc::new(Counters::default());
+    let core_counters = Arc::clone(&counters);
+    let (core, applied) =
+        tokio::task::spawn_blocking(move || Core::open(&open_path, core_counters))
+            .await
+            .map_err(|e| {
+                JournalError::from(toolshed_store::sqlite::unavailable(
+                    &path,
+                    format!("opening failed: {e}"),
+                ))
+            })??;
+    let core = Arc::new(Mutex::new(core));
     let (sender, receiver) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
@@ -83,14 +86,15 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
 struct Core {
     conn: Connection,
     sql: Sql,
-    checkpoints: Checkpointer,
+    /// Set by the WAL hook: copy the WAL back after this batch (it was alone).
+    checkpoint_wanted: Arc<AtomicBool>,
 }
 
 impl Core {
     /// Open the write connection (migrating the file), check every statement, start the
     /// background checkpointer.
-    fn open(path: &Path) -> Result<(Core, Vec<u32>)> {
-        let (conn, applied) = toolshed_store::sqlite::open_writer(path, &MIGRATIONS)?;
+    fn open(path: &Path, counters: Arc<Counters>) -> Result<(Core, Vec<u32>)> {
+        let (mut conn, applied) = toolshed_store::sqlite::open_writer(path, &MIGRATIONS)?;
         let sql = Sql::new();
         conn.set_prepared_statement_cache_capacity(WRITER_STATEMENT_CACHE);
         for text in sql.all() {
@@ -101,12 +105,13 @@ impl Core {
                 ))
             })?;
         }
-        let checkpoints = Checkpointer::start(path, &conn);
+        let checkpoint_wanted = Arc::new(AtomicBool::new(false));
+        start_checkpoints(path, &mut conn, counters, Arc::clone(&checkpoint_wanted));
         Ok((
             Core {
                 conn,
                 sql,
-                checkpoints,
+                checkpoint_wanted,
             },
             applied,
         ))
@@ -132,10 +137,12 @@ impl Core {
         if !wait {
             let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         }
-        if let Batch::Done { commits, .. } = &batch
-            && commits.is_multiple_of(CHECKPOINT_EVERY)
+        if self.checkpoint_wanted.swap(false, Ordering::AcqRel)
+            && let Err(e) = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
         {
-            self.checkpoints.kick();
+            tracing::debug!(error = %e, "a checkpoint after a lone write failed");
         }
         batch
     }
@@ -262,62 +269,85 @@ fn writer_thread(receiver: &Receiver<Request>, core: &Mutex<Core>, counters: &Co
     }
 }
 
-/// Commits between two background checkpoints.
-const CHECKPOINT_EVERY: u64 = 32;
+/// WAL pages after which a background checkpoint is asked for (SQLite's own default
+/// threshold, 4 MiB of 4 KiB pages).
+const CHECKPOINT_PAGES: i32 = 1000;
 /// Prepared statements kept on the write connection (every one the writer has).
 const WRITER_STATEMENT_CACHE: usize = 64;
 /// WAL pages after which the writer checkpoints by itself: a backstop for when the
 /// background checkpointer cannot keep up or could not start (64 MiB of 4 KiB pages).
-const WAL_BACKSTOP_PAGES: u32 = 16_384;
+const WAL_BACKSTOP_PAGES: i32 = 16_384;
 
 /// Copies the WAL back into the database on its own thread and connection (PASSIVE:
-/// never blocks the writer). SQLite's default runs that copy, and its fsync, inside the
-/// commit that crosses 1000 WAL pages, stalling every caller of that batch: under load
-/// that was the tail of the latency.
-struct Checkpointer {
-    kick: Option<std::sync::mpsc::SyncSender<()>>,
-}
-
-impl Checkpointer {
-    fn start(path: &Path, writer: &Connection) -> Checkpointer {
-        let (kick, kicks) = std::sync::mpsc::sync_channel::<()>(1);
-        let reader = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        );
-        let spawned = reader.ok().and_then(|conn| {
-            let _ = conn.busy_timeout(BUSY_TIMEOUT);
-            std::thread::Builder::new()
-                .name("toolshed-checkpoint".into())
-                .spawn(move || {
-                    for () in kicks {
-                        if let Err(e) =
-                            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                        {
-                            tracing::debug!(error = %e, "background checkpoint failed");
-                        }
+/// never blocks the writer), once the WAL holds `CHECKPOINT_PAGES` pages: the write
+/// connection's WAL hook, called after every commit with the WAL's size, asks for it.
+/// SQLite's default runs that copy, and its fsync, inside the commit that crosses 1000
+/// WAL pages, stalling every caller of that batch: under load that was the tail of the
+/// latency. Asking by size rather than by commit count keeps the checkpoints' own
+/// fsyncs rare while writes are small: a checkpoint every few commits made lone keyed
+/// calls wait behind the checkpointer's fsync.
+///
+/// The checkpointer thread ends when the write connection (whose WAL hook holds the
+/// only sender of its requests) is closed.
+fn start_checkpoints(
+    path: &Path,
+    writer: &mut Connection,
+    counters: Arc<Counters>,
+    wanted: Arc<AtomicBool>,
+) {
+    let (kick, kicks) = std::sync::mpsc::sync_channel::<()>(1);
+    let reader = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    );
+    let spawned = reader.ok().and_then(|conn| {
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        std::thread::Builder::new()
+            .name("toolshed-checkpoint".into())
+            .spawn(move || {
+                for () in kicks {
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::debug!(error = %e, "background checkpoint failed");
                     }
-                })
-                .ok()
-        });
-        let pages = if spawned.is_some() {
-            WAL_BACKSTOP_PAGES
-        } else {
-            1000 // SQLite's default: the writer checkpoints alone.
-        };
-        if let Err(e) = writer.execute_batch(&format!("PRAGMA wal_autocheckpoint = {pages}")) {
-            tracing::warn!(error = %e, "cannot set wal_autocheckpoint");
+                }
+            })
+            .ok()
+    });
+    // Without a checkpointer thread, the writer checkpoints by itself at SQLite's
+    // default threshold.
+    let backstop = if spawned.is_some() {
+        WAL_BACKSTOP_PAGES
+    } else {
+        CHECKPOINT_PAGES
+    };
+    let kick = spawned.map(|_| kick);
+    let hooked = writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+        if pages >= CHECKPOINT_PAGES {
+            if counters.pending() <= 1 {
+                // This commit was the only write in flight: the writer copies the WAL
+                // back right after it (see `Core::run`), so that the next write starts
+                // the WAL over. A checkpointer copying while writes keep coming never
+                // catches up with the WAL's end; the WAL then grows without end, and
+                // every commit that grows the file pays for the file system's metadata
+                // in its fsync.
+                wanted.store(true, Ordering::Release);
+            } else if let Some(kick) = &kick {
+                // One asked for and not started yet is enough.
+                let _ = kick.try_send(());
+            }
         }
-        Checkpointer {
-            kick: spawned.map(|_| kick),
+        if pages >= backstop {
+            // PASSIVE, as `sqlite3_wal_checkpoint` is. A failure here is not the
+            // commit's: it is committed.
+            if let Err(e) = wal.checkpoint() {
+                tracing::debug!(error = %e, "a backstop checkpoint failed");
+            }
         }
-    }
-
-    /// Ask for a checkpoint; one already asked for and not started yet is enough.
-    fn kick(&self) {
-        if let Some(kick) = &self.kick {
-            let _ = kick.try_send(());
-        }
+        Ok(())
+    }));
+    if let Err(e) = hooked {
+        tracing::warn!(error = %e, "cannot set the WAL hook; SQLite checkpoints by itself");
     }
 }
 
@@ -340,12 +370,8 @@ fn next_request(receiver: &Receiver<Request>) -> Option<Request> {
 
 /// What running a batch gave.
 enum Batch {
-    /// Each operation's result, in order (all errors when nothing was committed), and
-    /// the writer's commit count after it.
-    Done {
-        results: Vec<Result<Outcome>>,
-        commits: u64,
-    },
+    /// Each operation's result, in order (all errors when nothing was committed).
+    Done { results: Vec<Result<Outcome>> },
     /// Not run: the write lock is held elsewhere and the caller would not wait.
     Busy,
 }
@@ -379,7 +405,6 @@ fn run_batch(
                 .iter()
                 .map(|_| Err(JournalError::Backend(message.clone())))
                 .collect(),
-            commits: counters.commits(),
         };
     }
     let mut results = Vec::with_capacity(ops.len());
@@ -444,13 +469,10 @@ fn run_batch(
                 ))),
             })
             .collect();
-        return Batch::Done {
-            results,
-            commits: counters.commits(),
-        };
+        return Batch::Done { results };
     }
-    let commits = counters.committed(ops.len());
-    Batch::Done { results, commits }
+    counters.committed(ops.len());
+    Batch::Done { results }
 }
 
 /// Why a finished run cannot be inserted: its id or one of its call ids exists.

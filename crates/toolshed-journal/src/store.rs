@@ -70,16 +70,11 @@ impl Counters {
         self.batches.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A batch of `operations` committed; the commit count now.
-    pub(crate) fn committed(&self, operations: usize) -> u64 {
+    /// A batch of `operations` committed.
+    pub(crate) fn committed(&self, operations: usize) {
         self.operations
             .fetch_add(operations as u64, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Commits so far.
-    pub(crate) fn commits(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.commits.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> WriteStats {

@@ -1,8 +1,11 @@
 //! The added latency of a keyed call as a ratio to one raw fsync'd SQLite commit,
-//! measured in alternating pairs so that a noisy machine slows both sides alike:
-//! each round times one raw commit, one call through the plain pipeline, and one keyed
-//! call through the durable runtime; the figure is the median over rounds of
-//! (durable − plain) / raw.
+//! measured both ways in one run:
+//! - in alternating rounds, so that a noisy machine slows both sides alike: each round
+//!   times one raw commit, one call through the plain pipeline, and one keyed call
+//!   through the durable runtime; the figure is the median over rounds of
+//!   (durable − plain) / raw;
+//! - back to back: a run of raw commits, then a run of plain calls, then a run of keyed
+//!   calls; the figure is (median durable − median plain) / median raw.
 //!
 //! Run: `cargo bench -p toolshed-runtime --bench keyed_ratio` (prints a table).
 
@@ -104,5 +107,42 @@ fn main() {
     println!(
         "  (durable − plain) / raw    {:8.2}   (target ≤ 2.5; two commits are the floor)",
         median(&mut ratios)
+    );
+
+    // Back to back: each kind in a run of its own.
+    let time = |f: &mut dyn FnMut()| {
+        let mut samples = Vec::with_capacity(ROUNDS);
+        for round in 0..ROUNDS + 200 {
+            let t = Instant::now();
+            f();
+            if round >= 200 {
+                samples.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        median(&mut samples)
+    };
+    let raw_b = time(&mut || {
+        raw.execute(
+            "INSERT INTO t (v) VALUES ('a row of about the size of a journal record')",
+            [],
+        )
+        .expect("insert");
+    });
+    let plain_b = time(&mut || {
+        rt.block_on(plain.call(&ctx, ToolCall::new("inc", json!({"n": 1}))))
+            .result
+            .expect("ok");
+    });
+    let durable_b = time(&mut || {
+        rt.block_on(run.call(ToolCall::new("inc", json!({"n": 1}))))
+            .expect("call");
+    });
+    println!("back to back, {ROUNDS} of each (medians):");
+    println!("  raw commit                 {raw_b:8.1} µs");
+    println!("  call, plain pipeline       {plain_b:8.1} µs");
+    println!("  keyed call, durable        {durable_b:8.1} µs");
+    println!(
+        "  (durable − plain) / raw    {:8.2}   (target ≤ 2.5)",
+        (durable_b - plain_b) / raw_b
     );
 }
