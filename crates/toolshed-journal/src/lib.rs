@@ -181,8 +181,8 @@ impl From<DbError> for JournalError {
 /// A result of a journal operation.
 pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 
-/// The durable store of runs and calls. Implemented by [`SqliteJournal`] and
-/// [`PostgresJournal`]; both pass `tests/suite.rs`.
+/// The durable store of runs and calls. Implemented by [`SqlJournal`], on SQLite and
+/// on PostgreSQL; both pass `tests/suite.rs`.
 #[async_trait]
 pub trait Journal: Send + Sync + fmt::Debug {
     /// A short description for messages, e.g. `sqlite:///path/toolshed.db`.

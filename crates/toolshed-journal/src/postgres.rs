@@ -21,7 +21,7 @@ use crate::rules::{
     RUN_COLUMNS, WriteOp, call_conflict, call_from_row, call_id_taken, columns, not_found_run,
     run_conflict, run_exists, run_from_row,
 };
-use crate::store::{Counters, MIGRATIONS, Writer};
+use crate::store::{Counters, MIGRATIONS, Request, Writer};
 use crate::{CallRecord, CallStatus, JournalError, Result, RunRecord};
 
 /// Read connections per journal.
@@ -102,11 +102,6 @@ impl Writer for PgWriter {
 }
 
 // ---- the writer ----
-
-struct Request {
-    op: WriteOp,
-    reply: oneshot::Sender<Result<Outcome>>,
-}
 
 struct WriterTask {
     target: Arc<Target>,

@@ -22,7 +22,7 @@ use crate::rules::{
     CALL_COLUMNS, CallChange, FinishedRun, Fragments, MAX_BATCH, Outcome, WriteOp, call_conflict,
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
-use crate::store::{Counters, MIGRATIONS, Writer};
+use crate::store::{Counters, MIGRATIONS, Request, Writer};
 use crate::{CallRecord, CallStatus, JournalError, Result};
 
 /// How long a caller whose write is the only one in flight polls for its answer
@@ -238,11 +238,6 @@ impl Writer for SqliteWriter {
 }
 
 // ---- the writer ----
-
-struct Request {
-    op: WriteOp,
-    reply: oneshot::Sender<Result<Outcome>>,
-}
 
 fn writer_thread(receiver: &Receiver<Request>, core: &Mutex<Core>, counters: &Counters) {
     let mut batch = Vec::with_capacity(64);

@@ -100,6 +100,12 @@ impl Drop for Pending<'_> {
     }
 }
 
+/// One write queued for a writer, with where its answer goes.
+pub(crate) struct Request {
+    pub(crate) op: WriteOp,
+    pub(crate) reply: tokio::sync::oneshot::Sender<Result<Outcome>>,
+}
+
 /// A database's group-commit writer: it runs each operation as its statements, many
 /// operations to a commit, and answers each with its own outcome.
 #[async_trait]
