@@ -32,6 +32,7 @@ mod check;
 mod child;
 mod config;
 mod error;
+mod hostnet;
 mod janitor;
 mod landlock;
 mod mounts;
@@ -48,7 +49,7 @@ pub use config::{
     Bind, Clamp, Limits, LimitsRequest, Network, RunSpec, SandboxConfig, UidPool, Weakening,
 };
 pub use error::{SandboxCode, SandboxError};
-pub use mounts::Scratch;
+pub use mounts::{FileKind, FileStat, Scratch};
 pub use run::{
     Accounting, ChildStderr, ChildStdin, ChildStdout, CollectedFile, ExitReport, KillReason,
     Outcome, SandboxedChild,

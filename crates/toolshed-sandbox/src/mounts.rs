@@ -424,6 +424,32 @@ fn dup(fd: &OwnedFd) -> Result<OwnedFd, SandboxError> {
         .map_err(|e| SandboxError::io("cannot duplicate a mount fd", e))
 }
 
+/// What a scratch path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A folder.
+    Dir,
+    /// A symlink (never followed).
+    Symlink,
+    /// A FIFO, socket or device node.
+    Other,
+}
+
+/// A scratch path's kind, size and host owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// Its kind.
+    pub kind: FileKind,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The host uid owning it.
+    pub uid: u32,
+    /// The host gid owning it.
+    pub gid: u32,
+}
+
 /// The scratch folder of a run, readable after the run with beneath-only opens.
 #[derive(Debug, Clone)]
 pub struct Scratch {
@@ -500,6 +526,43 @@ impl Scratch {
             )));
         }
         Ok(out)
+    }
+
+    /// What a path of the scratch folder is, without following a symlink on it (a
+    /// symlink as the last component is reported as one).
+    pub fn stat(&self, path: &Path) -> Result<FileStat, SandboxError> {
+        check_relative(path)?;
+        let fd = rustix::fs::openat2(
+            self.fd.as_fd(),
+            path,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )
+        .map_err(|e| SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason: match e {
+                rustix::io::Errno::LOOP => "a symlink is on the path".into(),
+                rustix::io::Errno::NOENT => "no such file".into(),
+                e => format!("cannot open it: {e}"),
+            },
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason: format!("cannot stat it: {e}"),
+        })?;
+        let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::RegularFile => FileKind::File,
+            rustix::fs::FileType::Directory => FileKind::Dir,
+            rustix::fs::FileType::Symlink => FileKind::Symlink,
+            _ => FileKind::Other,
+        };
+        Ok(FileStat {
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            uid: st.st_uid,
+            gid: st.st_gid,
+            kind,
+        })
     }
 
     /// Writes a file before the run (its folders created), owned by the sandbox's uid.

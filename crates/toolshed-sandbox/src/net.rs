@@ -4,6 +4,8 @@
 //! and `--enable-seccomp`, and `--disable-host-loopback` refuses connections to the
 //! host's 127.0.0.0/8 (including through the 10.0.2.2 gateway alias). Its lifetime is
 //! the supervisor's: it reports readiness on one pipe and exits when the other closes.
+//! It runs in a cgroup whose eBPF filter refuses the host's own addresses
+//! ([`crate::hostnet`]).
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -12,6 +14,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use crate::error::SandboxError;
+use crate::hostnet::HelperCgroup;
 use crate::sys;
 
 /// How long the helper may take to configure the namespace.
@@ -22,6 +25,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct NetHelper {
     child: tokio::process::Child,
     exit: Option<OwnedFd>,
+    /// Declared after `child`: removed once the helper is gone.
+    _cgroup: HelperCgroup,
 }
 
 fn fix() -> String {
@@ -30,7 +35,28 @@ fn fix() -> String {
 
 /// Starts the helper for the sandbox whose first process is `pid` and waits until its
 /// interface is up.
-pub(crate) async fn start(helper: &Path, pid: i32) -> Result<NetHelper, SandboxError> {
+pub(crate) async fn start(
+    helper: &Path,
+    pid: i32,
+    cgroup2: Option<&Path>,
+    parent: &str,
+) -> Result<NetHelper, SandboxError> {
+    let cgroup2 = cgroup2.ok_or_else(|| SandboxError::NetworkUnavailable {
+        reason: "no cgroup v2 hierarchy is mounted, so the network helper cannot be kept from the host's own addresses".into(),
+        fix: "mount cgroup2 (e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`), or run the tool with the network off".into(),
+    })?;
+    let cgroup = HelperCgroup::create(cgroup2, parent).map_err(|reason| {
+        SandboxError::NetworkUnavailable {
+            reason,
+            fix: "run the supervisor as root on a kernel with cgroup v2 BPF (CONFIG_CGROUP_BPF), or run the tool with the network off".into(),
+        }
+    })?;
+    let procs = cgroup
+        .procs()
+        .map_err(|reason| SandboxError::NetworkUnavailable {
+            reason,
+            fix: "check the cgroup v2 mount".into(),
+        })?;
     let pipe = |what: &str| {
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| SandboxError::io(format!("cannot create the {what} pipe"), e.into()))
@@ -54,7 +80,7 @@ pub(crate) async fn start(helper: &Path, pid: i32) -> Result<NetHelper, SandboxE
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::piped())
     .kill_on_drop(true);
-    sys::pass_fds(cmd.as_std_mut(), [ready_w, exit_r]);
+    sys::pass_fds(cmd.as_std_mut(), [ready_w, exit_r], Some(procs));
     let mut child = cmd.spawn().map_err(|e| SandboxError::NetworkUnavailable {
         reason: format!("cannot start {}: {e}", helper.display()),
         fix: fix(),
@@ -100,6 +126,7 @@ pub(crate) async fn start(helper: &Path, pid: i32) -> Result<NetHelper, SandboxE
     Ok(NetHelper {
         child,
         exit: Some(exit_w),
+        _cgroup: cgroup,
     })
 }
 

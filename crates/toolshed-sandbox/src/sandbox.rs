@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub config: SandboxConfig,
     pub support: HostSupport,
     pub cgroups: Option<Arc<Cgroups>>,
+    /// The cgroup v2 mount (for the network helper's host-address filter).
+    pub cgroup2: Option<std::path::PathBuf>,
     pub landlock_abi: Option<i32>,
     pub seccomp: Vec<Arc<[sock_filter]>>,
     pub pool: Pool,
@@ -101,6 +103,10 @@ impl Sandbox {
         if landlock_abi.is_none() {
             weakened.push(Weakening::Landlock);
         }
+        let cgroup2 = facts
+            .cgroups
+            .as_ref()
+            .and_then(|d| d.v2.as_ref().map(|(m, _)| m.clone()));
         let cgroups = match facts.cgroups.map(|d| d.prepare(&config.cgroup_parent)) {
             Some(Ok(h)) => Some(h),
             failure => {
@@ -163,6 +169,7 @@ impl Sandbox {
                 config,
                 support,
                 cgroups,
+                cgroup2,
                 landlock_abi,
                 seccomp,
                 pool,

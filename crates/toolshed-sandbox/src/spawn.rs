@@ -556,7 +556,21 @@ async fn release(
     }
     set_rlimits(pid, limits)?;
     if network == Network::On {
-        running.net = Some(crate::net::start(&inner.config.network_helper, pid).await?);
+        let helper = crate::check::find_helper(&inner.config.network_helper).ok_or_else(|| {
+            SandboxError::NetworkUnavailable {
+                reason: format!("{} is not installed", inner.config.network_helper.display()),
+                fix: "install slirp4netns (Debian: `apt-get install slirp4netns`) or set `network_helper`; or run the tool with the network off".into(),
+            }
+        })?;
+        running.net = Some(
+            crate::net::start(
+                &helper,
+                pid,
+                inner.cgroup2.as_deref(),
+                &inner.config.cgroup_parent,
+            )
+            .await?,
+        );
     }
 
     // Go, then wait for the exec (the report pipe closes) or a failure record.

@@ -310,18 +310,30 @@ pub(crate) fn execve(
     io::Error::last_os_error()
 }
 
-/// Makes `fds` the fds 3, 4, … of a command's process. The command owns them until it
-/// is dropped. (No parent-death signal: that would follow the spawning thread, not the
+/// Makes `fds` the fds 3, 4, … of a command's process, and moves the process into a
+/// cgroup (writing to its `cgroup.procs`, given open) before it execs. The command owns
+/// the fds until it is dropped. (No parent-death signal: that would follow the spawning thread, not the
 /// process; the helper watches an exit pipe instead.)
-pub(crate) fn pass_fds<const N: usize>(cmd: &mut std::process::Command, fds: [OwnedFd; N]) {
+pub(crate) fn pass_fds<const N: usize>(
+    cmd: &mut std::process::Command,
+    fds: [OwnedFd; N],
+    join_cgroup: Option<OwnedFd>,
+) {
     use std::os::unix::process::CommandExt;
     let raw: [RawFd; N] = std::array::from_fn(|i| fds[i].as_raw_fd());
-    let keep = fds;
+    let procs = join_cgroup.as_ref().map(AsRawFd::as_raw_fd);
+    let keep = (fds, join_cgroup);
     // SAFETY: the hook runs in the forked child before exec and makes only
-    // async-signal-safe calls (fcntl, dup2) on fds the closure keeps alive.
+    // async-signal-safe calls (write, fcntl, dup2) on fds the closure keeps alive.
     unsafe {
         cmd.pre_exec(move || {
             let _ = &keep;
+            // Join the cgroup before exec, so every socket the program opens is in it.
+            if let Some(procs) = procs
+                && libc::write(procs, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(io::Error::last_os_error());
+            }
             // First move every fd above the targets, so no dup2 overwrites a source.
             let mut high = [0; N];
             for (i, fd) in raw.iter().enumerate() {
@@ -377,6 +389,93 @@ pub(crate) fn watch_pidfd(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
     }
     .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// `bpf(BPF_PROG_LOAD)` of an eBPF program (8-byte instructions) of `prog_type`,
+/// expected to be attached as `attach_type`.
+pub(crate) fn bpf_prog_load(
+    prog_type: u32,
+    attach_type: u32,
+    insns: &[u64],
+) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Load {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+        prog_name: [u8; 16],
+        prog_ifindex: u32,
+        expected_attach_type: u32,
+    }
+    let license = c"Apache-2.0";
+    let attr = Load {
+        prog_type,
+        insn_cnt: u32::try_from(insns.len())
+            .map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        expected_attach_type: attach_type,
+        ..Load::default()
+    };
+    // SAFETY: `attr` is a valid prefix of `union bpf_attr` for BPF_PROG_LOAD, its
+    // pointers name `insns` and `license`, alive for the call; the kernel copies them.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            5, // BPF_PROG_LOAD
+            std::ptr::addr_of!(attr),
+            std::mem::size_of::<Load>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success the kernel returned a new, owned program fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `bpf(BPF_PROG_ATTACH)` of a program to a cgroup v2 folder.
+pub(crate) fn bpf_prog_attach(
+    cgroup: BorrowedFd<'_>,
+    prog: BorrowedFd<'_>,
+    attach_type: u32,
+) -> io::Result<()> {
+    #[repr(C)]
+    struct Attach {
+        target_fd: u32,
+        attach_bpf_fd: u32,
+        attach_type: u32,
+        attach_flags: u32,
+        replace_bpf_fd: u32,
+    }
+    let attr = Attach {
+        target_fd: cgroup.as_raw_fd() as u32,
+        attach_bpf_fd: prog.as_raw_fd() as u32,
+        attach_type,
+        attach_flags: 0,
+        replace_bpf_fd: 0,
+    };
+    // SAFETY: `attr` is a valid prefix of `union bpf_attr` for BPF_PROG_ATTACH; both
+    // fds are borrowed for the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            8, // BPF_PROG_ATTACH
+            std::ptr::addr_of!(attr),
+            std::mem::size_of::<Attach>(),
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A borrowed fd from a raw one the plan owns for the child's whole setup.
