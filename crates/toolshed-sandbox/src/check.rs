@@ -296,12 +296,16 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
                     Mechanism::Landlock,
                     landlock_missing,
                     true,
-                    format!(
-                        "ABI {abi}, older than the required {} (lacks {})",
-                        config.landlock_min_abi,
-                        lacking.join(", ")
-                    ),
-                    Some("upgrade the kernel (ABI 6 is Linux 6.12), lower `landlock_min_abi`, or opt in to `landlock`"),
+                    if lacking.is_empty() {
+                        format!("ABI {abi}, older than the required {}", config.landlock_min_abi)
+                    } else {
+                        format!(
+                            "ABI {abi}, older than the required {} (it lacks {})",
+                            config.landlock_min_abi,
+                            lacking.join(", ")
+                        )
+                    },
+                    Some("upgrade the kernel (ABI 6 is Linux 6.12), lower `landlock_min_abi`, or opt in to `landlock` (`allow_weaker`)"),
                 )
             } else {
                 facts.landlock_abi = Some(abi);
@@ -440,9 +444,26 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
         },
     );
 
-    // The network helper (only for tools with the network on).
-    out.push(match find_helper(&config.network_helper) {
+    // The network helper (only for tools with the network on), confined by a BPF filter
+    // on a cgroup v2 folder.
+    let cgroup2 = facts
+        .cgroups
+        .as_ref()
+        .and_then(|d| d.v2.as_ref().map(|(m, _)| m.clone()));
+    out.push(match (find_helper(&config.network_helper), cgroup2) {
+        (Some(path), None) => report(
+            Mechanism::NetworkHelper,
+            Status::Missing,
+            false,
+            format!(
+                "{} is installed, but no cgroup v2 hierarchy is mounted to keep it from the host's own addresses",
+                path.display()
+            ),
+            Some("mount cgroup2 (e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`)"),
+        ),
+        (helper, cgroup2) => match helper {
         Some(path) if versions => {
+            let cgroup2 = cgroup2.unwrap_or_default();
             let version = std::process::Command::new(&path)
                 .arg("--version")
                 .output()
@@ -458,7 +479,12 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
                 Mechanism::NetworkHelper,
                 Status::Ok,
                 false,
-                format!("{} {}", path.display(), version.trim()),
+                format!(
+                    "{} ({}); the host's own addresses filtered by BPF on the cgroup v2 at {}",
+                    path.display(),
+                    version.trim(),
+                    cgroup2.display()
+                ),
                 None,
             )
         }
@@ -479,6 +505,7 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
             ),
             Some("install slirp4netns (Debian: apt-get install slirp4netns)"),
         ),
+        },
     });
 
     (HostSupport { mechanisms: out }, facts)
