@@ -239,14 +239,42 @@ const STOCK: usize = 4;
 pub(crate) struct Cgroups {
     hierarchy: Arc<Hierarchy>,
     stock: Mutex<Vec<String>>,
+    taken: AtomicU64,
 }
 
 impl Cgroups {
+    /// The hierarchy, with one cgroup made ahead (while the supervisor prepares its
+    /// first run); the stock is refilled from the second run on, so a one-shot process
+    /// makes none it does not use.
     pub(crate) fn new(hierarchy: Hierarchy) -> Arc<Cgroups> {
-        Arc::new(Cgroups {
+        let c = Arc::new(Cgroups {
             hierarchy: Arc::new(hierarchy),
             stock: Mutex::new(Vec::new()),
-        })
+            taken: AtomicU64::new(0),
+        });
+        c.fill(1);
+        c
+    }
+
+    fn fill(self: &Arc<Self>, target: usize) {
+        let me = self.clone();
+        crate::janitor::later(move || {
+            while me.lock().len() < target {
+                match me.fresh() {
+                    Ok(cg) => me.lock().push(cg.name),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot prepare a cgroup");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.stock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn fresh(&self) -> io::Result<RunCgroup> {
@@ -269,11 +297,10 @@ impl Cgroups {
 
     /// A fresh cgroup for one run, with its limits written.
     pub(crate) fn take(self: &Arc<Self>, limits: &Limits) -> io::Result<RunCgroup> {
-        let ready = self
-            .stock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+        let ready = self.lock().pop();
+        if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
+            self.fill(STOCK);
+        }
         let cg = match ready {
             Some(name) => RunCgroup {
                 hierarchy: self.hierarchy.clone(),
@@ -288,39 +315,14 @@ impl Cgroups {
         Ok(cg)
     }
 
-    /// Removes a finished run's cgroup and puts a fresh one in the stock, both on the
-    /// janitor thread. The stock grows with the runs a supervisor has finished, so a
-    /// one-shot process (the CLI) creates none it would not use.
-    pub(crate) fn recycle(self: &Arc<Self>, used: RunCgroup) {
-        let me = self.clone();
-        crate::janitor::later(move || {
-            used.remove();
-            let have = me
-                .stock
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .len();
-            if have < STOCK {
-                match me.fresh() {
-                    Ok(cg) => me
-                        .stock
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .push(cg.name),
-                    Err(e) => tracing::warn!(error = %e, "cannot create a stock cgroup"),
-                }
-            }
-        });
+    /// Removes a finished run's cgroup, on the janitor thread.
+    pub(crate) fn recycle(&self, used: RunCgroup) {
+        used.remove_later();
     }
 
     /// Removes the stock's cgroups (the supervisor is shutting down).
     pub(crate) fn clear(&self) {
-        let names = std::mem::take(
-            &mut *self
-                .stock
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let names = std::mem::take(&mut *self.lock());
         for name in names {
             RunCgroup {
                 hierarchy: self.hierarchy.clone(),

@@ -109,6 +109,8 @@ impl Step {
 
 /// Everything the child needs, prepared by the parent before `clone3`.
 pub(crate) struct ChildPlan {
+    /// Whether to bring up loopback (a namespace made ahead has it up already).
+    pub loopback: bool,
     /// Read end of the go pipe: one byte once limits and identity are in place.
     pub sync: RawFd,
     /// Write end of the report pipe (close-on-exec: EOF means the exec worked).
@@ -302,7 +304,9 @@ fn setup_and_exec(
     rustix::process::umask(Mode::from_raw_mode(0o022));
 
     // 6. The sandbox's own loopback (the host's stays unreachable: another namespace).
-    at_io(Step::Loopback, sys::loopback_up())?;
+    if plan.loopback {
+        at_io(Step::Loopback, sys::loopback_up())?;
+    }
 
     // 7. stdin, stdout, stderr; default signal dispositions.
     at(

@@ -37,6 +37,7 @@ mod janitor;
 mod landlock;
 mod mounts;
 mod net;
+mod netns;
 mod run;
 mod sandbox;
 mod seccomp;

@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub config: SandboxConfig,
     pub support: HostSupport,
     pub cgroups: Option<Arc<Cgroups>>,
+    /// Network namespaces made ahead.
+    pub netns: Arc<crate::netns::NetnsStock>,
     /// The cgroup v2 mount (for the network helper's host-address filter).
     pub cgroup2: Option<std::path::PathBuf>,
     pub landlock_abi: Option<i32>,
@@ -58,6 +60,7 @@ impl Drop for Inner {
         if let Some(c) = &self.cgroups {
             c.clear();
         }
+        self.netns.clear();
     }
 }
 
@@ -169,6 +172,7 @@ impl Sandbox {
                 config,
                 support,
                 cgroups,
+                netns: crate::netns::NetnsStock::new(),
                 cgroup2,
                 landlock_abi,
                 seccomp,

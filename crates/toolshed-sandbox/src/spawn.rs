@@ -45,6 +45,9 @@ const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 struct Job {
     plan: ChildPlan,
     cgroup: Option<OwnedFd>,
+    /// A network namespace made ahead, entered by the spawner for the clone; without
+    /// one, the clone creates a fresh namespace.
+    netns: Option<OwnedFd>,
     reply: tokio::sync::oneshot::Sender<std::io::Result<(i32, OwnedFd)>>,
 }
 
@@ -60,12 +63,24 @@ fn spawner() -> &'static mpsc::Sender<Job> {
             .spawn(move || {
                 for job in rx {
                     let pointers = Pointers::new(&job.plan);
-                    let result = sys::clone_child(
-                        NAMESPACES | CLONE_CLEAR_SIGHAND,
-                        job.cgroup.as_ref().map(AsRawFd::as_raw_fd),
-                        &job.plan,
-                        &pointers,
-                    );
+                    let cgroup = job.cgroup.as_ref().map(AsRawFd::as_raw_fd);
+                    let result = match &job.netns {
+                        Some(netns) => crate::netns::within(netns, || {
+                            sys::clone_child(
+                                (NAMESPACES & !(libc::CLONE_NEWNET as u64)) | CLONE_CLEAR_SIGHAND,
+                                cgroup,
+                                &job.plan,
+                                &pointers,
+                            )
+                        })
+                        .and_then(|r| r),
+                        None => sys::clone_child(
+                            NAMESPACES | CLONE_CLEAR_SIGHAND,
+                            cgroup,
+                            &job.plan,
+                            &pointers,
+                        ),
+                    };
                     let _ = job.reply.send(result);
                 }
             });
@@ -373,7 +388,9 @@ pub(crate) async fn start(
     let (stdout_r, stdout_w) = pipe("stdout")?;
     let (stderr_r, stderr_w) = pipe("stderr")?;
 
+    let netns = inner.netns.take();
     let plan = ChildPlan {
+        loopback: netns.is_none(),
         sync: sync_r.as_raw_fd(),
         report: report_w.as_raw_fd(),
         stdio: [
@@ -412,6 +429,7 @@ pub(crate) async fn start(
         .send(Job {
             plan,
             cgroup: cgroup_fd,
+            netns,
             reply: reply_tx,
         })
         .map_err(|_| {

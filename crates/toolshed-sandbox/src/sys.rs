@@ -360,6 +360,14 @@ pub(crate) fn unshare_cgroup() -> rustix::io::Result<()> {
     unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWCGROUP) }
 }
 
+/// A new network namespace for the calling thread only (the janitor, making one ahead).
+pub(crate) fn unshare_net() -> io::Result<()> {
+    // SAFETY: only CLONE_NEWNET is unshared, for this thread; the fd table (the reason
+    // rustix marks unshare unsafe) stays shared as it was.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }?;
+    Ok(())
+}
+
 /// Ends the child without running any destructor or atexit handler. Async-signal-safe.
 pub(crate) fn exit_now(code: i32) -> ! {
     // SAFETY: _exit is always safe to call; it does not return.
