@@ -222,16 +222,13 @@ pub(crate) struct Usage {
 }
 
 /// One run's cgroup (one folder per v1 controller).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RunCgroup {
     hierarchy: Arc<Hierarchy>,
     name: String,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// How many fresh, empty cgroups are kept ready.
-const STOCK: usize = 4;
 
 /// The hierarchy and a stock of fresh cgroups, created off the callers' path (a cgroup
 /// v1 `mkdir` per controller costs tens of microseconds each).
@@ -240,23 +237,28 @@ pub(crate) struct Cgroups {
     hierarchy: Arc<Hierarchy>,
     stock: Mutex<Vec<String>>,
     taken: AtomicU64,
+    size: usize,
 }
 
 impl Cgroups {
     /// The hierarchy, with one cgroup made ahead (while the supervisor prepares its
     /// first run); the stock is refilled from the second run on, so a one-shot process
     /// makes none it does not use.
-    pub(crate) fn new(hierarchy: Hierarchy) -> Arc<Cgroups> {
+    pub(crate) fn new(hierarchy: Hierarchy, size: usize) -> Arc<Cgroups> {
         let c = Arc::new(Cgroups {
             hierarchy: Arc::new(hierarchy),
             stock: Mutex::new(Vec::new()),
             taken: AtomicU64::new(0),
+            size,
         });
-        c.fill(1);
+        c.fill(size.min(1));
         c
     }
 
     fn fill(self: &Arc<Self>, target: usize) {
+        if target == 0 {
+            return;
+        }
         let me = self.clone();
         crate::janitor::later(move || {
             while me.lock().len() < target {
@@ -299,7 +301,7 @@ impl Cgroups {
     pub(crate) fn take(self: &Arc<Self>, limits: &Limits) -> io::Result<RunCgroup> {
         let ready = self.lock().pop();
         if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
-            self.fill(STOCK);
+            self.fill(self.size);
         }
         let cg = match ready {
             Some(name) => RunCgroup {

@@ -46,12 +46,13 @@ pub(crate) enum Step {
     NoNewPrivs,
     Landlock,
     Seccomp,
+    Release,
     CloseFds,
     Exec,
 }
 
 impl Step {
-    const ALL: [Step; 21] = [
+    const ALL: [Step; 22] = [
         Step::Wait,
         Step::Identity,
         Step::ParentDeath,
@@ -71,6 +72,7 @@ impl Step {
         Step::NoNewPrivs,
         Step::Landlock,
         Step::Seccomp,
+        Step::Release,
         Step::CloseFds,
         Step::Exec,
     ];
@@ -101,6 +103,7 @@ impl Step {
             Step::NoNewPrivs => "set no-new-privileges",
             Step::Landlock => "enforce Landlock",
             Step::Seccomp => "install the seccomp filter",
+            Step::Release => "wait for the cgroup and the network",
             Step::CloseFds => "close inherited fds",
             Step::Exec => "execve",
         }
@@ -111,7 +114,8 @@ impl Step {
 pub(crate) struct ChildPlan {
     /// Whether to bring up loopback (a namespace made ahead has it up already).
     pub loopback: bool,
-    /// Read end of the go pipe: one byte once limits and identity are in place.
+    /// The child's end of the go socket: `g` once identity and rlimits are in place,
+    /// `x` once it is in its cgroup and its network is up.
     pub sync: RawFd,
     /// Write end of the report pipe (close-on-exec: EOF means the exec worked).
     pub report: RawFd,
@@ -188,8 +192,8 @@ fn setup_and_exec(
     plan: &ChildPlan,
     pointers: &Pointers,
 ) -> Result<std::convert::Infallible, Failed> {
-    // 1. Wait until the parent has written the uid and gid maps, put this process in its
-    //    cgroup and set its rlimits (and started the network helper). EOF: it gave up.
+    // 1. Wait until the parent has written the uid and gid maps and set the rlimits.
+    //    EOF: it gave up.
     let sync = sys::borrow(plan.sync);
     let mut go = [0u8; 1];
     loop {
@@ -245,8 +249,7 @@ fn setup_and_exec(
         return Err((Step::Wait, 0));
     }
 
-    // 4. Its own cgroup namespace, rooted at the cgroup the parent put it in.
-    at(Step::CgroupNamespace, sys::unshare_cgroup())?;
+    // 4. The hostname of its own uts namespace.
     at(Step::Hostname, rustix::system::sethostname(b"sandbox"))?;
 
     // 5. The prepared root: attach it over its own skeleton folder in this namespace,
@@ -323,7 +326,20 @@ fn setup_and_exec(
     )?;
     sys::reset_signals();
 
-    // 8. Lock-down: no capability left in any set (locked, so nothing regains one), no new
+    // 8. Only once the parent has put this process in its cgroup (and its network is up)
+    //    may it go on: wait for the second byte; then its own cgroup namespace, rooted at
+    //    that cgroup (the last step needing a capability).
+    loop {
+        match rustix::io::read(sync, &mut go) {
+            Ok(1) if go[0] == b'x' => break,
+            Ok(_) => return Err((Step::Wait, 0)),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err((Step::Release, e.raw_os_error())),
+        }
+    }
+    at(Step::CgroupNamespace, sys::unshare_cgroup())?;
+
+    // 9. Lock-down: no capability left in any set (locked, so nothing regains one), no new
     //    privileges (setuid bits and file capabilities are ignored), Landlock, seccomp.
     at(
         Step::Capabilities,
@@ -361,7 +377,7 @@ fn setup_and_exec(
         at_io(Step::Seccomp, sys::seccomp_install(program))?;
     }
 
-    // 9. Nothing inherited survives the exec but 0, 1 and 2.
+    // 10. Nothing inherited survives the exec but 0, 1 and 2.
     at_io(Step::CloseFds, sys::close_range_cloexec(3))?;
     let e = sys::execve(&plan.program, &pointers.argv, &pointers.envp);
     Err((Step::Exec, e.raw_os_error().unwrap_or(libc::EIO)))

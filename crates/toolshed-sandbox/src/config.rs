@@ -466,6 +466,9 @@ pub struct SandboxConfig {
     pub runtime_dir: PathBuf,
     /// The user-mode network helper.
     pub network_helper: PathBuf,
+    /// Network namespaces (and cgroups) made ahead of the runs, on a thread of their own
+    /// (0: each sandbox creates its own as it starts).
+    pub prepared_ahead: usize,
     /// The oldest Landlock ABI accepted (newer features apply where the kernel has
     /// them). An older kernel is refused unless `landlock` is in `allow_weaker`.
     pub landlock_min_abi: u8,
@@ -496,6 +499,7 @@ impl Default for SandboxConfig {
             cgroup_parent: "toolshed-sandbox".into(),
             runtime_dir: PathBuf::from("/run/toolshed-sandbox"),
             network_helper: PathBuf::from("slirp4netns"),
+            prepared_ahead: 4,
             landlock_min_abi: 1,
             allow_weaker: Vec::new(),
         }

@@ -72,8 +72,12 @@ pub(crate) async fn start(
         "--exit-fd=4",
         "--enable-sandbox",
         "--enable-seccomp",
+        // By path: slirp4netns then joins only the network namespace (as root it may),
+        // not the sandbox's user namespace, where it would lose the right to join a
+        // namespace made ahead (owned by the host's user namespace).
+        "--netns-type=path",
     ])
-    .arg(pid.to_string())
+    .arg(format!("/proc/{pid}/ns/net"))
     .arg("tap0")
     .env_clear()
     .stdin(std::process::Stdio::null())

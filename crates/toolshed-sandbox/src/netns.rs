@@ -15,24 +15,34 @@ use std::sync::{Arc, Mutex};
 
 use rustix::thread::LinkNameSpaceType;
 
-/// How many namespaces are kept ready.
-const STOCK: usize = 4;
-
 /// The stock.
 #[derive(Debug, Default)]
 pub(crate) struct NetnsStock {
     ready: Mutex<Vec<OwnedFd>>,
     taken: AtomicU64,
+    /// How many are kept ready (0: none).
+    size: usize,
 }
 
 impl NetnsStock {
-    pub(crate) fn new() -> Arc<NetnsStock> {
-        let stock = Arc::new(NetnsStock::default());
-        stock.fill(1);
+    pub(crate) fn new(size: usize) -> Arc<NetnsStock> {
+        let stock = Arc::new(NetnsStock {
+            size,
+            ..NetnsStock::default()
+        });
+        stock.fill(size.min(1));
         stock
     }
 
+    /// How many are ready now.
+    pub(crate) fn ready(&self) -> usize {
+        self.len()
+    }
+
     fn fill(self: &Arc<Self>, target: usize) {
+        if target == 0 {
+            return;
+        }
         let me = self.clone();
         crate::janitor::later(move || {
             while me.len() < target {
@@ -61,7 +71,7 @@ impl NetnsStock {
     pub(crate) fn take(self: &Arc<Self>) -> Option<OwnedFd> {
         let fd = self.lock().pop();
         if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
-            self.fill(STOCK);
+            self.fill(self.size);
         }
         fd
     }

@@ -131,7 +131,8 @@ impl Sandbox {
         if let Some(h) = &cgroups {
             cgroup::sweep(h);
         }
-        let cgroups = cgroups.map(Cgroups::new);
+        let cgroups = cgroups.map(|h| Cgroups::new(h, config.prepared_ahead));
+        let netns = crate::netns::NetnsStock::new(config.prepared_ahead);
         let seccomp =
             crate::seccomp::programs().map_err(|detail| SandboxError::MechanismUnavailable {
                 mechanism: Mechanism::Seccomp,
@@ -172,7 +173,7 @@ impl Sandbox {
                 config,
                 support,
                 cgroups,
-                netns: crate::netns::NetnsStock::new(),
+                netns,
                 cgroup2,
                 landlock_abi,
                 seccomp,
@@ -193,6 +194,11 @@ impl Sandbox {
     /// What the host supports (without the trial run of [`check`](crate::check)).
     pub fn support(&self) -> &HostSupport {
         &self.inner.support
+    }
+
+    /// How many network namespaces made ahead are ready (for diagnostics and tests).
+    pub fn ready_network_namespaces(&self) -> usize {
+        self.inner.netns.ready()
     }
 
     /// Protections this sandbox runs without (by the operator's opt-in).

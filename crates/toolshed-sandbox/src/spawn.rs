@@ -382,7 +382,14 @@ pub(crate) async fn start(
         None => None,
     };
 
-    let (sync_r, sync_w) = pipe("go")?;
+    let (sync_r, sync_w) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| SandboxError::io("cannot create the go socket", e.into()))?;
+    let (sync_r, sync_w) = (high(sync_r)?, high(sync_w)?);
     let (report_r, report_w) = pipe("report")?;
     let (stdin_r, stdin_w) = pipe("stdin")?;
     let (stdout_r, stdout_w) = pipe("stdout")?;
@@ -568,32 +575,53 @@ async fn release(
             _ => SandboxError::io(format!("cannot write {path}"), e),
         })?;
     }
-    if let Some(cg) = &running.cgroup {
-        cg.attach(pid)
-            .map_err(|e| SandboxError::io("cannot move the sandbox into its cgroup", e))?;
-    }
     set_rlimits(pid, limits)?;
-    if network == Network::On {
+
+    // Go: the child sets itself up (identity, root, lock-down) while the parent moves it
+    // into its cgroup (under v1 a migration, which may wait for an RCU grace period, so
+    // on a blocking thread) and starts its network; only the exec waits for both.
+    send(&sync_w, b'g').map_err(|e| SandboxError::io("cannot release the sandbox", e))?;
+    let attach = async {
+        match running.cgroup.clone() {
+            Some(cg) => tokio::task::spawn_blocking(move || cg.attach(pid))
+                .await
+                .map_err(|e| {
+                    SandboxError::io(
+                        "the cgroup attach task failed",
+                        std::io::Error::other(e.to_string()),
+                    )
+                })?
+                .map_err(|e| SandboxError::io("cannot move the sandbox into its cgroup", e)),
+            None => Ok(()),
+        }
+    };
+    let net = async {
+        if network != Network::On {
+            return Ok(None);
+        }
         let helper = crate::check::find_helper(&inner.config.network_helper).ok_or_else(|| {
             SandboxError::NetworkUnavailable {
                 reason: format!("{} is not installed", inner.config.network_helper.display()),
                 fix: "install slirp4netns (Debian: `apt-get install slirp4netns`) or set `network_helper`; or run the tool with the network off".into(),
             }
         })?;
-        running.net = Some(
-            crate::net::start(
-                &helper,
-                pid,
-                inner.cgroup2.as_deref(),
-                &inner.config.cgroup_parent,
-            )
-            .await?,
-        );
-    }
+        crate::net::start(
+            &helper,
+            pid,
+            inner.cgroup2.as_deref(),
+            &inner.config.cgroup_parent,
+        )
+        .await
+        .map(Some)
+    };
+    let (attached, net) = tokio::join!(attach, net);
+    let net = net?;
+    running.net = net;
+    attached?;
+    // Exec. A child that already failed reads nothing; its report says why.
+    let _ = send(&sync_w, b'x');
 
-    // Go, then wait for the exec (the report pipe closes) or a failure record.
-    rustix::io::write(&sync_w, b"g")
-        .map_err(|e| SandboxError::io("cannot release the sandbox", e.into()))?;
+    // Wait for the exec (the report pipe closes) or a failure record.
     let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)
         .map_err(|e| SandboxError::io("cannot read the sandbox's report", e))?;
     let mut record = Vec::with_capacity(8);
@@ -626,6 +654,12 @@ async fn release(
             })
         }
     }
+}
+
+/// One byte to the child on the go socket (never SIGPIPE: the child may be gone).
+fn send(sync: &OwnedFd, byte: u8) -> std::io::Result<()> {
+    rustix::net::send(sync, &[byte], rustix::net::SendFlags::NOSIGNAL)?;
+    Ok(())
 }
 
 fn set_rlimits(pid: i32, limits: &Limits) -> Result<(), SandboxError> {

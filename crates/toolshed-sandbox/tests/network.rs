@@ -109,12 +109,15 @@ fn own_addresses() -> Vec<String> {
 }
 
 async fn probe(network: Network) -> serde_json::Value {
-    let sb = sandbox();
+    probe_in(&sandbox(), network).await
+}
+
+async fn probe_in(sb: &toolshed_sandbox::Sandbox, network: Network) -> serde_json::Value {
     let t = targets();
     let mut spec: RunSpec = py(PROBE, LimitsRequest::default());
     spec.args.push(t.json.clone().into());
     spec.network = network;
-    let o = run(&sb, spec).await;
+    let o = run(sb, spec).await;
     assert!(o.success(), "{}", show(&o));
     assert_eq!(o.network, network);
     serde_json::from_str(out(&o).trim()).unwrap_or_else(|e| panic!("{e}: {}", show(&o)))
@@ -148,4 +151,30 @@ async fn with_the_network_on_the_hosts_loopback_postgres_abstract_sockets_and_ow
     assert_refused(&v);
     // The network is really on: the user-mode stack's interface is there.
     assert_eq!(v["interfaces"], serde_json::json!(["lo", "tap0"]), "{v}");
+}
+
+#[tokio::test]
+async fn both_kinds_of_network_namespace_isolate_alike_with_the_network_on_and_off() {
+    require("slirp4netns", "slirp4netns");
+    // A namespace made ahead (owned by the host's user namespace) and one the clone
+    // creates (owned by the sandbox's): the same isolation, the helper attaches to both.
+    let ahead = toolshed_sandbox::Sandbox::new(toolshed_sandbox::SandboxConfig::default()).unwrap();
+    let fresh = toolshed_sandbox::Sandbox::new(toolshed_sandbox::SandboxConfig {
+        prepared_ahead: 0,
+        ..toolshed_sandbox::SandboxConfig::default()
+    })
+    .unwrap();
+    for network in [Network::Off, Network::On] {
+        common::wait_for(10, "a network namespace made ahead", || {
+            ahead.ready_network_namespaces() > 0
+        });
+        let v = probe_in(&ahead, network).await;
+        assert_refused(&v);
+        assert_eq!(fresh.ready_network_namespaces(), 0);
+        let w = probe_in(&fresh, network).await;
+        assert_refused(&w);
+        assert_eq!(v["interfaces"], w["interfaces"], "{v} {w}");
+        // The stock is refilled from a supervisor's second run on.
+        run(&ahead, common::sh("true", LimitsRequest::default())).await;
+    }
 }
