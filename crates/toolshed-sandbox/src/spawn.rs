@@ -615,11 +615,25 @@ async fn release(
         .map(Some)
     };
     let (attached, net) = tokio::join!(attach, net);
-    let net = net?;
-    running.net = net;
-    attached?;
-    // Exec. A child that already failed reads nothing; its report says why.
-    let _ = send(&sync_w, b'x');
+    let failed = match (attached, net) {
+        (Ok(()), Ok(net)) => {
+            running.net = net;
+            None
+        }
+        (Err(e), net) => {
+            // Keep a started helper, so the cleanup stops it.
+            if let Ok(Some(n)) = net {
+                running.net = Some(n);
+            }
+            Some(e)
+        }
+        (Ok(()), Err(e)) => Some(e),
+    };
+    // Exec. A child that already failed reads nothing; its report says why. Without
+    // `x` (a failure above), it reads the end of the socket and exits.
+    if failed.is_none() {
+        let _ = send(&sync_w, b'x');
+    }
 
     // Wait for the exec (the report pipe closes) or a failure record.
     let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)
@@ -627,13 +641,17 @@ async fn release(
     let mut record = Vec::with_capacity(8);
     let read = tokio::time::timeout(SETUP_TIMEOUT, report.read_to_end(&mut record)).await;
     drop(sync_w);
+    // The child's own report of a failure says more than ours (a cgroup move refused
+    // because it had already exited, say).
     match read {
-        Err(_) => Err(SandboxError::SetupFailed {
+        Err(_) => Err(failed.unwrap_or(SandboxError::SetupFailed {
             step: "wait for the sandbox's exec",
             source: std::io::Error::from(std::io::ErrorKind::TimedOut),
-        }),
-        Ok(Err(e)) => Err(SandboxError::io("cannot read the sandbox's report", e)),
-        Ok(Ok(_)) if record.is_empty() => Ok(()),
+        })),
+        Ok(Err(e)) => {
+            Err(failed.unwrap_or(SandboxError::io("cannot read the sandbox's report", e)))
+        }
+        Ok(Ok(_)) if record.is_empty() => failed.map_or(Ok(()), Err),
         Ok(Ok(_)) => {
             let step = record
                 .get(..4)
@@ -802,8 +820,9 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        // A handle dropped while its sandbox runs (a cancelled call): kill it here and
-        // leave the reaping and cleanup to a thread of their own.
+        // A handle dropped while its sandbox runs (a cancelled call): kill its first
+        // process now (its namespace dies with it), and leave the freezing, reaping and
+        // cleanup to the janitor thread.
         if self.status.is_some()
             && self.cgroup.is_none()
             && self.net.is_none()
@@ -811,23 +830,26 @@ impl Drop for Running {
         {
             return;
         }
-        if self.exited().is_none() {
-            if let Some(cg) = &self.cgroup {
-                cg.kill_all();
-            }
+        let running = self.exited().is_none();
+        if running {
             let _ = rustix::process::pidfd_send_signal(self.pidfd.get_ref(), Signal::KILL);
         }
         let cgroup = self.cgroup.take();
         let net = self.net.take();
         let mount_ns = self.mount_ns.take();
         let pidfd = self.pidfd.get_ref().try_clone();
-        let reaped = self.status.is_some();
         crate::janitor::later(move || {
-            if !reaped && let Ok(fd) = pidfd {
-                let _ = rustix::process::waitid(
-                    WaitId::PidFd(fd.as_fd()),
-                    WaitIdOptions::EXITED | WaitIdOptions::from_bits_retain(libc::__WALL as u32),
-                );
+            if running {
+                if let Some(cg) = &cgroup {
+                    cg.kill_all();
+                }
+                if let Ok(fd) = pidfd {
+                    let _ = rustix::process::waitid(
+                        WaitId::PidFd(fd.as_fd()),
+                        WaitIdOptions::EXITED
+                            | WaitIdOptions::from_bits_retain(libc::__WALL as u32),
+                    );
+                }
             }
             drop(mount_ns);
             if let Some(cg) = cgroup {
