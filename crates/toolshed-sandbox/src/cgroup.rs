@@ -8,8 +8,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Limits;
@@ -230,85 +230,51 @@ pub(crate) struct RunCgroup {
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
-/// The hierarchy and a stock of fresh cgroups, created off the callers' path (a cgroup
+/// The hierarchy and a stock of fresh cgroups, made off the callers' path (a cgroup
 /// v1 `mkdir` per controller costs tens of microseconds each).
 #[derive(Debug)]
 pub(crate) struct Cgroups {
     hierarchy: Arc<Hierarchy>,
-    stock: Mutex<Vec<String>>,
-    taken: AtomicU64,
-    size: usize,
+    stock: Arc<crate::stock::Stock<String>>,
+}
+
+fn fresh(hierarchy: &Arc<Hierarchy>) -> io::Result<RunCgroup> {
+    let cg = RunCgroup {
+        hierarchy: hierarchy.clone(),
+        name: format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ),
+    };
+    for dir in cg.dirs() {
+        if let Err(e) = make_dir(&dir) {
+            cg.remove_now();
+            return Err(e);
+        }
+    }
+    Ok(cg)
 }
 
 impl Cgroups {
-    /// The hierarchy, with one cgroup made ahead (while the supervisor prepares its
-    /// first run); the stock is refilled from the second run on, so a one-shot process
-    /// makes none it does not use.
-    pub(crate) fn new(hierarchy: Hierarchy, size: usize) -> Arc<Cgroups> {
-        let c = Arc::new(Cgroups {
-            hierarchy: Arc::new(hierarchy),
-            stock: Mutex::new(Vec::new()),
-            taken: AtomicU64::new(0),
-            size,
-        });
-        c.fill(size.min(1));
-        c
-    }
-
-    fn fill(self: &Arc<Self>, target: usize) {
-        if target == 0 {
-            return;
-        }
-        let me = self.clone();
-        crate::janitor::later(move || {
-            while me.lock().len() < target {
-                match me.fresh() {
-                    Ok(cg) => me.lock().push(cg.name),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot prepare a cgroup");
-                        return;
-                    }
-                }
-            }
-        });
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.stock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn fresh(&self) -> io::Result<RunCgroup> {
-        let cg = RunCgroup {
-            hierarchy: self.hierarchy.clone(),
-            name: format!(
-                "{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            ),
-        };
-        for dir in cg.dirs() {
-            if let Err(e) = make_dir(&dir) {
-                cg.remove_now();
-                return Err(e);
-            }
-        }
-        Ok(cg)
+    /// The hierarchy, with `ahead` cgroups kept ready.
+    pub(crate) fn new(hierarchy: Hierarchy, ahead: usize) -> Arc<Cgroups> {
+        let hierarchy = Arc::new(hierarchy);
+        let h = hierarchy.clone();
+        Arc::new(Cgroups {
+            stock: crate::stock::Stock::new("cgroup", ahead, move || fresh(&h).map(|c| c.name)),
+            hierarchy,
+        })
     }
 
     /// A fresh cgroup for one run, with its limits written.
-    pub(crate) fn take(self: &Arc<Self>, limits: &Limits) -> io::Result<RunCgroup> {
-        let ready = self.lock().pop();
-        if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
-            self.fill(self.size);
-        }
-        let cg = match ready {
+    pub(crate) async fn take(&self, limits: &Limits) -> io::Result<RunCgroup> {
+        let cg = match self.stock.take().await {
             Some(name) => RunCgroup {
                 hierarchy: self.hierarchy.clone(),
                 name,
             },
-            None => self.fresh()?,
+            None => fresh(&self.hierarchy)?,
         };
         if let Err(e) = cg.set_limits(limits) {
             cg.remove_now();
@@ -324,14 +290,14 @@ impl Cgroups {
 
     /// Removes the stock's cgroups (the supervisor is shutting down).
     pub(crate) fn clear(&self) {
-        let names = std::mem::take(&mut *self.lock());
-        for name in names {
+        let hierarchy = self.hierarchy.clone();
+        self.stock.clear(|name| {
             RunCgroup {
-                hierarchy: self.hierarchy.clone(),
+                hierarchy: hierarchy.clone(),
                 name,
             }
             .remove_now();
-        }
+        });
     }
 }
 

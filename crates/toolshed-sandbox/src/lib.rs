@@ -42,6 +42,7 @@ mod run;
 mod sandbox;
 mod seccomp;
 mod spawn;
+mod stock;
 mod sys;
 mod uidpool;
 

@@ -39,7 +39,7 @@ pub(crate) struct Inner {
     pub support: HostSupport,
     pub cgroups: Option<Arc<Cgroups>>,
     /// Network namespaces made ahead.
-    pub netns: Arc<crate::netns::NetnsStock>,
+    pub netns: Arc<crate::stock::Stock<OwnedFd>>,
     /// The cgroup v2 mount (for the network helper's host-address filter).
     pub cgroup2: Option<std::path::PathBuf>,
     pub landlock_abi: Option<i32>,
@@ -60,7 +60,7 @@ impl Drop for Inner {
         if let Some(c) = &self.cgroups {
             c.clear();
         }
-        self.netns.clear();
+        self.netns.clear(drop);
     }
 }
 
@@ -132,7 +132,11 @@ impl Sandbox {
             cgroup::sweep(h);
         }
         let cgroups = cgroups.map(|h| Cgroups::new(h, config.prepared_ahead));
-        let netns = crate::netns::NetnsStock::new(config.prepared_ahead);
+        let netns = crate::stock::Stock::new(
+            "network namespace",
+            config.prepared_ahead,
+            crate::netns::create,
+        );
         let seccomp =
             crate::seccomp::programs().map_err(|detail| SandboxError::MechanismUnavailable {
                 mechanism: Mechanism::Seccomp,

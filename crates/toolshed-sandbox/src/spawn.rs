@@ -377,6 +377,7 @@ pub(crate) async fn start(
     let cgroup = match &inner.cgroups {
         Some(c) => Some(
             c.take(limits)
+                .await
                 .map_err(|e| SandboxError::io("cannot create the run's cgroup", e))?,
         ),
         None => None,
@@ -395,7 +396,7 @@ pub(crate) async fn start(
     let (stdout_r, stdout_w) = pipe("stdout")?;
     let (stderr_r, stderr_w) = pipe("stderr")?;
 
-    let netns = inner.netns.take();
+    let netns = inner.netns.take().await;
     let plan = ChildPlan {
         loopback: netns.is_none(),
         sync: sync_r.as_raw_fd(),
