@@ -3,7 +3,9 @@
 # run:
 #   1. /bin/true: plain fork+exec, in the sandbox (toolshed-sandbox-exec), and in
 #      bubblewrap with a comparable set of namespaces and mounts;
-#   2. Python hello: unsandboxed and in the sandbox.
+#   2. Python hello: unsandboxed and in the sandbox;
+#   3. the same two in one long-lived supervisor (examples/starts.rs), as a server runs
+#      them: the supervisor's own start-up is then paid once, not per run.
 # Each comparison is run by hyperfine (medians, one command after the other) and, when
 # farm-bench is installed, again as alternating pairs (A B A B …) for the ratio.
 #
@@ -28,8 +30,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 [ "$(id -u)" = 0 ] || { echo "run as root: the sandbox maps pool uids and creates cgroups" >&2; exit 2; }
 
-cargo build --release -p toolshed-sandbox --bin toolshed-sandbox-exec >&2
+cargo build --release -p toolshed-sandbox --bin toolshed-sandbox-exec --example starts >&2
 SANDBOX="$PWD/target/release/toolshed-sandbox-exec"
+STARTS="$PWD/target/release/examples/starts"
 PY=/usr/bin/python3
 # bubblewrap with what the sandbox sets up that bubblewrap can: new user, mount, pid,
 # net, ipc, uts and cgroup namespaces, a non-root uid, no capabilities, read-only /usr
@@ -77,6 +80,11 @@ echo "== Python hello: unsandboxed, sandbox (hyperfine, $RUNS runs each)"
 hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$WORK/py.json" \
   "$PY -c \"print('hello')\"" "$SANDBOX -- $PY -c \"print('hello')\"" >/dev/null
 summary "$WORK/py.json"
+
+echo
+echo "== in one long-lived supervisor (as a server's dispatcher): Sandbox::run back to back, then plain spawns"
+"$STARTS" "$RUNS" /bin/true
+"$STARTS" 200 "$PY" -c "print('hello')"
 
 if command -v farm-bench >/dev/null; then
   echo
