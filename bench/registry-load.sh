@@ -4,11 +4,18 @@
 #      second process) on loopback, beside GET /healthz on the same server;
 #   2. listing 10,000 registered tools: the first page, cold and under repetition.
 #
-# Usage: bench/registry-load.sh [SECONDS] [CONNECTIONS...]   (defaults: 15 s; 32 and 64)
-# Needs wrk (Debian package `wrk`; installed here when missing and apt is available)
-# and python3. Builds the release binary first.
+# Usage: bench/registry-load.sh [--database-url URL] [SECONDS] [CONNECTIONS...]
+#   (defaults: a fresh SQLite file; 15 s; 32 and 64 connections). With a `postgres://`
+#   URL the server runs on a fresh schema of that database, dropped at the end.
+# Needs wrk (Debian package `wrk`; installed here when missing and apt is available),
+# python3, and psql for a PostgreSQL URL. Builds the release binary first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DATABASE_URL=""
+if [ "${1:-}" = "--database-url" ]; then
+  DATABASE_URL="${2:?--database-url needs a URL}"
+  shift 2
+fi
 SECONDS_PER_RUN="${1:-15}"
 shift || true
 CONNECTIONS=("${@:-32}")
@@ -27,15 +34,29 @@ BIN="$PWD/target/release/toolshed"
 
 WORK="$(mktemp -d)"
 SERVER_PID=""
+SCHEMA=""
 cleanup() {
   if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  if [ -n "$SCHEMA" ]; then psql -q "$DATABASE_URL" -c "DROP SCHEMA IF EXISTS $SCHEMA CASCADE" >/dev/null 2>&1 || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
+case "$DATABASE_URL" in
+  "") SERVER_DB="sqlite://$WORK/toolshed.db"; DB_LABEL="SQLite (a fresh file)" ;;
+  postgres://*|postgresql://*)
+    command -v psql >/dev/null || { echo "psql is needed for a PostgreSQL URL" >&2; exit 2; }
+    SCHEMA="toolshed_bench_$$"
+    psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
+    case "$DATABASE_URL" in *\?*) SEP="&" ;; *) SEP="?" ;; esac
+    SERVER_DB="${DATABASE_URL}${SEP}options=-csearch_path%3D${SCHEMA}"
+    DB_LABEL="PostgreSQL (schema $SCHEMA)" ;;
+  *) echo "--database-url takes a postgres:// URL (the default is a fresh SQLite file)" >&2; exit 2 ;;
+esac
+
 cd "$WORK"
 TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn \
-  "$BIN" serve --addr 127.0.0.1:0 --database-url "sqlite://$WORK/toolshed.db" >"$WORK/serve.out" 2>"$WORK/serve.err" &
+  "$BIN" serve --addr 127.0.0.1:0 --database-url "$SERVER_DB" >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 for _ in $(seq 1 200); do
   if grep -q "listening on" "$WORK/serve.out" 2>/dev/null; then break; fi
@@ -80,7 +101,7 @@ print(f"| {label} | {float(rps):,.0f} | {pct(50)} | {pct(99)} | {total} | {non2x
 PY
 }
 
-echo "# registry server, $(nproc) cores, wrk -t1 -d${SECONDS_PER_RUN}s on loopback (-cN: N connections)"
+echo "# registry server on $DB_LABEL, $(nproc) cores, wrk -t1 -d${SECONDS_PER_RUN}s on loopback (-cN: N connections)"
 echo
 echo "| request | req/s | p50 | p99 | requests | non-2xx | socket errors |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"

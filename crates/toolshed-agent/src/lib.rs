@@ -62,44 +62,29 @@ impl AgentError {
     }
 }
 
-/// The stable codes of [`AgentError`], listed with what to do in `docs/errors.md`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum AgentCode {
-    /// `agent.yaml` cannot be read or parsed, or a field is invalid.
-    AgentFileInvalid,
-    /// The agent cannot start (every problem listed).
-    AgentInvalid,
-    /// Declared env vars are missing.
-    MissingEnv,
-    /// A tool file's path cannot be resolved (it vanished, or a folder is unreadable).
-    PathUnresolved,
-    /// The tool made from a file or endpoint is not a valid tool.
-    InvalidTool,
-    /// The implementation does not handle that kind of file or endpoint.
-    Unsupported,
-    /// The registry step of the resolver chain could not ask the registry, or it
-    /// answered with an error.
-    RegistryLookupFailed,
-    /// The registry answered with a definition this resolver cannot use.
-    InvalidRegistryAnswer,
-    /// A registry tool has no endpoint, so nothing can run it.
-    NoEndpoint,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`AgentError`], listed with what to do in `docs/errors.md`.
+    #[non_exhaustive]
+    pub enum AgentCode {
+        /// `agent.yaml` cannot be read or parsed, or a field is invalid.
+        AgentFileInvalid,
+        /// The agent cannot start (every problem listed).
+        AgentInvalid,
+        /// Declared env vars are missing.
+        MissingEnv,
+        /// A tool file's path cannot be resolved (it vanished, or a folder is unreadable).
+        PathUnresolved,
+        /// The tool made from a file or endpoint is not a valid tool.
+        InvalidTool,
+        /// The implementation does not handle that kind of file or endpoint.
+        Unsupported,
+        /// The registry step of the resolver chain could not ask the registry, or it
+        /// answered with an error.
+        RegistryLookupFailed,
+        /// The registry answered with a definition this resolver cannot use.
+        InvalidRegistryAnswer,
+        /// A registry tool has no endpoint, so nothing can run it.
+        NoEndpoint,
+    }
 }
-
-toolshed_core::code_enum!(AgentCode);

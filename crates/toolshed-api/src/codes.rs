@@ -1,87 +1,70 @@
 //! [`ApiCode`]: every error code the registry server answers, and its HTTP status.
 
-use serde::{Deserialize, Serialize};
-
-/// A stable code the registry server answers in `{"error": {"code", …}}`. Scripts
-/// match on these; messages may change, codes may not. Each code has one HTTP status,
-/// except `REQUEST_REJECTED`, which keeps the status a layer answered. Every code is
-/// listed with what to do in docs/errors.md.
-///
-/// Codes that a lower layer also uses (`NOT_FOUND`, `CONFLICT`, `UNAUTHENTICATED`, …)
-/// mean the same thing here; the server maps lower errors by their kind, never by
-/// their code text.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum ApiCode {
-    /// 400: the body is not JSON.
-    InvalidJson,
-    /// 400: a query parameter is wrong.
-    InvalidQuery,
-    /// 401: no token, or an invalid or expired one; or a wrong password at login.
-    Unauthenticated,
-    /// 403: the caller's role is too low.
-    Forbidden,
-    /// 404: no such tool, agent, user, run, call or route.
-    NotFound,
-    /// 405: the route exists but not with this method.
-    MethodNotAllowed,
-    /// 409: the change conflicts with the current state (a taken name, a stale
-    /// revision, a call decided already).
-    Conflict,
-    /// 409: a stored tool definition this server refuses to execute.
-    InvalidDefinition,
-    /// 409: the run cannot be resumed by this server.
-    NotResumable,
-    /// 409: the run is completed, failed or cancelled.
-    RunFinished,
-    /// 409: a resumed run issued different calls than the journal recorded.
-    NonDeterminism,
-    /// 409: a run budget is spent; the run is failed.
-    BudgetExhausted,
-    /// 413: the body is larger than the server's limit.
-    PayloadTooLarge,
-    /// 415: the body is not sent as JSON.
-    UnsupportedMediaType,
-    /// 422: the body is JSON but a field is wrong (every field problem is listed).
-    InvalidBody,
-    /// 422: the args do not match the tool's input schema (every violation is listed).
-    InvalidArgs,
-    /// 422: not a role name.
-    InvalidRole,
-    /// 422: the password is too short.
-    WeakPassword,
-    /// 422: a human tool's answer does not match its schema.
-    InvalidAnswer,
-    /// 500: a bug or a broken store; the server log has the details.
-    Internal,
-    /// 503: the journal's database is unavailable.
-    JournalUnavailable,
-    /// 503: the registry's database is unavailable.
-    RegistryUnavailable,
-    /// 503: the request took longer than the server allows.
-    RequestTimeout,
-    /// Any other 4xx or 5xx a layer of the server answered without a code (its status
-    /// is kept).
-    RequestRejected,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// A stable code the registry server answers in `{"error": {"code", …}}`. Scripts
+    /// match on these; messages may change, codes may not. Each code has one HTTP status,
+    /// except `REQUEST_REJECTED`, which keeps the status a layer answered. Every code is
+    /// listed with what to do in docs/errors.md.
+    ///
+    /// Codes that a lower layer also uses (`NOT_FOUND`, `CONFLICT`, `UNAUTHENTICATED`, …)
+    /// mean the same thing here; the server maps lower errors by their kind, never by
+    /// their code text.
+    #[derive(utoipa::ToSchema)]
+    #[non_exhaustive]
+    pub enum ApiCode {
+        /// 400: the body is not JSON.
+        InvalidJson,
+        /// 400: a query parameter is wrong.
+        InvalidQuery,
+        /// 401: no token, or an invalid or expired one; or a wrong password at login.
+        Unauthenticated,
+        /// 403: the caller's role is too low.
+        Forbidden,
+        /// 404: no such tool, agent, user, run, call or route.
+        NotFound,
+        /// 405: the route exists but not with this method.
+        MethodNotAllowed,
+        /// 409: the change conflicts with the current state (a taken name, a stale
+        /// revision, a call decided already).
+        Conflict,
+        /// 409: a stored tool definition this server refuses to execute.
+        InvalidDefinition,
+        /// 409: the run cannot be resumed by this server.
+        NotResumable,
+        /// 409: the run is completed, failed or cancelled.
+        RunFinished,
+        /// 409: a resumed run issued different calls than the journal recorded.
+        NonDeterminism,
+        /// 409: a run budget is spent; the run is failed.
+        BudgetExhausted,
+        /// 413: the body is larger than the server's limit.
+        PayloadTooLarge,
+        /// 415: the body is not sent as JSON.
+        UnsupportedMediaType,
+        /// 422: the body is JSON but a field is wrong (every field problem is listed).
+        InvalidBody,
+        /// 422: the args do not match the tool's input schema (every violation is listed).
+        InvalidArgs,
+        /// 422: not a role name.
+        InvalidRole,
+        /// 422: the password is too short.
+        WeakPassword,
+        /// 422: a human tool's answer does not match its schema.
+        InvalidAnswer,
+        /// 500: a bug or a broken store; the server log has the details.
+        Internal,
+        /// 503: the journal's database is unavailable.
+        JournalUnavailable,
+        /// 503: the registry's database is unavailable.
+        RegistryUnavailable,
+        /// 503: the request took longer than the server allows.
+        RequestTimeout,
+        /// Any other 4xx or 5xx a layer of the server answered without a code (its status
+        /// is kept).
+        RequestRejected,
+    }
 }
-
-toolshed_core::code_enum!(ApiCode);
 
 impl ApiCode {
     /// The HTTP status this code is answered with; `None` for

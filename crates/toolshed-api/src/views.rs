@@ -7,28 +7,16 @@ use serde_json::Value;
 use toolshed_core::{Principal, ToolError};
 use utoipa::ToSchema;
 
-/// A registered tool's status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum ToolStatus {
-    /// Listed and runnable.
-    Active,
-    /// Deleted: no longer listed or runnable; its revisions are kept.
-    Deleted,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A registered tool's status.
+    #[derive(ToSchema)]
+    pub enum ToolStatus {
+        /// Listed and runnable.
+        Active,
+        /// Deleted: no longer listed or runnable; its revisions are kept.
+        Deleted,
+    }
 }
 
 /// A registered tool (listing form: no schemas).
@@ -84,32 +72,58 @@ pub struct UsageView {
     pub agent_id: String,
     /// The agent name.
     pub agent_name: String,
-    /// The agent status.
-    pub agent_status: String,
+    /// The agent's state.
+    pub agent_status: AgentStatus,
 }
 
-/// Where an execution ended.
+/// An agent's state in the registry.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, strum::Display,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AgentStatus {
+    /// Registered from its agent.yaml.
+    Registered,
+}
+
+/// What a user may do: a viewer reads, a deployer also registers and executes tools
+/// and decides approvals, an admin also manages users.
 #[derive(
     Debug,
     Clone,
     Copy,
     PartialEq,
     Eq,
+    PartialOrd,
+    Ord,
     Hash,
     Serialize,
     Deserialize,
     ToSchema,
     strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
 )]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum ExecuteStatus {
-    /// The call has its result (see `error` for a tool failure).
-    Completed,
-    /// The call waits for an approval or an answer.
-    Parked,
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum Role {
+    /// Reads the registry and its tenant's runs.
+    Viewer,
+    /// Also registers and executes tools and decides approvals.
+    Deployer,
+    /// Also manages users.
+    Admin,
+}
+
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// Where an execution ended.
+    #[derive(ToSchema)]
+    pub enum ExecuteStatus {
+        /// The call has its result (see `error` for a tool failure).
+        Completed,
+        /// The call waits for an approval or an answer.
+        Parked,
+    }
 }
 
 /// What a parked call waits for.
@@ -143,6 +157,18 @@ pub struct ExecuteView {
     pub stderr: String,
     /// The exit code of a one-shot process; null for pooled workers, built-ins and HTTP.
     pub exit_code: Option<i32>,
+    /// The signal that ended the process (9 when it was killed), or null.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// The call ran out of time and was stopped (`error.code` is then `TIMEOUT`).
+    #[serde(default)]
+    pub timed_out: bool,
+    /// `stdout` holds only the end of what the process printed.
+    #[serde(default)]
+    pub stdout_truncated: bool,
+    /// `stderr` holds only the end of what the process printed.
+    #[serde(default)]
+    pub stderr_truncated: bool,
     /// Wall time of the call in milliseconds.
     pub duration_ms: f64,
     /// The tool's error result, or null.
@@ -165,8 +191,8 @@ pub struct AgentView {
     pub name: String,
     /// The framework.
     pub framework: String,
-    /// `registered`.
-    pub status: String,
+    /// Its state.
+    pub status: AgentStatus,
     /// The registry tools it uses (the usage graph's edges).
     pub tool_ids: Vec<String>,
     /// Its agent.yaml as JSON.
@@ -185,8 +211,8 @@ pub struct AgentView {
 pub struct UserView {
     /// The user name.
     pub username: String,
-    /// `viewer`, `deployer` or `admin`.
-    pub role: String,
+    /// What the user may do.
+    pub role: Role,
     /// The tenant whose runs the user sees.
     pub tenant: String,
     /// When the user was added.
@@ -210,37 +236,25 @@ pub struct TokenView {
     /// Seconds until it expires.
     pub expires_in: u64,
     /// The user's role.
-    pub role: String,
+    pub role: Role,
 }
 
-/// A run's status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum RunStatus {
-    /// A driver is (or was, until it crashed) executing it.
-    Running,
-    /// Waiting for a person.
-    Parked,
-    /// Every call has a result.
-    Completed,
-    /// A runtime failure or a spent budget (`error` says which).
-    Failed,
-    /// Cancelled by someone.
-    Cancelled,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A run's status.
+    #[derive(ToSchema)]
+    pub enum RunStatus {
+        /// A driver is (or was, until it crashed) executing it.
+        Running,
+        /// Waiting for a person.
+        Parked,
+        /// Every call has a result.
+        Completed,
+        /// A runtime failure or a spent budget (`error` says which).
+        Failed,
+        /// Cancelled by someone.
+        Cancelled,
+    }
 }
 
 /// A run's budgets.
@@ -297,38 +311,26 @@ pub struct RunView {
     pub crumbs: Option<Vec<Value>>,
 }
 
-/// A call's state.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    ToSchema,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum CallStatus {
-    /// Recorded, not yet started.
-    Open,
-    /// A keyed call whose handler was started (and maybe crashed).
-    Started,
-    /// Waiting for an approval decision.
-    AwaitingApproval,
-    /// Waiting for a human tool's answer.
-    AwaitingAnswer,
-    /// Approved; runs on the next drive.
-    Approved,
-    /// Finished with a result.
-    Completed,
-    /// Finished with an error result (including a denial).
-    Failed,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A call's state.
+    #[derive(ToSchema)]
+    pub enum CallStatus {
+        /// Recorded, not yet started.
+        Open,
+        /// A keyed call whose handler was started (and maybe crashed).
+        Started,
+        /// Waiting for an approval decision.
+        AwaitingApproval,
+        /// Waiting for a human tool's answer.
+        AwaitingAnswer,
+        /// Approved; runs on the next drive.
+        Approved,
+        /// Finished with a result.
+        Completed,
+        /// Finished with an error result (including a denial).
+        Failed,
+    }
 }
 
 /// An approval decision.
@@ -393,6 +395,12 @@ pub struct CallView {
     pub decision: Option<Decision>,
     /// The human tool's answer, once given.
     pub answer: Option<HumanAnswer>,
+    /// What the call's execution left besides its result: `stdout`, `stderr`,
+    /// `exit_code`, `signal`, `timed_out`, the truncation flags (each left out when
+    /// empty); `{}` for in-process tools.
+    #[schema(value_type = Object)]
+    #[serde(default)]
+    pub diagnostics: toolshed_core::Diagnostics,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.

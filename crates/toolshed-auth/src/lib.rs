@@ -127,40 +127,25 @@ impl AuthError {
     }
 }
 
-/// The stable codes of [`AuthError`], listed with what to do in `docs/errors.md`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum AuthCode {
-    /// No token, or an invalid or expired one.
-    Unauthenticated,
-    /// The role is too low for the action.
-    Forbidden,
-    /// The password is too short.
-    WeakPassword,
-    /// Not a role name.
-    InvalidRole,
-    /// The signing secret is too short.
-    WeakSecret,
-    /// Hashing, signing or a stored hash failed.
-    AuthError,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`AuthError`], listed with what to do in `docs/errors.md`.
+    #[non_exhaustive]
+    pub enum AuthCode {
+        /// No token, or an invalid or expired one.
+        Unauthenticated,
+        /// The role is too low for the action.
+        Forbidden,
+        /// The password is too short.
+        WeakPassword,
+        /// Not a role name.
+        InvalidRole,
+        /// The signing secret is too short.
+        WeakSecret,
+        /// Hashing, signing or a stored hash failed.
+        AuthError,
+    }
 }
-
-toolshed_core::code_enum!(AuthCode);
 
 /// Hash a password with argon2id and a random salt (PHC string format).
 pub fn hash_password(password: &str) -> Result<String, AuthError> {

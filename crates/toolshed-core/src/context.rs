@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::{CredentialProvider, Credentials};
+use crate::diagnostics::DiagnosticsSink;
 use crate::error::{ErrorCode, ToolError};
 
 /// Who a run acts for.
@@ -230,9 +231,11 @@ pub struct ToolContext {
     idempotency_key: Option<Arc<str>>,
     credentials: Credentials,
     cancel: CancellationToken,
+    diagnostics: DiagnosticsSink,
 }
 
 impl ToolContext {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         run: RunContext,
         tool_call_id: Arc<str>,
@@ -241,6 +244,7 @@ impl ToolContext {
         idempotency_key: Option<Arc<str>>,
         credentials: Credentials,
         cancel: CancellationToken,
+        diagnostics: DiagnosticsSink,
     ) -> Self {
         ToolContext {
             run,
@@ -250,6 +254,7 @@ impl ToolContext {
             idempotency_key,
             credentials,
             cancel,
+            diagnostics,
         }
     }
 
@@ -265,6 +270,7 @@ impl ToolContext {
             None,
             Credentials::new(Arc::from(Vec::new()), Arc::new(crate::EnvProvider)),
             cancel,
+            DiagnosticsSink::default(),
         )
     }
 
@@ -316,6 +322,12 @@ impl ToolContext {
     /// a crash is recognised as the same request.
     pub fn idempotency_key(&self) -> Option<&str> {
         self.idempotency_key.as_deref()
+    }
+    /// Where to leave this execution's diagnostics if the call is dropped before the
+    /// handler returns (a timeout, a cancelled run); see [`DiagnosticsSink`]. A handler
+    /// that returns reports them in its [`crate::Reply`].
+    pub fn diagnostics(&self) -> &DiagnosticsSink {
+        &self.diagnostics
     }
     /// The run context.
     pub fn run(&self) -> &RunContext {

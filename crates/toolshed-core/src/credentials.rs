@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
+use serde_json::Value;
 
 use crate::error::{ErrorCode, ToolError};
 
@@ -197,8 +198,10 @@ impl Credentials {
     }
 }
 
-/// Replace every occurrence of each secret in `text` with `[REDACTED]`.
-pub(crate) fn scrub(text: &str, secrets: &[Secret]) -> Option<String> {
+/// Replace every occurrence of each secret in `text` with `[REDACTED]`; `None` when
+/// there was nothing to replace. The one scrubbing rule: the pipeline, the dispatcher
+/// and the diagnostics all use it (with [`scrub_value`] and [`scrub_error`]).
+pub fn scrub(text: &str, secrets: &[Secret]) -> Option<String> {
     let mut out: Option<String> = None;
     for s in secrets {
         let value = s.expose();
@@ -213,6 +216,45 @@ pub(crate) fn scrub(text: &str, secrets: &[Secret]) -> Option<String> {
         }
     }
     out
+}
+
+/// [`scrub`] every string inside a JSON value, keys included.
+pub fn scrub_value(value: &mut Value, secrets: &[Secret]) {
+    if secrets.is_empty() {
+        return;
+    }
+    match value {
+        Value::String(s) => {
+            if let Some(clean) = scrub(s, secrets) {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_value(v, secrets)),
+        Value::Object(map) => {
+            let leaky: Vec<String> = map
+                .keys()
+                .filter(|k| scrub(k, secrets).is_some())
+                .cloned()
+                .collect();
+            for key in leaky {
+                if let (Some(v), Some(clean)) = (map.remove(&key), scrub(&key, secrets)) {
+                    map.insert(clean, v);
+                }
+            }
+            map.values_mut().for_each(|v| scrub_value(v, secrets));
+        }
+        _ => {}
+    }
+}
+
+/// [`scrub`] an error result's message and details.
+pub fn scrub_error(error: &mut ToolError, secrets: &[Secret]) {
+    if let Some(clean) = scrub(&error.message, secrets) {
+        error.message = clean;
+    }
+    if let Some(details) = &mut error.details {
+        scrub_value(details, secrets);
+    }
 }
 
 #[cfg(test)]
@@ -265,5 +307,17 @@ mod tests {
             Some("auth failed for [REDACTED]!")
         );
         assert_eq!(scrub("nothing here", &secrets), None);
+        let mut v =
+            serde_json::json!({"s3cr3t-value": ["a s3cr3t-value", 1], "k": {"x": "s3cr3t-value"}});
+        scrub_value(&mut v, &secrets);
+        assert_eq!(
+            v,
+            serde_json::json!({"[REDACTED]": ["a [REDACTED]", 1], "k": {"x": "[REDACTED]"}})
+        );
+        let mut e = ToolError::handler("bad s3cr3t-value")
+            .with_details(serde_json::json!({"code": "s3cr3t-value"}));
+        scrub_error(&mut e, &secrets);
+        assert_eq!(e.message, "bad [REDACTED]");
+        assert_eq!(e.details.unwrap()["code"], "[REDACTED]");
     }
 }

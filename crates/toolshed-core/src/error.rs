@@ -9,16 +9,63 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The text side of a code enum: `as_str()` and comparisons with text, for an enum that
-/// derives strum's `IntoStaticStr` (with `serialize_all = "SCREAMING_SNAKE_CASE"`, as its
-/// serde form). Every layer's code enum uses it, so the name a code is written with is
-/// derived from its variant once, never kept in a hand-written table.
-#[doc(hidden)]
+/// Declare an enum written on the wire by name: its serde form, its `Display`, its
+/// `FromStr` and its [`as_str`] text are the same name in the given case, derived from the
+/// variant once (never a hand-written table), and its variants can be listed
+/// (`strum::IntoEnumIterator`). Every layer's error codes (`case = "SCREAMING_SNAKE_CASE"`)
+/// and every stored or sent status use it. The enum may carry more attributes (docs,
+/// `#[non_exhaustive]`, further derives); the crate using it depends on `serde` and
+/// `strum`.
+///
+/// ```
+/// toolshed_core::wire_enum! {
+///     case = "snake_case";
+///     /// Where a light is.
+///     pub enum Light {
+///         /// Stop.
+///         Red,
+///         /// Go.
+///         GreenArrow,
+///     }
+/// }
+/// assert_eq!(Light::GreenArrow.as_str(), "green_arrow");
+/// assert_eq!("red".parse::<Light>().ok(), Some(Light::Red));
+/// assert_eq!(serde_json::to_value(Light::Red).unwrap(), "red");
+/// ```
+///
+/// [`as_str`]: ErrorCode::as_str
 #[macro_export]
-macro_rules! code_enum {
-    ($name:ident) => {
+macro_rules! wire_enum {
+    (
+        case = $case:tt;
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            Hash,
+            ::serde::Serialize,
+            ::serde::Deserialize,
+            ::strum::Display,
+            ::strum::EnumString,
+            ::strum::EnumIter,
+            ::strum::IntoStaticStr,
+        )]
+        #[serde(rename_all = $case)]
+        #[strum(serialize_all = $case)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),*
+        }
+
         impl $name {
-            /// The code as written on the wire and in messages, e.g. `NOT_FOUND`.
+            /// The name as written on the wire and in messages.
             pub fn as_str(self) -> &'static str {
                 self.into()
             }
@@ -38,81 +85,66 @@ macro_rules! code_enum {
     };
 }
 
-/// Stable, machine-readable error codes of a tool call. Scripts and clients match on
-/// these; the wording of messages may change, the codes may not. Every code is listed,
-/// with what to do about it, in `docs/errors.md`.
-///
-/// The wire form (serde) and the text form (`Display`, [`as_str`](ErrorCode::as_str))
-/// are the same `SCREAMING_SNAKE_CASE` name, derived from the variant by both.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// The tool name is not in the toolset.
-    UnknownTool,
-    /// The arguments do not match the input schema.
-    InvalidArgs,
-    /// The result does not match the output schema.
-    InvalidOutput,
-    /// The handler returned an error.
-    HandlerError,
-    /// The handler panicked.
-    HandlerPanic,
-    /// The handler ran longer than the tool's timeout.
-    Timeout,
-    /// The run or call was cancelled.
-    Cancelled,
-    /// A hook returned an error or a replacement error.
-    HookError,
-    /// A hook panicked.
-    HookPanic,
-    /// A hook ran longer than the pipeline's hook timeout.
-    HookTimeout,
-    /// The call needs a human approval that this pipeline cannot ask for.
-    ApprovalRequired,
-    /// A human denied the call.
-    ApprovalDenied,
-    /// An approval predicate could not be evaluated.
-    ApprovalPredicateError,
-    /// A credential was asked for that the tool did not declare.
-    CredentialNotDeclared,
-    /// A credential name is not `^[A-Za-z][A-Za-z0-9_-]*$`.
-    InvalidCredentialName,
-    /// A Vault mount is not `^[A-Za-z][A-Za-z0-9_-]*$`.
-    InvalidVaultMount,
-    /// The credential provider has no value under that name.
-    CredentialNotFound,
-    /// The credential provider failed (unreachable, forbidden, malformed answer).
-    CredentialProviderError,
-    /// A streaming handler ended without yielding a result.
-    EmptyStream,
-    /// The result is larger than the configured cap.
-    ResultTooLarge,
-    /// A blob store operation failed.
-    BlobError,
-    /// The call is a human tool: a person must answer it, which only the durable
-    /// runtime can wait for.
-    AnswerRequired,
-    /// A keyed call was started `max_attempts` times without completing (crashes);
-    /// it fails closed instead of running again.
-    AttemptsExhausted,
+crate::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// Stable, machine-readable error codes of a tool call. Scripts and clients match on
+    /// these; the wording of messages may change, the codes may not. Every code is listed,
+    /// with what to do about it, in `docs/errors.md`.
+    ///
+    /// The wire form (serde) and the text form (`Display`, [`as_str`](ErrorCode::as_str))
+    /// are the same `SCREAMING_SNAKE_CASE` name, derived from the variant by both.
+    #[non_exhaustive]
+    pub enum ErrorCode {
+        /// The tool name is not in the toolset.
+        UnknownTool,
+        /// The arguments do not match the input schema.
+        InvalidArgs,
+        /// The result does not match the output schema.
+        InvalidOutput,
+        /// The handler returned an error.
+        HandlerError,
+        /// The handler panicked.
+        HandlerPanic,
+        /// The handler ran longer than the tool's timeout.
+        Timeout,
+        /// The run or call was cancelled.
+        Cancelled,
+        /// A hook returned an error or a replacement error.
+        HookError,
+        /// A hook panicked.
+        HookPanic,
+        /// A hook ran longer than the pipeline's hook timeout.
+        HookTimeout,
+        /// The call needs a human approval that this pipeline cannot ask for.
+        ApprovalRequired,
+        /// A human denied the call.
+        ApprovalDenied,
+        /// An approval predicate could not be evaluated.
+        ApprovalPredicateError,
+        /// A credential was asked for that the tool did not declare.
+        CredentialNotDeclared,
+        /// A credential name is not `^[A-Za-z][A-Za-z0-9_-]*$`.
+        InvalidCredentialName,
+        /// A Vault mount is not `^[A-Za-z][A-Za-z0-9_-]*$`.
+        InvalidVaultMount,
+        /// The credential provider has no value under that name.
+        CredentialNotFound,
+        /// The credential provider failed (unreachable, forbidden, malformed answer).
+        CredentialProviderError,
+        /// A streaming handler ended without yielding a result.
+        EmptyStream,
+        /// The result is larger than the configured cap.
+        ResultTooLarge,
+        /// A blob store operation failed.
+        BlobError,
+        /// The call is a human tool: a person must answer it, which only the durable
+        /// runtime can wait for.
+        AnswerRequired,
+        /// A keyed call was started `max_attempts` times without completing (crashes);
+        /// it fails closed instead of running again.
+        AttemptsExhausted,
+    }
 }
-
-crate::code_enum!(ErrorCode);
 
 impl ErrorCode {
     /// Whether a failure with this code may succeed when tried again unchanged.

@@ -31,6 +31,7 @@
 pub mod context;
 pub mod credentials;
 pub mod crumbs;
+pub mod diagnostics;
 pub mod env;
 pub mod error;
 pub mod file;
@@ -45,6 +46,7 @@ pub mod toolset;
 pub use context::{BlobError, BlobRef, BlobStore, Principal, RunContext, ToolContext};
 pub use credentials::{CredentialError, CredentialProvider, Credentials, EnvProvider, Secret};
 pub use crumbs::{Crumb, CrumbBus, CrumbKind, CrumbSink, MemorySink};
+pub use diagnostics::{Diagnostics, DiagnosticsSink};
 pub use error::{ErrorCode, FieldError, SpecError, ToolError};
 pub use hooks::{AfterRun, BeforeRun, Hook, HookCall, HookFns, OnError};
 pub use pipeline::{CallOutcome, ExecuteOptions, Pipeline, PipelineConfig, PreparedCall, ToolCall};
@@ -52,9 +54,10 @@ pub use spec::{
     Approval, CelPredicate, Effects, Idempotency, RetryPolicy, ToolMeta, ToolName, ToolSpec,
 };
 pub use tool::{
-    Handler, HandlerFuture, Streaming, Tool, ToolBuilder, ToolOutput, human_tool, human_tool_with,
+    Chunk, Handler, HandlerFuture, Reply, Streaming, Tool, ToolBuilder, ToolOutput, human_tool,
+    human_tool_with,
 };
-pub use toolset::{CollisionError, Plugin, Skill, ToolSet, ToolSetError, ToolSource};
+pub use toolset::{CollisionError, Plugin, PluginError, Skill, ToolSet, ToolSetError, ToolSource};
 
 #[doc(hidden)]
 pub use tool::__private;

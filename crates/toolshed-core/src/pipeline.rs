@@ -29,12 +29,13 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::context::{RunContext, ToolContext};
-use crate::credentials::{Credentials, EnvProvider, Secret, scrub};
+use crate::credentials::{Credentials, EnvProvider, Secret, scrub_error, scrub_value};
 use crate::crumbs::{Crumb, CrumbBus, CrumbKind};
+use crate::diagnostics::{Diagnostics, DiagnosticsSink};
 use crate::error::{ErrorCode, ToolError};
 use crate::hooks::{AfterRun, BeforeRun, Hook, HookCall, HookLevel, OnError};
 use crate::schema::describe_violations;
-use crate::tool::{Tool, ToolOutput};
+use crate::tool::{Chunk, Tool, ToolOutput};
 use crate::toolset::{Plugin, ToolSet};
 
 /// One call as a model asked for it.
@@ -72,6 +73,10 @@ pub struct CallOutcome {
     pub duration: Duration,
     /// Executions of the handler (0 when it never ran).
     pub attempts: u32,
+    /// What the last execution left besides its result (stdout, stderr, exit code, …),
+    /// scrubbed of secrets and capped at [`PipelineConfig::max_diagnostic_bytes`] per
+    /// field. Empty when the handler never ran or runs in-process.
+    pub diagnostics: Diagnostics,
 }
 
 impl CallOutcome {
@@ -92,6 +97,9 @@ pub struct PipelineConfig {
     pub default_timeout: Option<Duration>,
     /// How long one hook invocation may take.
     pub hook_timeout: Duration,
+    /// The most bytes of a call's stdout, and of its stderr, kept in its diagnostics
+    /// (the end is kept and the field flagged as truncated). 64 KiB by default.
+    pub max_diagnostic_bytes: usize,
 }
 
 impl Default for PipelineConfig {
@@ -99,6 +107,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             default_timeout: Some(Duration::from_secs(300)),
             hook_timeout: Duration::from_secs(30),
+            max_diagnostic_bytes: 64 * 1024,
         }
     }
 }
@@ -295,6 +304,7 @@ impl Pipeline {
                     )),
                     duration: Duration::ZERO,
                     attempts: 0,
+                    diagnostics: Diagnostics::default(),
                 },
             });
         }
@@ -337,7 +347,7 @@ impl Pipeline {
                 ErrorCode::UnknownTool,
                 format!("unknown tool `{}`; {hint}", call.name),
             );
-            return Err(self.finish(run, &id, &name, started, Err(err), 0, &[]));
+            return Err(self.finish_unrun(run, &id, &name, started, err));
         };
         let name = tool.spec().name.as_arc();
         if observed {
@@ -353,7 +363,7 @@ impl Pipeline {
         }
         let mut args = call.args;
         if let Err(err) = validate_args(tool, &mut args, None) {
-            return Err(self.finish(run, &id, name, started, Err(err), 0, &[]));
+            return Err(self.finish_unrun(run, &id, name, started, err));
         }
         Ok(PreparedCall {
             tool: tool.clone(),
@@ -381,6 +391,7 @@ impl Pipeline {
             result,
             attempts,
             secrets,
+            Diagnostics::default(),
         )
     }
 
@@ -424,19 +435,23 @@ impl Pipeline {
                 Ok(BeforeRun::ReplaceArgs(new)) => {
                     args = new;
                     if let Err(err) = validate_args(&tool, &mut args, Some((level, hook.name()))) {
-                        return self.finish(run, &id, name, started, Err(err), 0, &[]);
+                        return self.finish_unrun(run, &id, name, started, err);
                     }
                 }
                 Ok(BeforeRun::ShortCircuit(v)) => {
                     short_circuit = Some(v);
                     break;
                 }
-                Err(err) => return self.finish(run, &id, name, started, Err(err), 0, &[]),
+                Err(err) => {
+                    return self.finish_unrun(run, &id, name, started, err);
+                }
             }
         }
 
-        // Steps 7–9: execute with retries.
+        // Steps 7–9: execute with retries. The outcome carries the last attempt's
+        // diagnostics.
         let mut attempts = 0;
+        let mut diagnostics = Diagnostics::default();
         let result = match short_circuit {
             Some(v) => validate_output(&tool, v, "a before_run hook's short-circuit result"),
             None => loop {
@@ -447,7 +462,11 @@ impl Pipeline {
                 } else {
                     std::mem::take(&mut args)
                 };
-                let outcome = self
+                let Attempt {
+                    result,
+                    streamed: was_stream,
+                    diagnostics: seen,
+                } = self
                     .attempt(
                         run,
                         &tool,
@@ -458,7 +477,8 @@ impl Pipeline {
                         &credentials,
                     )
                     .await;
-                let (err, was_stream) = match outcome {
+                diagnostics = seen;
+                let err = match result {
                     Ok(v) => break Ok(v),
                     Err(e) => e,
                 };
@@ -518,7 +538,16 @@ impl Pipeline {
 
         // Step 11.
         let secrets = credentials.handed_out();
-        self.finish(run, &id, name, started, result, attempts, &secrets)
+        self.finish(
+            run,
+            &id,
+            name,
+            started,
+            result,
+            attempts,
+            &secrets,
+            diagnostics,
+        )
     }
 
     fn chain<'a>(
@@ -580,8 +609,8 @@ impl Pipeline {
         }
     }
 
-    /// One execution of the handler. The error side says whether the handler streamed
-    /// (a streamed call is never retried).
+    /// One execution of the handler: its result, whether it streamed (a streamed call is
+    /// never retried) and its diagnostics.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -592,9 +621,10 @@ impl Pipeline {
         attempt: u32,
         key: Option<Arc<str>>,
         credentials: &Credentials,
-    ) -> Result<Value, (ToolError, bool)> {
+    ) -> Attempt {
         let spec = tool.spec();
         let cancel = run.cancellation().child_token();
+        let sink = DiagnosticsSink::default();
         let ctx = ToolContext::new(
             run.clone(),
             id.clone(),
@@ -603,19 +633,35 @@ impl Pipeline {
             key,
             credentials.clone(),
             cancel.clone(),
+            sink.clone(),
         );
         let mut streamed = false;
+        let mut diagnostics = Diagnostics::default();
         let work = async {
-            match tool.handler().call(args, ctx).await? {
+            let reply = tool.handler().call(args, ctx).await;
+            diagnostics = reply.diagnostics;
+            match reply.output? {
                 ToolOutput::Value(v) => Ok(v),
                 ToolOutput::Stream(mut stream) => {
                     streamed = true;
                     let mut last = None;
+                    let name = spec.name.as_arc();
                     while let Some(item) = stream.next().await {
-                        if let Some(prev) = last.take() {
-                            self.emit_partial(run, id, spec.name.as_arc(), prev);
+                        match item {
+                            Ok(Chunk::Value(v)) => {
+                                if let Some(prev) = last.replace(v) {
+                                    self.emit_partial(run, id, name, prev, credentials);
+                                }
+                            }
+                            Ok(Chunk::Diagnostics(d)) => diagnostics = d,
+                            // Every value before a failure was a partial result.
+                            Err(e) => {
+                                if let Some(prev) = last.take() {
+                                    self.emit_partial(run, id, name, prev, credentials);
+                                }
+                                return Err(e);
+                            }
                         }
-                        last = Some(item?);
                     }
                     last.ok_or_else(|| {
                         ToolError::new(
@@ -629,34 +675,70 @@ impl Pipeline {
         let work = AssertUnwindSafe(work).catch_unwind();
         let timeout = spec.timeout.or(self.inner.config.default_timeout);
         let run_cancel = run.cancellation();
-        let result = tokio::select! {
+        let ended = tokio::select! {
             biased;
             r = maybe_timeout(timeout, work) => match r {
-                Some(Ok(r)) => r,
-                Some(Err(panic)) => Err(ToolError::new(
-                    ErrorCode::HandlerPanic,
-                    format!("tool `{}` panicked: {}", spec.name, panic_message(&*panic)),
-                )),
-                None => {
-                    cancel.cancel();
-                    let ms = timeout.map(|t| t.as_millis()).unwrap_or_default();
-                    Err(ToolError::new(
-                        ErrorCode::Timeout,
-                        format!("tool {} timed out after {ms}ms", spec.name),
-                    ))
-                }
+                Some(Ok(r)) => Ended::Returned(r),
+                Some(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
+                None => Ended::TimedOut,
             },
-            _ = run_cancel.cancelled() => {
-                cancel.cancel();
-                Err(ToolError::new(ErrorCode::Cancelled, format!("tool `{}` was cancelled with its run", spec.name)))
+            _ = run_cancel.cancelled() => Ended::Cancelled,
+        };
+        // The handler's future is dropped by now: one cut short left what it had seen in
+        // the sink.
+        let mut cut_short = || {
+            if let Some(left) = sink.take() {
+                diagnostics = left;
             }
         };
-        let result = result.and_then(|v| validate_output(tool, v, "the handler's result"));
-        result.map_err(|e| (e, streamed))
+        let result = match ended {
+            Ended::Returned(r) => r,
+            Ended::Panicked(message) => {
+                cut_short();
+                Err(ToolError::new(
+                    ErrorCode::HandlerPanic,
+                    format!("tool `{}` panicked: {message}", spec.name),
+                ))
+            }
+            Ended::TimedOut => {
+                cancel.cancel();
+                cut_short();
+                diagnostics.timed_out = true;
+                let ms = timeout.map(|t| t.as_millis()).unwrap_or_default();
+                Err(ToolError::new(
+                    ErrorCode::Timeout,
+                    format!("tool {} timed out after {ms}ms", spec.name),
+                ))
+            }
+            Ended::Cancelled => {
+                cancel.cancel();
+                cut_short();
+                Err(ToolError::new(
+                    ErrorCode::Cancelled,
+                    format!("tool `{}` was cancelled with its run", spec.name),
+                ))
+            }
+        };
+        Attempt {
+            result: result.and_then(|v| validate_output(tool, v, "the handler's result")),
+            streamed,
+            diagnostics,
+        }
     }
 
-    fn emit_partial(&self, run: &RunContext, id: &Arc<str>, name: &Arc<str>, value: Value) {
+    /// Publish a partial result, scrubbed of every secret the handler has read so far.
+    fn emit_partial(
+        &self,
+        run: &RunContext,
+        id: &Arc<str>,
+        name: &Arc<str>,
+        mut value: Value,
+        credentials: &Credentials,
+    ) {
         if self.inner.crumbs.is_observed() {
+            if !credentials.declared().is_empty() {
+                scrub_value(&mut value, &credentials.handed_out());
+            }
             self.inner.crumbs.emit(crumb(
                 run,
                 id,
@@ -669,7 +751,20 @@ impl Pipeline {
         }
     }
 
-    /// Scrub secrets, emit the final crumb, build the outcome.
+    /// [`Pipeline::finish`] for a call whose handler never ran.
+    fn finish_unrun(
+        &self,
+        run: &RunContext,
+        id: &Arc<str>,
+        name: &Arc<str>,
+        started: Instant,
+        err: ToolError,
+    ) -> CallOutcome {
+        let none = Diagnostics::default();
+        self.finish(run, id, name, started, Err(err), 0, &[], none)
+    }
+
+    /// Scrub secrets, cap the diagnostics, emit the final crumb, build the outcome.
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -680,20 +775,17 @@ impl Pipeline {
         mut result: Result<Value, ToolError>,
         attempts: u32,
         secrets: &[Secret],
+        mut diagnostics: Diagnostics,
     ) -> CallOutcome {
         if !secrets.is_empty() {
             match &mut result {
                 Ok(v) => scrub_value(v, secrets),
-                Err(e) => {
-                    if let Some(clean) = scrub(&e.message, secrets) {
-                        e.message = clean;
-                    }
-                    if let Some(d) = &mut e.details {
-                        scrub_value(d, secrets);
-                    }
-                }
+                Err(e) => scrub_error(e, secrets),
             }
+            diagnostics.scrub(secrets);
         }
+        // Scrubbed before it is cut, so a cut cannot leave half a secret unrecognised.
+        diagnostics.cap(self.inner.config.max_diagnostic_bytes);
         let duration = started.elapsed();
         let bus = &self.inner.crumbs;
         if bus.is_observed() {
@@ -712,8 +804,24 @@ impl Pipeline {
             result,
             duration,
             attempts,
+            diagnostics,
         }
     }
+}
+
+/// What one execution of the handler ended with.
+struct Attempt {
+    result: Result<Value, ToolError>,
+    streamed: bool,
+    diagnostics: Diagnostics,
+}
+
+/// How the race of a handler against its timeout and its run's cancellation ended.
+enum Ended {
+    Returned(Result<Value, ToolError>),
+    Panicked(String),
+    TimedOut,
+    Cancelled,
 }
 
 async fn maybe_timeout<F: std::future::Future>(t: Option<Duration>, f: F) -> Option<F::Output> {
@@ -795,19 +903,6 @@ fn crumb(
         error,
         duration_ms,
         ..Crumb::for_call(kind, run, id, name)
-    }
-}
-
-fn scrub_value(value: &mut Value, secrets: &[Secret]) {
-    match value {
-        Value::String(s) => {
-            if let Some(clean) = scrub(s, secrets) {
-                *s = clean;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| scrub_value(v, secrets)),
-        Value::Object(map) => map.values_mut().for_each(|v| scrub_value(v, secrets)),
-        _ => {}
     }
 }
 

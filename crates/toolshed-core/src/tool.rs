@@ -13,18 +13,19 @@ use serde_json::Value;
 
 use crate::context::ToolContext;
 use crate::credentials::CredentialProvider;
+use crate::diagnostics::Diagnostics;
 use crate::error::{FieldError, SpecError, ToolError};
 use crate::hooks::Hook;
 use crate::schema::CompiledSchema;
 use crate::spec::{Approval, Effects, Idempotency, RetryPolicy, ToolMeta, ToolSpec};
 
-/// What a handler produces: one value, or a stream whose last item is the result and
-/// whose earlier items are partial results.
+/// What a handler produces: one value, or a stream whose last value is the result and
+/// whose earlier values are partial results.
 pub enum ToolOutput {
     /// A single result.
     Value(Value),
-    /// Partial results, then the final one.
-    Stream(BoxStream<'static, Result<Value, ToolError>>),
+    /// Partial results, then the final one; an `Err` item ends the call with that error.
+    Stream(BoxStream<'static, Result<Chunk, ToolError>>),
 }
 
 impl fmt::Debug for ToolOutput {
@@ -36,8 +37,51 @@ impl fmt::Debug for ToolOutput {
     }
 }
 
+/// One item of a streamed output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chunk {
+    /// A value: a partial result, or the result when no value follows it.
+    Value(Value),
+    /// The execution's diagnostics, known only as the stream ends (a process's exit code,
+    /// the rest of its stderr); they replace the ones the [`Reply`] carried.
+    Diagnostics(Diagnostics),
+}
+
+/// What one execution of a handler ended with: its output or its error result, and its
+/// diagnostics (empty for in-process tools). A failed execution keeps its diagnostics
+/// too: a tool that exits 3 after printing to stderr reports both.
+#[derive(Debug)]
+pub struct Reply {
+    /// The output, or the error result the model sees.
+    pub output: Result<ToolOutput, ToolError>,
+    /// What the execution left besides its result.
+    pub diagnostics: Diagnostics,
+}
+
+impl Reply {
+    /// A reply without diagnostics.
+    pub fn new(output: Result<ToolOutput, ToolError>) -> Self {
+        Reply {
+            output,
+            diagnostics: Diagnostics::default(),
+        }
+    }
+
+    /// The same reply with these diagnostics.
+    pub fn with_diagnostics(mut self, diagnostics: Diagnostics) -> Self {
+        self.diagnostics = diagnostics;
+        self
+    }
+}
+
+impl From<Result<ToolOutput, ToolError>> for Reply {
+    fn from(output: Result<ToolOutput, ToolError>) -> Self {
+        Reply::new(output)
+    }
+}
+
 /// The future a handler returns.
-pub type HandlerFuture = BoxFuture<'static, Result<ToolOutput, ToolError>>;
+pub type HandlerFuture = BoxFuture<'static, Reply>;
 
 /// The implementation of a tool.
 pub trait Handler: Send + Sync + 'static {
@@ -79,7 +123,11 @@ impl<T: Send + 'static> Streaming<T> {
 impl<T: Serialize + Send + 'static> Streaming<T> {
     /// Convert to the handler's output.
     pub fn into_output(self) -> ToolOutput {
-        ToolOutput::Stream(self.0.map(|item| item.and_then(|v| to_value(&v))).boxed())
+        ToolOutput::Stream(
+            self.0
+                .map(|item| item.and_then(|v| to_value(&v)).map(Chunk::Value))
+                .boxed(),
+        )
     }
 }
 
@@ -344,7 +392,7 @@ impl ToolBuilder {
         self.raw_handler(Arc::new(
             move |args: Value, ctx: ToolContext| -> HandlerFuture {
                 let fut = f(args, ctx);
-                Box::pin(async move { __private::result_output(fut.await) })
+                Box::pin(async move { Reply::new(__private::result_output(fut.await)) })
             },
         ))
     }
@@ -358,8 +406,10 @@ impl ToolBuilder {
     {
         self.edit(|s| s.streaming = true).raw_handler(Arc::new(
             move |args: Value, ctx: ToolContext| -> HandlerFuture {
-                let stream = f(args, ctx).boxed();
-                Box::pin(std::future::ready(Ok(ToolOutput::Stream(stream))))
+                let stream = f(args, ctx).map(|item| item.map(Chunk::Value)).boxed();
+                Box::pin(std::future::ready(Reply::new(Ok(ToolOutput::Stream(
+                    stream,
+                )))))
             },
         ))
     }
@@ -432,7 +482,7 @@ pub fn human_tool_with(
                      through the durable runtime, which parks the run until they do"
                     ),
                 );
-                Box::pin(std::future::ready(Err(err)))
+                Box::pin(std::future::ready(Reply::new(Err(err))))
             },
         ))
         .build()
@@ -471,6 +521,14 @@ pub mod __private {
             Ok(v) => value_output(v),
             Err(e) => Err(ToolError::handler(e.to_string())),
         }
+    }
+
+    /// The handler future of a `#[tool]` fn's body.
+    pub fn reply<F>(body: F) -> HandlerFuture
+    where
+        F: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        Box::pin(async move { Reply::new(body.await) })
     }
 
     /// A streaming return value.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::error::FieldError;
 use crate::hooks::Hook;
 use crate::tool::Tool;
 
@@ -65,13 +66,36 @@ pub enum ToolSetError {
     #[error(transparent)]
     Collision(#[from] CollisionError),
     /// A plugin could not resolve this agent's tools.
-    #[error("plugin `{plugin}` could not resolve this agent's tools: {message}")]
+    #[error("plugin `{plugin}` could not resolve this agent's tools: {source}")]
     Plugin {
         /// The plugin.
         plugin: String,
         /// Why.
-        message: String,
+        #[source]
+        source: PluginError,
     },
+}
+
+/// Why a plugin could not give an agent its tools.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginError {
+    /// The agent's `plugins.<name>` config is wrong; every problem is listed with its
+    /// field path (relative to the plugin's config) and the fix.
+    #[error("{}", join_fields(.0))]
+    Config(Vec<FieldError>),
+    /// The plugin could not build the tools (a server that does not start, a file it
+    /// cannot read); the message says what and what to do.
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn join_fields(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A skill: a named bundle of tools.
@@ -94,7 +118,7 @@ pub trait Plugin: Send + Sync {
     }
 
     /// Tools for one agent, from what that agent wrote under `plugins.<name>`.
-    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, String> {
+    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, PluginError> {
         let _ = config;
         Ok(Vec::new())
     }
@@ -159,9 +183,9 @@ impl ToolSet {
             if let Some(cfg) = agent_plugin_config.get(p.name()) {
                 let tools = p
                     .resolve_agent_tools(cfg)
-                    .map_err(|message| ToolSetError::Plugin {
+                    .map_err(|source| ToolSetError::Plugin {
                         plugin: p.name().to_owned(),
-                        message,
+                        source,
                     })?;
                 for t in tools {
                     b.add(ToolSource::AgentPlugin(p.name().to_owned()), t)?;

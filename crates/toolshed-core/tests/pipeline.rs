@@ -7,14 +7,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use toolshed_core::hooks::HookLevel;
 use toolshed_core::{
-    AfterRun, Approval, BeforeRun, CallOutcome, CredentialError, CredentialProvider, CrumbKind,
-    ErrorCode, ExecuteOptions, HookFns, MemorySink, OnError, Pipeline, PipelineConfig, Plugin,
-    Principal, RetryPolicy, RunContext, Secret, Skill, Tool, ToolCall, ToolError, ToolSet,
-    ToolSource,
+    AfterRun, Approval, BeforeRun, CallOutcome, Chunk, CredentialError, CredentialProvider,
+    CrumbKind, Diagnostics, ErrorCode, ExecuteOptions, FieldError, HandlerFuture, HookFns,
+    MemorySink, OnError, Pipeline, PipelineConfig, Plugin, PluginError, Principal, Reply,
+    RetryPolicy, RunContext, Secret, Skill, Tool, ToolCall, ToolContext, ToolError, ToolOutput,
+    ToolSet, ToolSource,
 };
 
 fn schema_q() -> Value {
@@ -535,7 +537,11 @@ async fn a_streaming_error_surfaces_at_once_without_retry() {
         1,
         "never retried despite retry policy"
     );
-    assert_eq!(sink.kinds().last(), Some(&CrumbKind::Error));
+    // The value sent before the failure was a partial result.
+    assert_eq!(
+        sink.kinds(),
+        vec![CrumbKind::Call, CrumbKind::Partial, CrumbKind::Error]
+    );
 
     let (p, _) = pipeline(vec![streaming_tool(vec![], Arc::default())]);
     let out = call(&p, "stream", json!({})).await;
@@ -780,29 +786,188 @@ async fn undeclared_credentials_are_refused_even_when_the_provider_has_them() {
 
 #[tokio::test]
 async fn secrets_never_reach_errors_or_crumbs() {
-    let t = Tool::builder("leaky")
+    const SECRET: &str = "run-secret-for-API_KEY";
+    // Leaks its key into an error's message and details.
+    let leaky = Tool::builder("leaky")
         .description("Leaks its key into an error.")
         .credentials(["API_KEY"])
-        .handler(|_a, ctx| async move {
-            let key = ctx
-                .credentials()
-                .get("API_KEY")
-                .await
-                .map_err(|e| e.to_string())?;
-            Err::<Value, _>(format!("upstream rejected key {}", key.expose()))
+        .raw_handler(Arc::new(|_a: Value, ctx: ToolContext| -> HandlerFuture {
+            Box::pin(async move {
+                let key = match ctx.credentials().get("API_KEY").await {
+                    Ok(k) => k,
+                    Err(e) => return Reply::new(Err(e.into())),
+                };
+                let err = ToolError::handler(format!("upstream rejected key {}", key.expose()))
+                    .with_details(json!({"key": key.expose(), "keys": [key.expose()]}));
+                Reply::new(Err(err)).with_diagnostics(Diagnostics {
+                    stderr: format!("401 for {}\n", key.expose()),
+                    ..Diagnostics::default()
+                })
+            })
+        }))
+        .build()
+        .unwrap();
+    // Streams its key in partials and in the result.
+    let streamer = Tool::builder("streamer")
+        .description("Streams its key.")
+        .credentials(["API_KEY"])
+        .stream_handler(|_a, ctx| {
+            futures_util::stream::once(async move {
+                ctx.credentials()
+                    .get("API_KEY")
+                    .await
+                    .map_err(ToolError::from)
+            })
+            .flat_map(|key| {
+                let items = match key {
+                    Ok(k) => vec![
+                        Ok(json!({"progress": format!("using {}", k.expose())})),
+                        Ok(json!({k.expose(): "as a key"})),
+                        Ok(json!({"done": k.expose()})),
+                    ],
+                    Err(e) => vec![Err(e)],
+                };
+                futures_util::stream::iter(items)
+            })
         })
         .build()
         .unwrap();
-    let (p, sink) = pipeline(vec![t]);
+    let (p, sink) = pipeline(vec![leaky, streamer]);
     let run = RunContext::builder()
         .credentials(Arc::new(Fixed("run")))
         .build();
     let out = p.call(&run, ToolCall::new("leaky", json!({}))).await;
     assert_eq!(err(&out).message, "upstream rejected key [REDACTED]");
+    assert_eq!(
+        err(&out).details,
+        Some(json!({"key": "[REDACTED]", "keys": ["[REDACTED]"]}))
+    );
+    assert_eq!(out.diagnostics.stderr, "401 for [REDACTED]\n");
+    let out = p.call(&run, ToolCall::new("streamer", json!({}))).await;
+    assert_eq!(out.result.unwrap(), json!({"done": "[REDACTED]"}));
+    let partials: Vec<Value> = sink
+        .crumbs()
+        .iter()
+        .filter(|c| c.kind == CrumbKind::Partial)
+        .filter_map(|c| c.payload.clone())
+        .collect();
+    assert_eq!(
+        partials,
+        vec![
+            json!({"progress": "using [REDACTED]"}),
+            json!({"[REDACTED]": "as a key"})
+        ]
+    );
+    assert!(sink.crumbs().len() >= 6, "{:?}", sink.kinds());
     for c in sink.crumbs() {
         let text = serde_json::to_string(&*c).unwrap();
-        assert!(!text.contains("run-secret-for"), "{text}");
+        assert!(!text.contains(SECRET), "{text}");
     }
+}
+
+/// A tool whose handler reports diagnostics the way a subprocess tool does.
+fn diagnosed(name: &str, reply: impl Fn() -> Reply + Send + Sync + 'static) -> Tool {
+    Tool::builder(name)
+        .description("Reports diagnostics.")
+        .raw_handler(Arc::new(
+            move |_a: Value, _c: ToolContext| -> HandlerFuture {
+                Box::pin(std::future::ready(reply()))
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn diagnostics_reach_the_outcome_on_success_and_on_failure_capped_per_field() {
+    let ok = diagnosed("ok", || {
+        Reply::new(Ok(ToolOutput::Value(json!(1)))).with_diagnostics(Diagnostics {
+            stdout: "{\"id\":\"r1\",\"result\":1}\n".into(),
+            exit_code: Some(0),
+            ..Diagnostics::default()
+        })
+    });
+    let failed = diagnosed("failed", || {
+        Reply::new(Err(ToolError::handler("exited with code 3"))).with_diagnostics(Diagnostics {
+            stderr: format!("{}the end\n", "x".repeat(100)),
+            exit_code: Some(3),
+            ..Diagnostics::default()
+        })
+    });
+    let streamed = diagnosed("streamed", || {
+        let chunks = vec![
+            Ok(Chunk::Value(json!("partial"))),
+            Ok(Chunk::Diagnostics(Diagnostics {
+                stderr: "at the end".into(),
+                ..Diagnostics::default()
+            })),
+            Ok(Chunk::Value(json!("result"))),
+        ];
+        Reply::new(Ok(ToolOutput::Stream(
+            futures_util::stream::iter(chunks).boxed(),
+        )))
+    });
+    let p = Pipeline::builder(ToolSet::from_tools([ok, failed, streamed]).unwrap())
+        .config(PipelineConfig {
+            max_diagnostic_bytes: 20,
+            ..Default::default()
+        })
+        .build();
+    let out = call(&p, "ok", json!({})).await;
+    assert_eq!(out.result.unwrap(), json!(1));
+    assert_eq!(out.diagnostics.exit_code, Some(0));
+    // Capped to the last 20 bytes, and flagged.
+    assert_eq!(out.diagnostics.stdout, "d\":\"r1\",\"result\":1}\n");
+    assert!(out.diagnostics.stdout_truncated);
+    let out = call(&p, "failed", json!({})).await;
+    assert_eq!(err(&out).message, "exited with code 3");
+    assert_eq!(out.diagnostics.exit_code, Some(3));
+    assert_eq!(out.diagnostics.stderr, "xxxxxxxxxxxxthe end\n");
+    assert!(out.diagnostics.stderr_truncated && !out.diagnostics.stdout_truncated);
+    let out = call(&p, "streamed", json!({})).await;
+    assert_eq!(out.result.unwrap(), json!("result"));
+    assert_eq!(out.diagnostics.stderr, "at the end");
+    // An in-process tool reports none.
+    let (p, _) = pipeline(vec![echo(Arc::default())]);
+    assert!(
+        call(&p, "echo", json!({"query": "x"}))
+            .await
+            .diagnostics
+            .is_empty()
+    );
+}
+
+/// Leaves what it "printed" in the sink when dropped, as the dispatcher's guard does.
+struct LeaveOnDrop(toolshed_core::DiagnosticsSink);
+impl Drop for LeaveOnDrop {
+    fn drop(&mut self) {
+        self.0.record(Diagnostics {
+            stderr: "working on it\n".into(),
+            ..Diagnostics::default()
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_timed_out_call_reports_what_its_handler_left_and_timed_out() {
+    let slow = Tool::builder("slow")
+        .description("Hangs after printing.")
+        .timeout(Duration::from_millis(50))
+        .raw_handler(Arc::new(|_a: Value, ctx: ToolContext| -> HandlerFuture {
+            let guard = LeaveOnDrop(ctx.diagnostics().clone());
+            Box::pin(async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+                Reply::new(Ok(ToolOutput::Value(Value::Null)))
+            })
+        }))
+        .build()
+        .unwrap();
+    let (p, _) = pipeline(vec![slow]);
+    let out = call(&p, "slow", json!({})).await;
+    assert_eq!(err(&out).code, ErrorCode::Timeout);
+    assert!(out.diagnostics.timed_out);
+    assert_eq!(out.diagnostics.stderr, "working on it\n");
 }
 
 #[tokio::test]
@@ -834,10 +999,10 @@ impl Plugin for Mcpish {
                 .unwrap(),
         ]
     }
-    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, String> {
-        let servers = config["servers"]
-            .as_array()
-            .ok_or("`servers` must be a list")?;
+    fn resolve_agent_tools(&self, config: &Value) -> Result<Vec<Tool>, PluginError> {
+        let servers = config["servers"].as_array().ok_or_else(|| {
+            PluginError::Config(vec![FieldError::new("servers", "must be a list")])
+        })?;
         Ok(servers
             .iter()
             .filter_map(|s| s.as_str())
@@ -904,7 +1069,11 @@ fn toolsets_merge_sources_and_refuse_collisions() {
         vec![],
     )
     .unwrap_err();
-    assert!(e.to_string().contains("`servers` must be a list"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("plugin `mcp_client` could not resolve this agent's tools: field `servers`: must be a list"),
+        "{e}"
+    );
 }
 
 #[test]

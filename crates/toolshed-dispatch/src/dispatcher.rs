@@ -1,5 +1,6 @@
-//! The [`Dispatcher`]: runs a call at any endpoint, as a pipeline [`Handler`] or
-//! directly with its stdout, stderr and exit code ([`Dispatcher::execute`]).
+//! The [`Dispatcher`]: runs a call at any endpoint, as a pipeline [`Handler`] whose
+//! [`Reply`] carries the call's diagnostics, or directly ([`Dispatcher::execute`]).
+//! Both take the same conversation loop ([`Conversation::events`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -8,24 +9,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
-use futures_util::stream::{self, StreamExt};
-use serde_json::{Value, json};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use serde_json::Value;
+use toolshed_core::credentials::{scrub_error, scrub_value};
 use toolshed_core::{
-    CredentialError, CredentialProvider, ErrorCode, ExecuteOptions, Handler, HandlerFuture,
-    Pipeline, PipelineConfig, RunContext, Secret, Tool, ToolCall, ToolContext, ToolError,
-    ToolOutput, ToolSet,
+    Chunk, Diagnostics, DiagnosticsSink, ErrorCode, Handler, HandlerFuture, Reply, Secret, Tool,
+    ToolContext, ToolError, ToolOutput,
 };
 
 use crate::config::{DispatcherConfig, Mode};
+use crate::conversation::{Conversation, Deadline, Event, Opening, Worker};
 use crate::endpoint::Endpoint;
 use crate::error::DispatchError;
 use crate::http;
 use crate::infer::{self, InferredTool};
 use crate::launcher::Launcher;
 use crate::pool::Pool;
-use crate::process::{Conversation, Leftovers, Worker};
-use crate::protocol::{CallContext, Message, encode_request};
+use crate::protocol::{CallContext, encode_request};
 
 /// Runs tools at any endpoint: built-in Rust tools, Python and Node functions (one-shot
 /// or from warm worker pools), TypeScript, any executable speaking the wire protocol,
@@ -35,14 +35,8 @@ use crate::protocol::{CallContext, Message, encode_request};
 pub struct Dispatcher {
     launcher: Arc<Launcher>,
     pools: Arc<Mutex<HashMap<Endpoint, Arc<Pool>>>>,
-    builtins: Arc<HashMap<String, Builtin>>,
+    builtins: Arc<HashMap<String, Tool>>,
     http: reqwest::Client,
-}
-
-#[derive(Clone)]
-struct Builtin {
-    tool: Tool,
-    pipeline: Pipeline,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -56,7 +50,7 @@ impl fmt::Debug for Dispatcher {
     }
 }
 
-/// One call for [`Dispatcher::execute`].
+/// One call for [`Dispatcher::execute`] (a subprocess or HTTP endpoint).
 #[derive(Debug, Clone)]
 pub struct Request {
     /// The tool's name (sent to the tool as `tool`).
@@ -111,36 +105,15 @@ impl Request {
 pub struct Execution {
     /// The result, or the error result.
     pub result: Result<Value, ToolError>,
-    /// What the process wrote to stdout during the call (protocol lines).
-    pub stdout: String,
-    /// What it wrote to stderr (the tail, when longer than the cap).
-    pub stderr: String,
-    /// The exit code of a one-shot process; `None` for pooled workers, killed
-    /// processes, built-ins and HTTP.
-    pub exit_code: Option<i32>,
+    /// What the process left: stdout (its protocol lines), stderr (the tail, when
+    /// longer than the cap), the exit code of a one-shot process (`None` for pooled
+    /// workers, killed processes and HTTP), the signal that killed it, whether the
+    /// timeout stopped it.
+    pub diagnostics: Diagnostics,
     /// Wall time of the call in milliseconds.
     pub duration_ms: f64,
     /// Partial results, in order.
     pub partials: Vec<Value>,
-}
-
-impl Execution {
-    /// The registry's execute answer: `{"output", "stdout", "stderr", "exit_code",
-    /// "duration_ms", "error"}`, with `error` as `{"code", "message", "details"?}`.
-    pub fn to_api_json(&self) -> Value {
-        let (output, error) = match &self.result {
-            Ok(v) => (v.clone(), Value::Null),
-            Err(e) => (Value::Null, serde_json::to_value(e).unwrap_or(Value::Null)),
-        };
-        json!({
-            "output": output,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "exit_code": self.exit_code,
-            "duration_ms": self.duration_ms,
-            "error": error,
-        })
-    }
 }
 
 impl Dispatcher {
@@ -160,17 +133,9 @@ impl Dispatcher {
 
     /// The same dispatcher with `builtin:` endpoints resolving to these tools (by name).
     pub fn with_builtins(mut self, tools: Vec<Tool>) -> Self {
-        let config = PipelineConfig {
-            default_timeout: Some(self.launcher.config.default_timeout),
-            ..PipelineConfig::default()
-        };
         let map = tools
             .into_iter()
-            .filter_map(|tool| {
-                let toolset = ToolSet::from_tools([tool.clone()]).ok()?;
-                let pipeline = Pipeline::builder(toolset).config(config.clone()).build();
-                Some((tool.name().to_owned(), Builtin { tool, pipeline }))
-            })
+            .map(|tool| (tool.name().to_owned(), tool))
             .collect();
         self.builtins = Arc::new(map);
         self
@@ -182,9 +147,11 @@ impl Dispatcher {
     }
 
     /// A pipeline handler running `endpoint` in the config's mode. Build the tool with
-    /// it: `Tool::builder(name)...raw_handler(dispatcher.handler(ep, name))`. The
-    /// pipeline owns the timeout: when it drops the call, the process is killed (its
-    /// whole process group) and reaped.
+    /// it: `Tool::builder(name)...raw_handler(dispatcher.handler(ep, name))`. Its reply
+    /// carries the call's diagnostics (stdout, stderr, exit code). The pipeline owns the
+    /// timeout: when it drops the call, the process is killed (its whole process group)
+    /// and reaped, and what it had written so far is left in the call's
+    /// [`ToolContext::diagnostics`] sink.
     pub fn handler(&self, endpoint: Endpoint, tool_name: &str) -> Arc<dyn Handler> {
         self.handler_inner(endpoint, tool_name, None)
     }
@@ -282,18 +249,32 @@ impl Dispatcher {
         }
     }
 
-    /// Run one call and report everything seen: result, partials, stdout, stderr, exit
-    /// code and duration. Never panics and never hangs past the timeout.
+    /// Run one call outside the pipeline and report everything seen: result, partials,
+    /// diagnostics and duration. Never panics and never hangs past the timeout: at the
+    /// deadline the process is killed and reaped before this returns. Only subprocess
+    /// and HTTP endpoints run here; a built-in runs through the pipeline (build a tool
+    /// with [`Dispatcher::handler`]).
     pub async fn execute(&self, endpoint: &Endpoint, request: Request) -> Execution {
         let started = Instant::now();
         let timeout = request
             .timeout
             .unwrap_or(self.launcher.config.default_timeout);
-        let secrets: Vec<Secret> = request.credentials.values().cloned().collect();
+        let secrets: Arc<[Secret]> = request.credentials.values().cloned().collect();
         let mut execution = match endpoint {
-            Endpoint::Builtin { name } => self.execute_builtin(name, &request, timeout).await,
-            Endpoint::Http { url } => {
-                let result = http::post(
+            Endpoint::Builtin { .. } => Execution {
+                result: Err(DispatchError::InvalidEndpoint {
+                    endpoint: endpoint.to_string(),
+                    reason: "a built-in runs through the pipeline, not `execute`: build a tool \
+                             with `Dispatcher::handler`"
+                        .into(),
+                }
+                .to_tool_error()),
+                diagnostics: Diagnostics::default(),
+                duration_ms: 0.0,
+                partials: Vec::new(),
+            },
+            Endpoint::Http { url } => Execution {
+                result: http::post(
                     &self.http,
                     url,
                     &request.tool,
@@ -303,82 +284,43 @@ impl Dispatcher {
                     self.launcher.config.http_response_cap,
                 )
                 .await
-                .map_err(|e| e.to_tool_error());
-                Execution {
-                    result,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    exit_code: None,
-                    duration_ms: 0.0,
-                    partials: Vec::new(),
-                }
+                .map_err(|e| e.to_tool_error()),
+                diagnostics: Diagnostics::default(),
+                duration_ms: 0.0,
+                partials: Vec::new(),
+            },
+            _ => {
+                self.execute_process(endpoint, &request, timeout, secrets.clone())
+                    .await
             }
-            _ => self.execute_process(endpoint, &request, timeout).await,
         };
         execution.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         scrub_execution(&mut execution, &secrets);
         execution
     }
 
-    /// [`Dispatcher::execute`] for a call the pipeline is making: the call's identity and
-    /// its declared credentials come from `ctx` (a credential that cannot be read is the
-    /// error result). The registry's execute route uses this to report stdout, stderr and
-    /// the exit code of a call that goes through the whole pipeline.
-    pub async fn execute_for(
-        &self,
-        endpoint: &Endpoint,
-        tool: &str,
-        args: Value,
-        ctx: &ToolContext,
-        timeout: Option<Duration>,
-    ) -> Execution {
-        let credentials = match read_credentials(ctx).await {
-            Ok(c) => c,
-            Err(e) => {
-                return Execution {
-                    result: Err(e),
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    exit_code: None,
-                    duration_ms: 0.0,
-                    partials: Vec::new(),
-                };
-            }
-        };
-        let request = Request {
-            tool: tool.to_owned(),
-            args,
-            context: CallContext::from_tool_context(ctx),
-            credentials,
-            timeout,
-            mode: None,
-        };
-        self.execute(endpoint, request).await
-    }
-
+    /// [`Dispatcher::execute`] for a subprocess: the conversation loop, under a deadline.
     async fn execute_process(
         &self,
         endpoint: &Endpoint,
         request: &Request,
         timeout: Duration,
+        secrets: Arc<[Secret]>,
     ) -> Execution {
         let tool: Arc<str> = Arc::from(request.tool.as_str());
         let mode = request.mode.unwrap_or_else(|| self.default_mode(endpoint));
-        let deadline = Instant::now() + timeout;
-        let timed_out = || DispatchError::Timeout {
-            tool: tool.to_string(),
-            ms: timeout.as_millis(),
+        let deadline = Deadline {
+            at: tokio::time::Instant::now() + timeout,
+            after: timeout,
         };
-        let failed = |e: DispatchError| Execution {
+        let failed = |e: DispatchError, diagnostics: Diagnostics| Execution {
             result: Err(e.to_tool_error()),
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: None,
+            diagnostics,
             duration_ms: 0.0,
             partials: Vec::new(),
         };
-        let opened = tokio::time::timeout(
-            timeout,
+        let opened = tokio::time::timeout_at(
+            deadline.at,
             self.open(
                 endpoint,
                 mode,
@@ -386,108 +328,44 @@ impl Dispatcher {
                 &request.args,
                 &request.context,
                 &request.credentials,
+                None,
             ),
         )
         .await;
-        let mut conv = match opened {
-            Err(_) => return failed(timed_out()),
-            Ok(Err(e)) => return failed(e),
+        let conv = match opened {
+            Err(_) => {
+                let timed_out = Diagnostics {
+                    timed_out: true,
+                    ..Diagnostics::default()
+                };
+                let err = DispatchError::Timeout {
+                    tool: tool.to_string(),
+                    ms: timeout.as_millis(),
+                };
+                return failed(err, timed_out);
+            }
+            Ok(Err(e)) => return failed(e, Diagnostics::default()),
             Ok(Ok(c)) => c,
         };
         let mut partials = Vec::new();
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let outcome = tokio::time::timeout(remaining, async {
-            loop {
-                match conv.next().await {
-                    Ok(Message::Partial(v)) => partials.push(v),
-                    Ok(Message::Result(v)) => break Ok(v),
-                    Ok(Message::Error { message, code }) => {
-                        break Err(DispatchError::ToolFailed {
-                            tool: tool.to_string(),
-                            message,
-                            code,
-                        });
-                    }
-                    Err(e) => break Err(e),
+        let mut events = std::pin::pin!(conv.events(Some(deadline), secrets));
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Partial(v) => partials.push(v),
+                Event::End(result, diagnostics) => {
+                    return Execution {
+                        result: result.map_err(|e| e.to_tool_error()),
+                        diagnostics,
+                        duration_ms: 0.0,
+                        partials,
+                    };
                 }
             }
-        })
-        .await;
-        let (result, leftovers) = match outcome {
-            Ok(result) => (result, conv.finish().await),
-            Err(_) => (Err(timed_out()), conv.abort().await),
-        };
-        Execution {
-            result: result.map_err(|e| e.to_tool_error()),
-            stdout: leftovers.stdout,
-            stderr: leftovers.stderr,
-            exit_code: leftovers.exit_code,
-            duration_ms: 0.0,
-            partials,
         }
+        failed(ended_without_answer(&tool), Diagnostics::default())
     }
 
-    async fn execute_builtin(&self, name: &str, request: &Request, timeout: Duration) -> Execution {
-        let done = |result| Execution {
-            result,
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: None,
-            duration_ms: 0.0,
-            partials: Vec::new(),
-        };
-        let builtin = match self.builtin(name) {
-            Ok(b) => b,
-            Err(e) => return done(Err(e.to_tool_error())),
-        };
-        let mut run = RunContext::builder()
-            .agent_id(request.context.agent_id.clone())
-            .run_id(request.context.run_id.clone())
-            .session_id(request.context.session_id.clone());
-        if let Some(p) = &request.context.principal {
-            run = run.principal(p.clone());
-        }
-        if !request.credentials.is_empty() {
-            run = run.credentials(Arc::new(GivenCredentials(request.credentials.clone())));
-        }
-        let run = run.build();
-        let call = ToolCall {
-            id: request.context.tool_call_id.clone(),
-            name: builtin.tool.name().to_owned(),
-            args: request.args.clone(),
-        };
-        let pipeline = &builtin.pipeline;
-        let prepared = match pipeline.prepare(&run, call) {
-            Ok(p) => p,
-            Err(outcome) => return done(outcome.result),
-        };
-        match prepared.needs_approval() {
-            Ok(false) => {}
-            Ok(true) => {
-                return done(Err(ToolError::new(
-                    ErrorCode::ApprovalRequired,
-                    format!(
-                        "tool `{name}` needs a human approval before it runs; run it through \
-                         the durable runtime"
-                    ),
-                )));
-            }
-            Err(e) => return done(Err(e)),
-        }
-        let options = ExecuteOptions {
-            idempotency_key: request.context.idempotency_key.clone(),
-        };
-        match tokio::time::timeout(timeout, pipeline.execute(&run, prepared, options)).await {
-            Ok(outcome) => done(outcome.result),
-            Err(_) => done(Err(DispatchError::Timeout {
-                tool: request.tool.clone(),
-                ms: timeout.as_millis(),
-            }
-            .to_tool_error())),
-        }
-    }
-
-    fn builtin(&self, name: &str) -> Result<&Builtin, DispatchError> {
+    fn builtin(&self, name: &str) -> Result<&Tool, DispatchError> {
         self.builtins.get(name).ok_or_else(|| {
             let mut known: Vec<&str> = self.builtins.keys().map(String::as_str).collect();
             known.sort_unstable();
@@ -525,6 +403,7 @@ impl Dispatcher {
     }
 
     /// Start a call: a fresh process or a pooled worker, with the request written.
+    #[allow(clippy::too_many_arguments)]
     async fn open(
         &self,
         endpoint: &Endpoint,
@@ -533,44 +412,41 @@ impl Dispatcher {
         args: &Value,
         context: &CallContext,
         credentials: &BTreeMap<String, Secret>,
+        sink: Option<DiagnosticsSink>,
     ) -> Result<Conversation, DispatchError> {
         let id = next_request_id();
-        let line = encode_request(&id, tool, args, context, credentials);
+        let request = encode_request(&id, tool, args, context, credentials);
         let config = &self.launcher.config;
-        let (cap, grace) = (config.stdout_cap, config.exit_grace);
+        let opening = || Opening {
+            tool: tool.clone(),
+            id: id.clone(),
+            request: request.clone(),
+            cap: config.stdout_cap,
+            grace: config.exit_grace,
+            sink: sink.clone(),
+        };
         match mode {
             Mode::OneShot => {
                 let proc = self.launcher.spawn(endpoint, tool, Mode::OneShot).await?;
-                let (conv, _) =
-                    Conversation::start(Worker::Solo(proc), tool.clone(), id, line, cap, grace)
-                        .await;
+                let (conv, _) = Conversation::start(Worker::Solo(proc), opening()).await;
                 Ok(conv)
             }
             Mode::Pool => {
                 let pool = self.pool(endpoint);
                 let lease = pool.acquire(tool).await?;
                 let fresh = lease.fresh;
-                let (conv, write_failed) = Conversation::start(
-                    Worker::Pooled(lease),
-                    tool.clone(),
-                    id.clone(),
-                    line.clone(),
-                    cap,
-                    grace,
-                )
-                .await;
+                let (conv, write_failed) =
+                    Conversation::start(Worker::Pooled(lease), opening()).await;
                 if !write_failed || fresh {
                     return Ok(conv);
                 }
                 // The idle worker was gone before the request reached it, so the tool
                 // never saw it: one more try on a new worker is safe.
-                if let Worker::Pooled(lease) = conv.into_worker() {
+                if let Some(Worker::Pooled(lease)) = conv.into_worker() {
                     lease.discard();
                 }
                 let lease = pool.acquire(tool).await?;
-                let (conv, _) =
-                    Conversation::start(Worker::Pooled(lease), tool.clone(), id, line, cap, grace)
-                        .await;
+                let (conv, _) = Conversation::start(Worker::Pooled(lease), opening()).await;
                 Ok(conv)
             }
         }
@@ -584,15 +460,15 @@ impl Dispatcher {
         mode: Option<Mode>,
         args: Value,
         ctx: ToolContext,
-    ) -> Result<ToolOutput, ToolError> {
+    ) -> Reply {
         match endpoint {
-            Endpoint::Builtin { name } => {
-                let builtin = self.builtin(name).map_err(|e| e.to_tool_error())?;
-                builtin.tool.handler().call(args, ctx).await
-            }
+            Endpoint::Builtin { name } => match self.builtin(name) {
+                Ok(builtin) => builtin.handler().call(args, ctx).await,
+                Err(e) => Reply::new(Err(e.to_tool_error())),
+            },
             Endpoint::Http { url } => {
                 let context = CallContext::from_tool_context(&ctx);
-                http::post(
+                let result = http::post(
                     &self.http,
                     url,
                     &tool,
@@ -601,40 +477,36 @@ impl Dispatcher {
                     None,
                     self.launcher.config.http_response_cap,
                 )
-                .await
-                .map(ToolOutput::Value)
-                .map_err(|e| e.to_tool_error())
+                .await;
+                Reply::new(result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()))
             }
             _ => {
-                let credentials = read_credentials(&ctx).await?;
-                let secrets: Vec<Secret> = credentials.values().cloned().collect();
+                let credentials = match read_credentials(&ctx).await {
+                    Ok(c) => c,
+                    Err(e) => return Reply::new(Err(e)),
+                };
+                let secrets: Arc<[Secret]> = credentials.values().cloned().collect();
                 let context = CallContext::from_tool_context(&ctx);
                 let mode = mode.unwrap_or_else(|| self.default_mode(endpoint));
-                let mut conv = self
-                    .open(endpoint, mode, &tool, &args, &context, &credentials)
+                let sink = Some(ctx.diagnostics().clone());
+                let conv = match self
+                    .open(endpoint, mode, &tool, &args, &context, &credentials, sink)
                     .await
-                    .map_err(|e| e.to_tool_error())?;
-                match conv.next().await {
-                    Ok(Message::Partial(first)) => {
-                        Ok(ToolOutput::Stream(stream_rest(first, conv, tool, secrets)))
+                {
+                    Ok(c) => c,
+                    Err(e) => return Reply::new(Err(e.to_tool_error())),
+                };
+                let mut events = conv.events(None, secrets).boxed();
+                match events.next().await {
+                    // A streaming tool: the pipeline reads the rest (and never retries it).
+                    Some(Event::Partial(first)) => {
+                        Reply::new(Ok(ToolOutput::Stream(chunks(first, events))))
                     }
-                    Ok(Message::Result(v)) => {
-                        settle(conv, tool, secrets).await;
-                        Ok(ToolOutput::Value(v))
-                    }
-                    Ok(Message::Error { message, code }) => {
-                        let err = DispatchError::ToolFailed {
-                            tool: tool.to_string(),
-                            message,
-                            code,
-                        };
-                        settle(conv, tool, secrets).await;
-                        Err(err.to_tool_error())
-                    }
-                    Err(e) => {
-                        settle(conv, tool, secrets).await;
-                        Err(e.to_tool_error())
-                    }
+                    Some(Event::End(result, diagnostics)) => Reply {
+                        output: result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()),
+                        diagnostics,
+                    },
+                    None => Reply::new(Err(ended_without_answer(&tool).to_tool_error())),
                 }
             }
         }
@@ -663,35 +535,24 @@ impl Handler for DispatchHandler {
     }
 }
 
-/// The stream of a call that sent a partial: the first partial, then each line until
-/// the final one. Dropping it (a pipeline timeout) kills the process.
-fn stream_rest(
+/// The output of a call that sent a partial: the first partial, then each event of the
+/// conversation, its diagnostics just before its result or error. Dropping it (a
+/// pipeline timeout) kills the process.
+fn chunks(
     first: Value,
-    conv: Conversation,
-    tool: Arc<str>,
-    secrets: Vec<Secret>,
-) -> futures_util::stream::BoxStream<'static, Result<Value, ToolError>> {
-    let rest = stream::unfold(Some(conv), move |state| {
-        let tool = tool.clone();
-        let secrets = secrets.clone();
-        async move {
-            let mut conv = state?;
-            let item = match conv.next().await {
-                Ok(Message::Partial(v)) => return Some((Ok(v), Some(conv))),
-                Ok(Message::Result(v)) => Ok(v),
-                Ok(Message::Error { message, code }) => Err(DispatchError::ToolFailed {
-                    tool: tool.to_string(),
-                    message,
-                    code,
-                }
-                .to_tool_error()),
-                Err(e) => Err(e.to_tool_error()),
-            };
-            settle(conv, tool, secrets).await;
-            Some((item, None))
-        }
+    rest: BoxStream<'static, Event>,
+) -> BoxStream<'static, Result<Chunk, ToolError>> {
+    let rest = rest.flat_map(|event| {
+        let items = match event {
+            Event::Partial(v) => vec![Ok(Chunk::Value(v))],
+            Event::End(result, diagnostics) => vec![
+                Ok(Chunk::Diagnostics(diagnostics)),
+                result.map(Chunk::Value).map_err(|e| e.to_tool_error()),
+            ],
+        };
+        stream::iter(items)
     });
-    stream::once(std::future::ready(Ok(first)))
+    stream::once(std::future::ready(Ok(Chunk::Value(first))))
         .chain(rest)
         .boxed()
 }
@@ -714,48 +575,16 @@ async fn read_credentials(ctx: &ToolContext) -> Result<BTreeMap<String, Secret>,
     Ok(out)
 }
 
-/// End a pipeline call's conversation. A pooled worker goes back at once (the next call
-/// should find it); a one-shot process is waited for in the background, so the caller
-/// does not wait for it to exit.
-async fn settle(conv: Conversation, tool: Arc<str>, secrets: Vec<Secret>) {
-    if conv.is_pooled() {
-        log_leftovers(&tool, conv.finish().await, &secrets);
-    } else {
-        tokio::spawn(async move { log_leftovers(&tool, conv.finish().await, &secrets) });
-    }
-}
-
-/// Tool stderr is the tool's log: it goes to `tracing` under `toolshed::dispatch`.
-fn log_leftovers(tool: &str, leftovers: Leftovers, secrets: &[Secret]) {
-    let stderr = leftovers.stderr.trim_end();
-    if !stderr.is_empty() {
-        let stderr = scrub(stderr, secrets);
-        tracing::info!(target: "toolshed::dispatch", tool, exit_code = leftovers.exit_code, "stderr: {stderr}");
-    }
-}
-
 fn next_request_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     format!("r{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-fn scrub(text: &str, secrets: &[Secret]) -> String {
-    let mut out = text.to_owned();
-    for s in secrets {
-        // As in the pipeline: values shorter than 4 characters are not worth the name.
-        if s.expose().len() >= 4 && out.contains(s.expose()) {
-            out = out.replace(s.expose(), "[REDACTED]");
-        }
-    }
-    out
-}
-
-fn scrub_value(value: &mut Value, secrets: &[Secret]) {
-    match value {
-        Value::String(s) => *s = scrub(s, secrets),
-        Value::Array(items) => items.iter_mut().for_each(|v| scrub_value(v, secrets)),
-        Value::Object(map) => map.values_mut().for_each(|v| scrub_value(v, secrets)),
-        _ => {}
+/// A conversation that yielded nothing at all (it always ends with an event).
+fn ended_without_answer(tool: &str) -> DispatchError {
+    DispatchError::Io {
+        what: format!("the conversation with tool {tool} ended without an answer"),
+        source: std::io::Error::other("no final event"),
     }
 }
 
@@ -763,36 +592,10 @@ fn scrub_execution(e: &mut Execution, secrets: &[Secret]) {
     if secrets.is_empty() {
         return;
     }
-    e.stdout = scrub(&e.stdout, secrets);
-    e.stderr = scrub(&e.stderr, secrets);
+    e.diagnostics.scrub(secrets);
     e.partials.iter_mut().for_each(|v| scrub_value(v, secrets));
     match &mut e.result {
         Ok(v) => scrub_value(v, secrets),
-        Err(err) => {
-            err.message = scrub(&err.message, secrets);
-            if let Some(d) = &mut err.details {
-                scrub_value(d, secrets);
-            }
-        }
-    }
-}
-
-/// Credentials handed to [`Dispatcher::execute`], served to a built-in tool.
-#[derive(Debug)]
-struct GivenCredentials(BTreeMap<String, Secret>);
-
-impl CredentialProvider for GivenCredentials {
-    fn describe(&self) -> String {
-        "request".into()
-    }
-
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, CredentialError>> {
-        let result = self.0.get(name).cloned().ok_or_else(|| {
-            CredentialError::new(
-                ErrorCode::CredentialNotFound,
-                format!("credential `{name}` was not given with the request"),
-            )
-        });
-        Box::pin(std::future::ready(result))
+        Err(err) => scrub_error(err, secrets),
     }
 }

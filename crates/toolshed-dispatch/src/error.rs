@@ -266,68 +266,53 @@ impl DispatchError {
     }
 }
 
-/// The stable codes of [`DispatchError`], listed with what to do in `docs/errors.md`.
-/// A model sees them as `details.dispatch_code` of its error result.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum DispatchCode {
-    /// The endpoint string is malformed.
-    InvalidEndpoint,
-    /// The endpoint's file does not exist or is not usable.
-    EndpointFileNotFound,
-    /// No such built-in tool.
-    UnknownBuiltin,
-    /// The interpreter or executable could not be started.
-    SpawnFailed,
-    /// The call ran past its timeout.
-    Timeout,
-    /// The tool wrote more to stdout than the cap.
-    StdoutTooLarge,
-    /// A stdout line is not a protocol message.
-    ProtocolViolation,
-    /// The process ended without an answer.
-    ToolExited,
-    /// The tool answered with an error line.
-    ToolError,
-    /// An HTTP endpoint answered a non-2xx status.
-    HttpStatus,
-    /// An HTTP request failed before an answer arrived.
-    HttpError,
-    /// An HTTP endpoint answered a body that is not JSON.
-    HttpNotJson,
-    /// An HTTP response body is larger than the cap.
-    HttpResponseTooLarge,
-    /// The TypeScript transpiler is not installed.
-    TranspilerNotInstalled,
-    /// A TypeScript source could not be transpiled.
-    TranspileFailed,
-    /// A Python schema could not be inferred.
-    SchemaInferenceFailed,
-    /// A Node module declares no schema.
-    SchemaNotFound,
-    /// A declared credential could not be read (the error result carries the
-    /// credential's own code).
-    CredentialFailed,
-    /// A local file operation failed.
-    IoError,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`DispatchError`], listed with what to do in `docs/errors.md`.
+    /// A model sees them as `details.dispatch_code` of its error result.
+    #[non_exhaustive]
+    pub enum DispatchCode {
+        /// The endpoint string is malformed.
+        InvalidEndpoint,
+        /// The endpoint's file does not exist or is not usable.
+        EndpointFileNotFound,
+        /// No such built-in tool.
+        UnknownBuiltin,
+        /// The interpreter or executable could not be started.
+        SpawnFailed,
+        /// The call ran past its timeout.
+        Timeout,
+        /// The tool wrote more to stdout than the cap.
+        StdoutTooLarge,
+        /// A stdout line is not a protocol message.
+        ProtocolViolation,
+        /// The process ended without an answer.
+        ToolExited,
+        /// The tool answered with an error line.
+        ToolError,
+        /// An HTTP endpoint answered a non-2xx status.
+        HttpStatus,
+        /// An HTTP request failed before an answer arrived.
+        HttpError,
+        /// An HTTP endpoint answered a body that is not JSON.
+        HttpNotJson,
+        /// An HTTP response body is larger than the cap.
+        HttpResponseTooLarge,
+        /// The TypeScript transpiler is not installed.
+        TranspilerNotInstalled,
+        /// A TypeScript source could not be transpiled.
+        TranspileFailed,
+        /// A Python schema could not be inferred.
+        SchemaInferenceFailed,
+        /// A Node module declares no schema.
+        SchemaNotFound,
+        /// A declared credential could not be read (the error result carries the
+        /// credential's own code).
+        CredentialFailed,
+        /// A local file operation failed.
+        IoError,
+    }
 }
-
-toolshed_core::code_enum!(DispatchCode);
 
 impl From<DispatchError> for ToolError {
     fn from(e: DispatchError) -> Self {

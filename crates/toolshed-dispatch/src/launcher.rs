@@ -344,7 +344,7 @@ impl Launcher {
             proc.kill().await;
         }
         proc.drain_stderr().await;
-        let stderr = proc.take_stderr();
+        let (stderr, _) = proc.take_stderr();
         let fail = |what: String| {
             let stderr = tail(stderr.trim(), 1500);
             HelperError::Failed(if stderr.is_empty() {

@@ -14,7 +14,9 @@
 //! call ([`Mode::OneShot`]) or from a warm pool of long-lived workers ([`Mode::Pool`]).
 //! stdout and stderr are capped, a process that floods stdout, breaks the protocol or
 //! outlives its timeout is killed with its whole process group and reaped, and every
-//! failure is an error result, never a panic or a stuck caller.
+//! failure is an error result, never a panic or a stuck caller. What the process left
+//! (stdout, stderr, exit code, signal) comes back as the call's
+//! [`toolshed_core::Diagnostics`], in the handler's [`toolshed_core::Reply`].
 //!
 //! ## Writing tools
 //!
@@ -67,6 +69,7 @@
 
 mod assets;
 pub mod config;
+mod conversation;
 mod dispatcher;
 pub mod endpoint;
 pub mod error;

@@ -1,9 +1,15 @@
-//! One tool process and one conversation with it: spawning in its own process group,
-//! capped stdout lines, a stderr tail collected in the background, and killing and
-//! reaping on every path (answer, error, timeout, a dropped future), so no call leaves a
-//! stray process or a zombie behind.
+//! One tool process: spawning in its own process group, capped stdout lines, a stderr
+//! tail collected in the background, and killing and reaping, so no process leaves a
+//! stray child or a zombie behind. The lowest layer of the dispatcher: the launcher
+//! starts processes, the pool keeps them, a conversation talks to one.
+//!
+//! The group is killed before the leader is reaped, on every path: while the leader is
+//! an unreaped zombie its pid cannot be reused, so signalling the group can only reach
+//! the tool's own processes. Whatever the tool left running (a background child) dies
+//! with it, also when the tool itself exited cleanly.
 
 use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -15,9 +21,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::error::{DispatchError, tail};
-use crate::pool::Lease;
-use crate::protocol::{Message, parse_line};
+use crate::error::tail;
 
 /// How many characters of stderr an exit error quotes.
 const STDERR_TAIL_CHARS: usize = 2000;
@@ -101,6 +105,10 @@ pub(crate) struct Proc {
     /// How many end-of-call marks stderr has carried.
     marks: watch::Receiver<u64>,
     marks_calls: bool,
+    /// The process's pidfd, to wait for its exit without reaping it (Linux 5.4+; without
+    /// it, what a tool that exited on its own left running is not killed).
+    pidfd: Option<Arc<OwnedFd>>,
+    /// Set once the process is reaped (only this type reaps it).
     status: Option<ExitStatus>,
     /// The watched source's stamp when this process started.
     pub stamp: Option<FileStamp>,
@@ -128,6 +136,9 @@ impl Proc {
         cmd.envs(spec.extra_env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
+        let pidfd = raw_pid(pid)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+            .map(Arc::new);
         let (Some(stdin), Some(stdout), Some(mut stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -172,6 +183,7 @@ impl Proc {
             stderr_task: Some(stderr_task),
             marks: marks_rx,
             marks_calls: spec.marks_calls,
+            pidfd,
             status: None,
             stamp,
         })
@@ -223,27 +235,54 @@ impl Proc {
         }
     }
 
-    /// Whether the process has exited (reaping it if so).
+    /// Whether the process has exited (then it is reaped, its group killed first).
     pub fn has_exited(&mut self) -> bool {
-        if self.status.is_some() {
+        if self.status.is_some() || self.child.is_none() {
             return true;
         }
-        match self.child.as_mut().map(Child::try_wait) {
-            Some(Ok(Some(status))) => {
-                self.status = Some(status);
+        let Some(pid) = raw_pid(self.pid) else {
+            return true;
+        };
+        // Asked without reaping, so the group can still be killed safely.
+        let options = rustix::process::WaitIdOptions::EXITED
+            | rustix::process::WaitIdOptions::NOHANG
+            | rustix::process::WaitIdOptions::NOWAIT;
+        match rustix::process::waitid(rustix::process::WaitId::Pid(pid), options) {
+            Ok(None) => false,
+            Ok(Some(_)) => {
+                self.reap_now();
                 true
             }
-            Some(Ok(None)) => false,
-            Some(Err(_)) | None => true,
+            // Not (or no longer) our child to wait on: nothing to kill safely.
+            Err(_) => {
+                if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                    self.status = Some(status);
+                }
+                true
+            }
         }
     }
 
-    /// Wait up to `grace` for the process to exit on its own.
+    /// Wait up to `grace` for the process to exit on its own; then kill whatever is left
+    /// of its group and reap it. `None`: it is still running.
     pub async fn wait_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            let child = self.child.as_mut()?;
-            if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
-                self.status = Some(status);
+        if self.status.is_some() {
+            return self.status;
+        }
+        match self.pidfd.clone() {
+            Some(fd) => {
+                // waitid blocks, so it waits on a blocking thread; one still waiting after
+                // the grace returns once the process is killed.
+                let exited = tokio::task::spawn_blocking(move || wait_exited(&fd));
+                if matches!(tokio::time::timeout(grace, exited).await, Ok(Ok(true))) {
+                    self.reap().await;
+                }
+            }
+            None => {
+                let child = self.child.as_mut()?;
+                if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
+                    self.status = Some(status);
+                }
             }
         }
         self.status
@@ -251,16 +290,30 @@ impl Proc {
 
     /// Kill the process group and reap the process.
     pub async fn kill(&mut self) {
-        if self.has_exited() {
+        if self.status.is_some() {
             return;
         }
-        kill_group(self.pid);
         if let Some(child) = self.child.as_mut() {
             let _ = child.start_kill();
-            if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), child.wait()).await
-            {
-                self.status = Some(status);
-            }
+        }
+        self.reap().await;
+    }
+
+    /// Kill the group (the unreaped leader still holds its id), then reap the leader.
+    async fn reap(&mut self) {
+        kill_group(self.pid);
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), child.wait()).await
+        {
+            self.status = Some(status);
+        }
+    }
+
+    /// [`Proc::reap`] for a leader known to have exited, without waiting.
+    fn reap_now(&mut self) {
+        kill_group(self.pid);
+        if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+            self.status = Some(status);
         }
     }
 
@@ -285,21 +338,26 @@ impl Proc {
         }
     }
 
-    /// Take the stderr collected so far.
-    pub fn take_stderr(&self) -> String {
+    /// Take the stderr collected so far, and whether its start was dropped (the tail
+    /// is kept).
+    pub fn take_stderr(&self) -> (String, bool) {
         match self.stderr.lock() {
             Ok(mut t) => {
-                let text = String::from_utf8_lossy(&t.bytes).into_owned();
-                let dropped = std::mem::take(&mut t.dropped);
+                let taken = describe_tail(&t);
+                t.dropped = 0;
                 t.bytes.clear();
-                if dropped > 0 {
-                    format!("[{dropped} earlier bytes of stderr dropped]\n{text}")
-                } else {
-                    text
-                }
+                taken
             }
-            Err(_) => String::new(),
+            Err(_) => (String::new(), false),
         }
+    }
+
+    /// [`Proc::take_stderr`] without taking it (for a call cut short).
+    pub fn stderr_so_far(&self) -> (String, bool) {
+        self.stderr
+            .lock()
+            .map(|t| describe_tail(&t))
+            .unwrap_or_default()
     }
 
     /// The end of the stderr collected so far, without taking it.
@@ -324,9 +382,10 @@ impl Drop for Proc {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        if self.status.is_some() || matches!(child.try_wait(), Ok(Some(_))) {
+        if self.status.is_some() {
             return;
         }
+        // Not reaped yet (exited or not), so the group id is still the tool's.
         kill_group(self.pid);
         let _ = child.start_kill();
         // Reap it so no zombie stays behind; without a runtime, tokio's orphan reaper
@@ -342,15 +401,41 @@ impl Drop for Proc {
 /// SIGKILL the process group led by `pid`. Called only while the leader is known not
 /// to be reaped, so the group id cannot have been reused.
 fn kill_group(pid: u32) {
-    // Never pid 0 or 1: kill(-1) would signal every process we may signal.
-    if pid <= 1 {
-        return;
-    }
-    let Ok(raw) = i32::try_from(pid) else {
-        return;
-    };
-    if let Some(pid) = rustix::process::Pid::from_raw(raw) {
+    if let Some(pid) = raw_pid(pid) {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// A pid we may signal or wait on: never 0 or 1 (kill(-1) would signal every process
+/// we may signal).
+fn raw_pid(pid: u32) -> Option<rustix::process::Pid> {
+    if pid <= 1 {
+        return None;
+    }
+    rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
+}
+
+/// Block until the process of `pidfd` has exited, without reaping it; whether it did.
+fn wait_exited(pidfd: &OwnedFd) -> bool {
+    let options = rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT;
+    loop {
+        match rustix::process::waitid(rustix::process::WaitId::PidFd(pidfd.as_fd()), options) {
+            Err(rustix::io::Errno::INTR) => continue,
+            result => return result.is_ok(),
+        }
+    }
+}
+
+/// The kept stderr as text, with a note of what was dropped before it.
+fn describe_tail(t: &Tail) -> (String, bool) {
+    let text = String::from_utf8_lossy(&t.bytes).into_owned();
+    if t.dropped > 0 {
+        (
+            format!("[{} earlier bytes of stderr dropped]\n{text}", t.dropped),
+            true,
+        )
+    } else {
+        (text, false)
     }
 }
 
@@ -375,226 +460,6 @@ pub(crate) fn describe_status(status: Option<ExitStatus>) -> String {
         },
         None => "closed its stdout".into(),
     }
-}
-
-/// The process a conversation talks to: its own, or one leased from a pool.
-pub(crate) enum Worker {
-    /// A one-shot process.
-    Solo(Proc),
-    /// A pooled worker.
-    Pooled(Lease),
-}
-
-impl Worker {
-    fn proc(&mut self) -> &mut Proc {
-        match self {
-            Worker::Solo(p) => p,
-            Worker::Pooled(lease) => lease.proc(),
-        }
-    }
-}
-
-/// What a finished conversation leaves: the captured streams and the exit code.
-#[derive(Debug, Default)]
-pub(crate) struct Leftovers {
-    pub stdout: String,
-    pub stderr: String,
-    pub exit_code: Option<i32>,
-}
-
-/// One call's exchange with a process.
-pub(crate) struct Conversation {
-    worker: Worker,
-    tool: Arc<str>,
-    id: String,
-    cap: usize,
-    used: usize,
-    stdout: Vec<u8>,
-    line: Vec<u8>,
-    grace: Duration,
-    /// Set once the process misbehaved or died: it must not serve again.
-    broken: bool,
-    answered: bool,
-    /// The worker's end-of-call marks before this call.
-    marks_before: u64,
-}
-
-impl Conversation {
-    /// Send the request. A one-shot process then gets end-of-file; the write happens in
-    /// the background so a tool that answers before reading cannot block the caller.
-    /// Returns the conversation and whether the write failed (the worker was already
-    /// gone, so the tool never saw the request).
-    pub async fn start(
-        mut worker: Worker,
-        tool: Arc<str>,
-        id: String,
-        request: Vec<u8>,
-        cap: usize,
-        grace: Duration,
-    ) -> (Conversation, bool) {
-        let mut write_failed = false;
-        match &mut worker {
-            Worker::Solo(p) => {
-                if let Some(mut stdin) = p.take_stdin() {
-                    tokio::spawn(async move {
-                        let _ = stdin.write_all(&request).await;
-                        let _ = stdin.shutdown().await;
-                    });
-                }
-            }
-            Worker::Pooled(lease) => {
-                write_failed = lease.proc().send(&request).await.is_err();
-            }
-        }
-        let marks_before = worker.proc().marks();
-        let conv = Conversation {
-            worker,
-            tool,
-            id,
-            cap,
-            used: 0,
-            stdout: Vec::new(),
-            line: Vec::new(),
-            grace,
-            broken: write_failed,
-            answered: false,
-            marks_before,
-        };
-        (conv, write_failed)
-    }
-
-    /// Whether the process is a pooled worker.
-    pub fn is_pooled(&self) -> bool {
-        matches!(self.worker, Worker::Pooled(_))
-    }
-
-    /// Give back the worker of a conversation whose request never reached the tool.
-    pub fn into_worker(self) -> Worker {
-        self.worker
-    }
-
-    /// The next message. Blank lines are skipped; anything invalid ends the call.
-    pub async fn next(&mut self) -> Result<Message, DispatchError> {
-        loop {
-            let budget = self.cap.saturating_sub(self.used);
-            let read = self.worker.proc().read_line(&mut self.line, budget).await;
-            match read {
-                Ok(LineRead::Line) => {
-                    self.used += self.line.len();
-                    self.stdout.extend_from_slice(&self.line);
-                    let trimmed = trim_newline(&self.line);
-                    if trimmed.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    return match parse_line(trimmed, &self.id) {
-                        Ok(m) => {
-                            if m.is_final() {
-                                self.answered = true;
-                            }
-                            Ok(m)
-                        }
-                        Err(bad) => {
-                            self.broken = true;
-                            Err(DispatchError::Protocol {
-                                tool: self.tool.to_string(),
-                                problem: bad.problem,
-                                excerpt: bad.excerpt,
-                            })
-                        }
-                    };
-                }
-                Ok(LineRead::TooLong) => {
-                    self.broken = true;
-                    self.worker.proc().kill().await;
-                    return Err(DispatchError::StdoutTooLarge {
-                        tool: self.tool.to_string(),
-                        cap: self.cap,
-                    });
-                }
-                Ok(LineRead::Eof) | Err(_) => {
-                    self.broken = true;
-                    let grace = self.grace;
-                    let proc = self.worker.proc();
-                    let status = proc.wait_exit(grace).await;
-                    if status.is_none() {
-                        proc.kill().await;
-                    }
-                    proc.drain_stderr().await;
-                    return Err(DispatchError::Exited {
-                        tool: self.tool.to_string(),
-                        status: describe_status(status),
-                        exit_code: status.and_then(|s| s.code()),
-                        stderr_tail: proc.stderr_tail(),
-                    });
-                }
-            }
-        }
-    }
-
-    /// End the conversation. A one-shot process gets `exit_grace` to exit, then is
-    /// killed; a pooled worker that answered cleanly goes back to its pool, any other
-    /// is killed (and the pool starts a replacement).
-    pub async fn finish(mut self) -> Leftovers {
-        let healthy = self.answered && !self.broken;
-        let stdout = String::from_utf8_lossy(&self.stdout).into_owned();
-        let grace = self.grace;
-        match self.worker {
-            Worker::Solo(ref mut proc) => {
-                let status = if healthy {
-                    proc.wait_exit(grace).await
-                } else {
-                    proc.status()
-                };
-                if status.is_none() {
-                    proc.kill().await;
-                }
-                proc.drain_stderr().await;
-                Leftovers {
-                    stdout,
-                    stderr: proc.take_stderr(),
-                    exit_code: status.and_then(|s| s.code()),
-                }
-            }
-            Worker::Pooled(mut lease) => {
-                if healthy {
-                    // Logs written just before the answer may still be in the pipe.
-                    lease.proc().wait_marks(self.marks_before + 1).await;
-                    let stderr = lease.proc().take_stderr();
-                    lease.release();
-                    Leftovers {
-                        stdout,
-                        stderr,
-                        exit_code: None,
-                    }
-                } else {
-                    let proc = lease.proc();
-                    proc.kill().await;
-                    proc.drain_stderr().await;
-                    let stderr = proc.take_stderr();
-                    let exit_code = proc.status().and_then(|s| s.code());
-                    lease.discard();
-                    Leftovers {
-                        stdout,
-                        stderr,
-                        exit_code,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Kill the process now (a timeout) and collect what it left.
-    pub async fn abort(mut self) -> Leftovers {
-        self.broken = true;
-        self.answered = false;
-        self.worker.proc().kill().await;
-        self.finish().await
-    }
-}
-
-fn trim_newline(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 #[cfg(test)]

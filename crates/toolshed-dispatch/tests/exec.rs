@@ -23,14 +23,19 @@ async fn a_shell_script_speaks_the_protocol() {
             pids.push(result["pid"].as_u64().unwrap());
             assert_eq!(run.partials, vec![json!({"step": 1})]);
             assert!(
-                run.stderr.contains("shell tool got request r"),
+                run.diagnostics.stderr.contains("shell tool got request r"),
                 "{:?}",
-                run.stderr
+                run.diagnostics.stderr
             );
-            assert_eq!(run.stdout.lines().count(), 2, "{}", run.stdout);
+            assert_eq!(
+                run.diagnostics.stdout.lines().count(),
+                2,
+                "{}",
+                run.diagnostics.stdout
+            );
             match mode {
-                Mode::OneShot => assert_eq!(run.exit_code, Some(0)),
-                Mode::Pool => assert_eq!(run.exit_code, None),
+                Mode::OneShot => assert_eq!(run.diagnostics.exit_code, Some(0)),
+                Mode::Pool => assert_eq!(run.diagnostics.exit_code, None),
             }
         }
         match mode {
@@ -52,7 +57,7 @@ async fn exec_tools_default_to_one_shot() {
             Request::new("echo", json!({})),
         )
         .await;
-    assert_eq!(run.exit_code, Some(0));
+    assert_eq!(run.diagnostics.exit_code, Some(0));
 }
 
 #[tokio::test]
@@ -117,7 +122,7 @@ async fn a_non_zero_exit_reports_the_code_and_stderr() {
                 .contains("config file /etc/tool.conf is missing"),
             "{err}"
         );
-        assert_eq!(run.exit_code, Some(3), "{mode:?}");
+        assert_eq!(run.diagnostics.exit_code, Some(3), "{mode:?}");
     }
 }
 
@@ -141,6 +146,6 @@ async fn a_stdout_flood_is_killed() {
             .contains("tool flood wrote more than 262144 bytes to stdout and was killed"),
         "{err}"
     );
-    assert!(run.stdout.len() <= 256 * 1024);
-    assert_eq!(run.exit_code, None, "killed, not exited");
+    assert!(run.diagnostics.stdout.len() <= 256 * 1024);
+    assert_eq!(run.diagnostics.exit_code, None, "killed, not exited");
 }

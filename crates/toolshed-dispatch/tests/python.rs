@@ -172,7 +172,10 @@ async fn values_async_functions_and_exceptions() {
         )
         .await;
     assert_eq!(ok.result.unwrap(), json!(3));
-    assert_eq!(ok.exit_code, None, "a pooled worker keeps running");
+    assert_eq!(
+        ok.diagnostics.exit_code, None,
+        "a pooled worker keeps running"
+    );
 
     let ok = d
         .execute(
@@ -193,7 +196,11 @@ async fn values_async_functions_and_exceptions() {
     assert_eq!(e.message, "ValueError: cannot continue: no fuel");
     assert_eq!(dispatch_code(&e), "TOOL_ERROR");
     assert_eq!(e.details.unwrap()["tool_code"], "ValueError");
-    assert!(err.stderr.contains("Traceback"), "{}", err.stderr);
+    assert!(
+        err.diagnostics.stderr.contains("Traceback"),
+        "{}",
+        err.diagnostics.stderr
+    );
 
     let e = d
         .execute(
@@ -275,7 +282,7 @@ async fn generators_stream_partials() {
             vec![json!({"left": 3}), json!({"left": 2}), json!({"left": 1})]
         );
         if mode == Mode::OneShot {
-            assert_eq!(run.exit_code, Some(0));
+            assert_eq!(run.diagnostics.exit_code, Some(0));
         }
 
         let run = d
@@ -337,12 +344,16 @@ async fn print_goes_to_stderr_not_the_protocol() {
             "from a child process",
         ] {
             assert!(
-                run.stderr.contains(line),
+                run.diagnostics.stderr.contains(line),
                 "{mode:?}: {line} not in {:?}",
-                run.stderr
+                run.diagnostics.stderr
             );
         }
-        assert!(!run.stdout.contains("log line"), "{}", run.stdout);
+        assert!(
+            !run.diagnostics.stdout.contains("log line"),
+            "{}",
+            run.diagnostics.stdout
+        );
     }
 }
 
@@ -365,9 +376,13 @@ async fn stderr_is_capped_to_its_tail() {
         )
         .await;
     assert_eq!(run.result.unwrap(), json!({"kib": 200}));
-    assert!(run.stderr.len() <= 64 * 1024 + 100, "{}", run.stderr.len());
-    assert!(run.stderr.contains("bytes of stderr dropped"));
-    assert!(run.stderr.trim_end().ends_with("THE END"));
+    assert!(
+        run.diagnostics.stderr.len() <= 64 * 1024 + 100,
+        "{}",
+        run.diagnostics.stderr.len()
+    );
+    assert!(run.diagnostics.stderr.contains("bytes of stderr dropped"));
+    assert!(run.diagnostics.stderr.trim_end().ends_with("THE END"));
 }
 
 #[derive(Debug)]
@@ -425,7 +440,7 @@ async fn the_tool_gets_its_context_and_only_its_declared_credentials() {
         )
         .await;
     assert_eq!(run.result.unwrap()["token"], "[REDACTED]");
-    assert!(!run.stdout.contains("tok-given"));
+    assert!(!run.diagnostics.stdout.contains("tok-given"));
 }
 
 #[tokio::test]
@@ -501,7 +516,8 @@ async fn execute_enforces_its_timeout() {
         let err = run.result.unwrap_err();
         assert_eq!(err.code, ErrorCode::Timeout);
         assert_eq!(err.message, "tool sleepy timed out after 1500ms");
-        assert_eq!(run.exit_code, None);
+        assert_eq!(run.diagnostics.exit_code, None);
+        assert!(run.diagnostics.timed_out, "{mode:?}");
         assert!(run.duration_ms < 10_000.0, "{}", run.duration_ms);
         let (pid, grandchild) = read_pids(&pid_file).await;
         // execute() reaps before it returns.
@@ -538,6 +554,6 @@ async fn a_crash_reports_the_exit_code_and_stderr_tail() {
         "{err}"
     );
     assert_eq!(err.details.unwrap()["exit_code"], 3);
-    assert_eq!(run.exit_code, Some(3));
-    assert!(run.stderr.contains("the database is on fire"));
+    assert_eq!(run.diagnostics.exit_code, Some(3));
+    assert!(run.diagnostics.stderr.contains("the database is on fire"));
 }

@@ -90,6 +90,7 @@ async fn keyed_call(journal: &dyn Journal, run_id: &str, how: Keyed) {
     let outcome = CallResult {
         result: Ok(json!({"message_id": "m-1", "status": "sent"})),
         duration_ms: 1.0,
+        diagnostics: Default::default(),
     };
     journal.record_finished(&call_id, outcome).await.unwrap();
 }

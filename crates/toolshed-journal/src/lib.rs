@@ -72,42 +72,23 @@ mod store;
 pub use records::*;
 pub use store::SqlJournal;
 
-/// The stable codes of [`JournalError`], the same for both databases.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum JournalCode {
-    /// The database URL is not `sqlite://PATH` or `postgres://…`.
-    InvalidDatabaseUrl,
-    /// The database cannot be opened or reached, or was written by a newer toolshed.
-    JournalUnavailable,
-    /// The file is not a toolshed journal (someone else's database, or not one at all).
-    NotAJournal,
-    /// No such run or call.
-    NotFound,
-    /// The change conflicts with the record's state.
-    Conflict,
-    /// Any other failure of the database.
-    JournalError,
-}
-
-impl JournalCode {
-    /// The code as written on the wire, e.g. `NOT_FOUND`.
-    pub fn as_str(self) -> &'static str {
-        self.into()
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`JournalError`], the same for both databases.
+    #[non_exhaustive]
+    pub enum JournalCode {
+        /// The database URL is not `sqlite://PATH` or `postgres://…`.
+        InvalidDatabaseUrl,
+        /// The database cannot be opened or reached, or was written by a newer toolshed.
+        JournalUnavailable,
+        /// The file is not a toolshed journal (someone else's database, or not one at all).
+        NotAJournal,
+        /// No such run or call.
+        NotFound,
+        /// The change conflicts with the record's state.
+        Conflict,
+        /// Any other failure of the database.
+        JournalError,
     }
 }
 
@@ -206,6 +187,9 @@ pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 pub trait Journal: Send + Sync + fmt::Debug {
     /// A short description for messages, e.g. `sqlite:///path/toolshed.db`.
     fn describe(&self) -> String;
+
+    /// What the writer has done so far (for metrics, and for tests of group commit).
+    fn write_stats(&self) -> WriteStats;
 
     // ---- runs ----
 
@@ -306,8 +290,8 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// is.
     async fn answer(&self, call_id: &str, answer: Answer) -> Result<CallRecord>;
 
-    /// Calls waiting for a human: pending approvals and unanswered human tools, oldest
-    /// first, filtered by run and by the run's tenant.
+    /// Calls waiting for a human: pending approvals and unanswered human tools of runs
+    /// that are not finished, oldest first, filtered by run and by the run's tenant.
     async fn pending_gates(&self, filter: &GateFilter) -> Result<Vec<CallRecord>>;
 
     // ---- crumbs ----
@@ -319,6 +303,24 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     /// Read a run's crumbs in order. An unknown run is `NotFound`.
     async fn crumbs_of_run(&self, run_id: &str) -> Result<Vec<CrumbRecord>>;
+}
+
+/// What a journal's writer has done since it was opened: how many batches it began,
+/// how many of them it committed, how many operations those commits carried, and how
+/// many writes are waiting for their answer now. `operations / commits` is how many
+/// writes shared each durable commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Batches taken, each in its own transaction (counted when the writer takes the
+    /// batch, before its transaction may wait for a lock); PostgreSQL counts a second
+    /// one when a failing statement makes it run the batch again one by one.
+    pub batches: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Operations in committed transactions.
+    pub operations: u64,
+    /// Writes sent and not yet answered.
+    pub pending: u64,
 }
 
 /// What [`Journal::open_and_start`] found or did.

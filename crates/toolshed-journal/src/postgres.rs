@@ -21,7 +21,7 @@ use crate::rules::{
     RUN_COLUMNS, WriteOp, call_conflict, call_from_row, call_id_taken, columns, not_found_run,
     run_conflict, run_exists, run_from_row,
 };
-use crate::store::{MIGRATIONS, Writer};
+use crate::store::{Counters, MIGRATIONS, Writer};
 use crate::{CallRecord, CallStatus, JournalError, Result, RunRecord};
 
 /// Read connections per journal.
@@ -48,13 +48,15 @@ pub(crate) async fn connect(
     })?;
     let readers = toolshed_store::pg::Readers::connect(Arc::clone(&target), READERS).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
+    let counters = Arc::new(Counters::default());
     let task = WriterTask {
         target,
+        counters: Arc::clone(&counters),
         conn: Some(WriterConn { client, statements }),
     };
     tokio::spawn(task.run(receiver));
     Ok((
-        PgWriter { sender },
+        PgWriter { sender, counters },
         Readers::Postgres(Arc::new(readers)),
         applied,
     ))
@@ -80,16 +82,22 @@ pub(crate) async fn connect(
 /// `COMMIT` reports that its outcome is unknown.
 pub(crate) struct PgWriter {
     sender: mpsc::UnboundedSender<Request>,
+    counters: Arc<Counters>,
 }
 
 #[async_trait]
 impl Writer for PgWriter {
     async fn write(&self, op: WriteOp) -> Result<Outcome> {
         let (reply, answer) = oneshot::channel();
+        let _pending = self.counters.enter();
         self.sender
             .send(Request { op, reply })
             .map_err(|_| writer_stopped())?;
         answer.await.map_err(|_| writer_stopped())?
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 }
 
@@ -102,6 +110,7 @@ struct Request {
 
 struct WriterTask {
     target: Arc<Target>,
+    counters: Arc<Counters>,
     conn: Option<WriterConn>,
 }
 
@@ -129,6 +138,7 @@ impl WriterTask {
     async fn run_batch(&mut self, batch: &mut Vec<Request>) {
         let target = Arc::clone(&self.target);
         let target = target.as_ref();
+        let counters = Arc::clone(&self.counters);
         let conn = match self.connection().await {
             Ok(conn) => conn,
             Err(e) => {
@@ -139,9 +149,15 @@ impl WriterTask {
             }
         };
         let ops: Vec<&WriteOp> = batch.iter().map(|r| &r.op).collect();
+        counters.began();
         let rows = match pipelined(conn, target, &ops).await {
             Ok(rows) => Ok(rows.into_iter().map(Ok).collect()),
-            Err(BatchFailure::Statement) => one_by_one(conn, target, &ops).await,
+            Err(BatchFailure::Statement) => {
+                // The pipelined transaction was rolled back; a second one runs the
+                // operations one by one.
+                counters.began();
+                one_by_one(conn, target, &ops).await
+            }
             Err(BatchFailure::Fatal(e)) => Err(e),
         };
         let rows: Vec<Result<Vec<Row>>> = match rows {
@@ -157,6 +173,7 @@ impl WriterTask {
                 return;
             }
         };
+        counters.committed(batch.len());
         // Committed. Turn rows into outcomes; an operation that changed nothing reads
         // the row to say why.
         let mut outcomes = Vec::with_capacity(batch.len());
@@ -597,7 +614,8 @@ impl WriterStatements {
                 .await?,
             record_finished: client
                 .prepare(&format!(
-                    "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6 \
+                    "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6, \
+                     diagnostics = $7 \
                      WHERE call_id = $1 AND {} RETURNING {call_cols}",
                     CallChange::Finish.sql_condition("")
                 ))
@@ -691,7 +709,15 @@ impl WriterStatements {
                 now,
             } => (
                 &self.record_finished,
-                vec![call_id, &f.status, &f.result, &f.error, &f.duration_ms, now],
+                vec![
+                    call_id,
+                    &f.status,
+                    &f.result,
+                    &f.error,
+                    &f.duration_ms,
+                    now,
+                    &f.diagnostics,
+                ],
             ),
             WriteOp::RecordGate {
                 call_id,
@@ -751,6 +777,7 @@ fn finished_run_params(f: &FinishedRun) -> Params<'static> {
         Box::new(column(calls, |(_, d)| d.error.clone())),
         Box::new(column(calls, |(_, d)| d.duration_ms)),
         Box::new(f.crumbs.clone()),
+        Box::new(column(calls, |(_, d)| d.diagnostics.clone())),
     ])
 }
 
@@ -766,13 +793,14 @@ const RECORD_RUN: &str = "WITH run AS ( \
          RETURNING id \
      ), call_rows AS ( \
          INSERT INTO calls (call_id, run_id, ordinal, tool_call_id, tool, args_hash, args, \
-             status, attempts, result, error, duration_ms, created_at_ms, updated_at_ms) \
+             status, attempts, result, error, duration_ms, diagnostics, created_at_ms, \
+             updated_at_ms) \
          SELECT c.call_id, run.id, c.ordinal, c.tool_call_id, c.tool, c.args_hash, c.args, \
-             c.status, 0, c.result, c.error, c.duration_ms, $9, $9 \
+             c.status, 0, c.result, c.error, c.duration_ms, c.diagnostics, $9, $9 \
          FROM run, unnest($10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[], \
-             $15::text[], $16::text[], $17::text[], $18::text[], $19::float8[]) \
+             $15::text[], $16::text[], $17::text[], $18::text[], $19::float8[], $21::text[]) \
              AS c (call_id, ordinal, tool_call_id, tool, args_hash, args, status, result, error, \
-                   duration_ms) \
+                   duration_ms, diagnostics) \
          RETURNING 1 \
      ), crumb_rows AS ( \
          INSERT INTO crumbs (run_id, seq, crumb) \

@@ -7,8 +7,8 @@ use toolshed_store::sql::Query;
 use toolshed_store::{Executor, Sql};
 
 use crate::rules::{
-    CALL_COLUMNS, RUN_COLUMNS, any_status, call_from_row, columns, crumb_from_row, not_found_run,
-    run_from_row,
+    CALL_COLUMNS, RUN_COLUMNS, RUN_MUTABLE, any_status, call_from_row, columns, crumb_from_row,
+    not_found_run, run_from_row,
 };
 use crate::{CallRecord, CallStatus, CrumbRecord, GateFilter, Result, RunFilter, RunRecord};
 
@@ -117,6 +117,9 @@ pub(crate) async fn pending_gates(
             ]
         )
     ));
+    // A gate of a finished (cancelled, failed) run waits for nobody.
+    q.push(" AND ")
+        .push(&any_status("r", RUN_MUTABLE.iter().map(|s| s.as_str())));
     if let Some(run_id) = &filter.run_id {
         q.push(" AND c.run_id = ").bind(run_id);
     }

@@ -3,47 +3,29 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolshed_core::{Principal, ToolError};
+use toolshed_core::{Diagnostics, Principal, ToolError};
 
 /// The version of the record formats below, stored with every database.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// A run's status.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum RunStatus {
-    /// A driver is (or was, until it crashed) executing it.
-    Running,
-    /// Waiting for a human: holds no process and no memory.
-    Parked,
-    /// Finished: every call has a result.
-    Completed,
-    /// Failed: a runtime failure or a spent budget (the error says which).
-    Failed,
-    /// Cancelled by someone.
-    Cancelled,
+toolshed_core::wire_enum! {
+    case = "lowercase";
+    /// A run's status.
+    pub enum RunStatus {
+        /// A driver is (or was, until it crashed) executing it.
+        Running,
+        /// Waiting for a human: holds no process and no memory.
+        Parked,
+        /// Finished: every call has a result.
+        Completed,
+        /// Failed: a runtime failure or a spent budget (the error says which).
+        Failed,
+        /// Cancelled by someone.
+        Cancelled,
+    }
 }
 
 impl RunStatus {
-    /// The status as stored: `running`, `parked`, …
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Parse a stored or user-given status.
     pub fn parse(s: &str) -> Option<Self> {
         s.parse().ok()
@@ -132,46 +114,28 @@ pub struct RunFilter {
     pub limit: u32,
 }
 
-/// A call's state.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum CallStatus {
-    /// Recorded, not yet started (an unkeyed call in flight, or one about to be gated).
-    Open,
-    /// A keyed call whose handler was started (and maybe crashed).
-    Started,
-    /// Waiting for an approval decision.
-    AwaitingApproval,
-    /// Waiting for a human tool's answer.
-    AwaitingAnswer,
-    /// Approved; runs on the next drive.
-    Approved,
-    /// Finished with a result.
-    Completed,
-    /// Finished with an error result (including a denial).
-    Failed,
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A call's state.
+    pub enum CallStatus {
+        /// Recorded, not yet started (an unkeyed call in flight, or one about to be gated).
+        Open,
+        /// A keyed call whose handler was started (and maybe crashed).
+        Started,
+        /// Waiting for an approval decision.
+        AwaitingApproval,
+        /// Waiting for a human tool's answer.
+        AwaitingAnswer,
+        /// Approved; runs on the next drive.
+        Approved,
+        /// Finished with a result.
+        Completed,
+        /// Finished with an error result (including a denial).
+        Failed,
+    }
 }
 
 impl CallStatus {
-    /// The status as stored.
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
     /// Parse a stored status.
     pub fn parse(s: &str) -> Option<Self> {
         s.parse().ok()
@@ -235,6 +199,9 @@ pub struct CallRecord {
     pub decision: Option<Decision>,
     /// The human tool's answer, once given.
     pub answer: Option<Answer>,
+    /// What the call's last execution left besides its result (stdout, stderr, exit
+    /// code, limits hit), once final; empty for in-process tools.
+    pub diagnostics: Diagnostics,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.
@@ -248,6 +215,10 @@ pub struct CallResult {
     pub result: std::result::Result<Value, ToolError>,
     /// Duration in milliseconds.
     pub duration_ms: f64,
+    /// What the execution left besides its result (already scrubbed and capped by the
+    /// pipeline); stored with the call and replayed with it.
+    #[serde(default)]
+    pub diagnostics: Diagnostics,
 }
 
 /// What a gated call waits for.

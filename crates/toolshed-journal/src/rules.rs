@@ -12,7 +12,7 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use toolshed_core::{ErrorCode, ToolError};
+use toolshed_core::{Diagnostics, ErrorCode, ToolError};
 use toolshed_store::Row;
 use toolshed_store::time::{format_ms, now_ms};
 
@@ -41,7 +41,7 @@ pub(crate) const RUN_COLUMNS: [&str; 12] = [
 ];
 
 /// The columns of `calls` that make a [`CallRecord`], in [`RawCall`] order.
-pub(crate) const CALL_COLUMNS: [&str; 17] = [
+pub(crate) const CALL_COLUMNS: [&str; 18] = [
     "call_id",
     "run_id",
     "ordinal",
@@ -59,6 +59,7 @@ pub(crate) const CALL_COLUMNS: [&str; 17] = [
     "answer",
     "created_at_ms",
     "updated_at_ms",
+    "diagnostics",
 ];
 
 /// A column list for a SELECT or RETURNING, each name prefixed (e.g. `c.`).
@@ -352,6 +353,8 @@ pub(crate) struct Finished {
     pub result: Option<String>,
     pub error: Option<String>,
     pub duration_ms: f64,
+    /// `NULL` when there is nothing to keep.
+    pub diagnostics: Option<String>,
 }
 
 impl Finished {
@@ -361,11 +364,17 @@ impl Finished {
             Ok(value) => (CallStatus::Completed, Some(to_json("result", value)?), None),
             Err(e) => (CallStatus::Failed, None, Some(to_json("error", e)?)),
         };
+        let diagnostics = if outcome.diagnostics.is_empty() {
+            None
+        } else {
+            Some(to_json("diagnostics", &outcome.diagnostics)?)
+        };
         Ok(Finished {
             status: status.as_str(),
             result,
             error,
             duration_ms: outcome.duration_ms,
+            diagnostics,
         })
     }
 }
@@ -700,6 +709,7 @@ pub(crate) fn new_call_record(
         gate: None,
         decision: None,
         answer: None,
+        diagnostics: Diagnostics::default(),
         created_at_ms: now,
         updated_at_ms: now,
     }
@@ -754,6 +764,7 @@ pub(crate) fn call_from_row(row: &Row) -> Result<CallRecord> {
         answer: opt_json(&what, "answer", row.get(14)?)?,
         created_at_ms: row.get(15)?,
         updated_at_ms: row.get(16)?,
+        diagnostics: opt_json(&what, "diagnostics", row.get(17)?)?.unwrap_or_default(),
         call_id,
     })
 }

@@ -3,13 +3,15 @@
 //! use `toolshed-store`'s pool of read connections beside it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Statement, params};
+use rusqlite::{
+    CachedStatement, Connection, ErrorCode, OpenFlags, OptionalExtension, Statement, params,
+};
 use tokio::sync::oneshot;
 use tokio::sync::oneshot::error::TryRecvError;
 use toolshed_store::Readers;
@@ -19,7 +21,7 @@ use crate::rules::{
     CALL_COLUMNS, CallChange, FinishedRun, Fragments, MAX_BATCH, Outcome, WriteOp, call_conflict,
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
-use crate::store::{MIGRATIONS, Writer};
+use crate::store::{Counters, MIGRATIONS, Writer};
 use crate::{CallRecord, CallStatus, JournalError, Result};
 
 /// How long a caller whose write is the only one in flight polls for its answer
@@ -34,71 +36,140 @@ const READERS: usize = 4;
 /// Prepared statements cached per read connection.
 const STATEMENT_CACHE: usize = 16;
 
-/// Start the writer thread on `path` (creating and migrating the file) and the read
-/// pool beside it. Returns them and the migrations applied.
+/// Start the writer on `path` (creating and migrating the file) and the read pool
+/// beside it. Returns them and the migrations applied.
 ///
 /// A file that is not a SQLite database, or a SQLite database with tables but no
 /// `toolshed_meta`, is `NotAJournal` (and is left unchanged); a journal written by a
 /// newer toolshed is `Unavailable`.
 pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>)> {
     let path = path.to_path_buf();
+    let open_path = path.clone();
+    let (core, applied) = tokio::task::spawn_blocking(move || Core::open(&open_path))
+        .await
+        .map_err(|e| {
+            JournalError::from(toolshed_store::sqlite::unavailable(
+                &path,
+                format!("opening failed: {e}"),
+            ))
+        })??;
+    let core = Arc::new(Mutex::new(core));
+    let counters = Arc::new(Counters::default());
     let (sender, receiver) = std::sync::mpsc::channel();
-    let (ready_tx, ready_rx) = oneshot::channel();
-    let thread_path = path.clone();
-    let writer = std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
-        .spawn(move || writer_thread(&thread_path, receiver, ready_tx))
+        .spawn({
+            let (core, counters) = (Arc::clone(&core), Arc::clone(&counters));
+            move || writer_thread(&receiver, &core, &counters)
+        })
         .map_err(|e| {
             JournalError::from(toolshed_store::sqlite::unavailable(
                 &path,
                 format!("cannot start the writer thread: {e}"),
             ))
         })?;
-    let applied = match ready_rx.await {
-        Ok(Ok(applied)) => applied,
-        Ok(Err(e)) => return Err(e),
-        Err(_) => {
-            return Err(toolshed_store::sqlite::unavailable(
-                &path,
-                "the writer thread stopped while opening".into(),
-            )
-            .into());
-        }
-    };
     let readers = Readers::sqlite(&path, MIGRATIONS.noun, READERS, STATEMENT_CACHE);
     let writer = SqliteWriter {
         path,
+        core,
         sender: Some(sender),
-        thread: Some(writer),
-        in_flight: AtomicUsize::new(0),
+        thread: Some(thread),
+        counters,
     };
     Ok((writer, readers, applied))
 }
 
-/// The handle of the writer thread.
+/// The journal's one write connection, with what runs on it.
+struct Core {
+    conn: Connection,
+    sql: Sql,
+    checkpoints: Checkpointer,
+}
+
+impl Core {
+    /// Open the write connection (migrating the file), check every statement, start the
+    /// background checkpointer.
+    fn open(path: &Path) -> Result<(Core, Vec<u32>)> {
+        let (conn, applied) = toolshed_store::sqlite::open_writer(path, &MIGRATIONS)?;
+        let sql = Sql::new();
+        conn.set_prepared_statement_cache_capacity(WRITER_STATEMENT_CACHE);
+        for text in sql.all() {
+            conn.prepare_cached(text).map_err(|e| {
+                JournalError::from(toolshed_store::sqlite::unavailable(
+                    path,
+                    format!("cannot prepare statements: {e}"),
+                ))
+            })?;
+        }
+        let checkpoints = Checkpointer::start(path, &conn);
+        Ok((
+            Core {
+                conn,
+                sql,
+                checkpoints,
+            },
+            applied,
+        ))
+    }
+
+    /// Run `ops` in one transaction, commit once, and return each one's result (see
+    /// [`run_batch`]). `Busy` only when `wait` is false and another connection holds
+    /// the write lock: nothing was run.
+    fn run(&self, ops: &[&WriteOp], counters: &Counters, wait: bool) -> Batch {
+        if !wait {
+            // A lone write on the caller's thread never waits for another process.
+            let _ = self.conn.busy_timeout(Duration::ZERO);
+        }
+        let batch = run_batch(
+            &WriterStatements {
+                conn: &self.conn,
+                sql: &self.sql,
+            },
+            ops,
+            counters,
+            wait,
+        );
+        if !wait {
+            let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+        }
+        if let Batch::Done { commits, .. } = &batch
+            && commits.is_multiple_of(CHECKPOINT_EVERY)
+        {
+            self.checkpoints.kick();
+        }
+        batch
+    }
+}
+
+/// The writer of the journal's file.
 ///
-/// The thread owns the only write connection of this journal. [`Writer::write`] sends a
-/// `WriteOp` with a one-shot reply on a channel and waits; the thread takes every
-/// queued request (up to `MAX_BATCH`), runs them in one `BEGIN IMMEDIATE`
-/// transaction, each inside its own `SAVEPOINT` (a failing operation is rolled back
-/// alone and its error goes to its caller), commits once and then replies. No SQLite
-/// call ever runs on a tokio worker thread. Other processes may open the same file:
-/// `BEGIN IMMEDIATE` and the busy timeout serialize their writers, and every transition
-/// is a conditional statement, so the rules hold across processes too.
+/// There is one write connection ([`Core`]). A write that is the only one in flight
+/// runs on its caller's thread: it takes the connection, and commits (the hand-off to a
+/// writer thread and back, two thread wake-ups on a small VM, cost more than half a
+/// commit). It never waits for a lock there: if another process holds the file's write
+/// lock, or another write holds the connection, the write goes to the writer thread,
+/// like every write sent while others are in flight. The thread takes every queued
+/// request (up to `MAX_BATCH`), runs them in one `BEGIN IMMEDIATE` transaction, each
+/// inside its own `SAVEPOINT` (a failing operation is rolled back alone and its error
+/// goes to its caller), commits once and then replies: concurrent writes share one
+/// fsync. Other processes may open the same file: `BEGIN IMMEDIATE` and the busy
+/// timeout serialize their writers, and every transition is a conditional statement, so
+/// the rules hold across processes too.
 ///
-/// Latency of a lone write (one run working sequentially) is most of what a keyed call
-/// costs, so the hot path is lean: prepared statements only, a new call inserted with a
-/// plain `INSERT` (the conditional upsert only when that hits a constraint), rows read
+/// The hot path is lean: statements prepared once and cached, a new call inserted with
+/// a plain `INSERT` (the conditional upsert only when that hits a constraint), rows read
 /// back with a `SELECT` rather than `RETURNING` (several times dearer in SQLite), status
 /// conditions written as `=`/`OR` rather than `IN (…)` (SQLite builds a temporary index
-/// per execution of an `IN` list). Around the fsync both sides poll briefly instead of
-/// parking, see `CALLER_SPIN` and `WRITER_SPIN`: waking a parked thread costs a
-/// sizeable part of a commit on small VMs.
+/// per execution of an `IN` list). A queued write polls briefly for its answer instead
+/// of parking (`CALLER_SPIN`), and the thread polls briefly for the next request
+/// (`WRITER_SPIN`): waking a parked thread costs a sizeable part of a commit on small
+/// VMs.
 pub(crate) struct SqliteWriter {
     path: PathBuf,
+    core: Arc<Mutex<Core>>,
     sender: Option<Sender<Request>>,
     thread: Option<JoinHandle<()>>,
-    in_flight: AtomicUsize,
+    counters: Arc<Counters>,
 }
 
 impl Drop for SqliteWriter {
@@ -117,14 +188,26 @@ impl Drop for SqliteWriter {
 #[async_trait]
 impl Writer for SqliteWriter {
     async fn write(&self, op: WriteOp) -> Result<Outcome> {
+        let pending = self.counters.enter();
+        if pending.alone
+            && let Ok(core) = self.core.try_lock()
+        {
+            // Synchronous from here to the commit: the caller's future cannot be dropped
+            // half-way through it.
+            match core.run(&[&op], &self.counters, false) {
+                Batch::Done { mut results, .. } => {
+                    return results.pop().unwrap_or_else(|| Err(writer_stopped()));
+                }
+                Batch::Busy => {}
+            }
+        }
         let sender = self.sender.as_ref().ok_or_else(writer_stopped)?;
         let (reply, mut answer) = oneshot::channel();
-        let in_flight = InFlight::enter(&self.in_flight);
         sender
             .send(Request { op, reply })
             .map_err(|_| writer_stopped())?;
-        if in_flight.alone {
-            // A lone write (one run working sequentially): poll for the answer instead of
+        if pending.alone {
+            // Alone, but the connection was busy: poll for the answer instead of
             // parking, see CALLER_SPIN. Other tasks still run between polls.
             let until = Instant::now() + CALLER_SPIN;
             loop {
@@ -133,13 +216,17 @@ impl Writer for SqliteWriter {
                     Err(TryRecvError::Closed) => return Err(writer_stopped()),
                     Err(TryRecvError::Empty) => {}
                 }
-                if Instant::now() >= until || self.in_flight.load(Ordering::Acquire) > 1 {
+                if Instant::now() >= until || self.counters.pending() > 1 {
                     break;
                 }
                 tokio::task::yield_now().await;
             }
         }
         answer.await.map_err(|_| writer_stopped())?
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
 }
 
@@ -150,36 +237,9 @@ struct Request {
     reply: oneshot::Sender<Result<Outcome>>,
 }
 
-fn writer_thread(
-    path: &Path,
-    receiver: Receiver<Request>,
-    ready: oneshot::Sender<Result<Vec<u32>>>,
-) {
-    let (conn, applied) = match toolshed_store::sqlite::open_writer(path, &MIGRATIONS) {
-        Ok(opened) => opened,
-        Err(e) => {
-            let _ = ready.send(Err(e.into()));
-            return;
-        }
-    };
-    let mut stmts = match WriterStatements::prepare(&conn) {
-        Ok(stmts) => stmts,
-        Err(e) => {
-            let _ = ready.send(Err(toolshed_store::sqlite::unavailable(
-                path,
-                format!("cannot prepare statements: {e}"),
-            )
-            .into()));
-            return;
-        }
-    };
-    if ready.send(Ok(applied)).is_err() {
-        return; // the opener gave up
-    }
-    let checkpoints = Checkpointer::start(path, &conn);
+fn writer_thread(receiver: &Receiver<Request>, core: &Mutex<Core>, counters: &Counters) {
     let mut batch = Vec::with_capacity(64);
-    let mut commits = 0_u32;
-    while let Some(first) = next_request(&receiver) {
+    while let Some(first) = next_request(receiver) {
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
@@ -187,16 +247,25 @@ fn writer_thread(
                 Err(_) => break,
             }
         }
-        run_batch(&conn, &mut stmts, &mut batch);
-        commits = commits.wrapping_add(1);
-        if commits.is_multiple_of(CHECKPOINT_EVERY) {
-            checkpoints.kick();
+        let results = {
+            let core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            let ops: Vec<&WriteOp> = batch.iter().map(|r| &r.op).collect();
+            match core.run(&ops, counters, true) {
+                Batch::Done { results, .. } => results,
+                // Only a caller's own attempt gives up on a lock.
+                Batch::Busy => ops.iter().map(|_| Err(writer_stopped())).collect(),
+            }
+        };
+        for (request, result) in batch.drain(..).zip(results) {
+            let _ = request.reply.send(result);
         }
     }
 }
 
 /// Commits between two background checkpoints.
-const CHECKPOINT_EVERY: u32 = 32;
+const CHECKPOINT_EVERY: u64 = 32;
+/// Prepared statements kept on the write connection (every one the writer has).
+const WRITER_STATEMENT_CACHE: usize = 64;
 /// WAL pages after which the writer checkpoints by itself: a backstop for when the
 /// background checkpointer cannot keep up or could not start (64 MiB of 4 KiB pages).
 const WAL_BACKSTOP_PAGES: u32 = 16_384;
@@ -269,74 +338,81 @@ fn next_request(receiver: &Receiver<Request>) -> Option<Request> {
     }
 }
 
-/// Counts the writes in flight for as long as it lives.
-struct InFlight<'a> {
-    count: &'a AtomicUsize,
-    /// Whether no other write was in flight when this one started.
-    alone: bool,
+/// What running a batch gave.
+enum Batch {
+    /// Each operation's result, in order (all errors when nothing was committed), and
+    /// the writer's commit count after it.
+    Done {
+        results: Vec<Result<Outcome>>,
+        commits: u64,
+    },
+    /// Not run: the write lock is held elsewhere and the caller would not wait.
+    Busy,
 }
 
-impl<'a> InFlight<'a> {
-    fn enter(count: &'a AtomicUsize) -> Self {
-        let alone = count.fetch_add(1, Ordering::AcqRel) == 0;
-        InFlight { count, alone }
+/// Run a batch in one transaction and commit once: each operation in its own savepoint
+/// (rolled back alone when it fails), a finished run checked and then inserted plainly.
+fn run_batch(
+    st: &WriterStatements<'_>,
+    ops: &[&WriteOp],
+    counters: &Counters,
+    wait: bool,
+) -> Batch {
+    let conn = st.conn;
+    let control = |sql: &str| st.get(sql).and_then(|mut stmt| stmt.execute([]).map(drop));
+    // Counted before a BEGIN that may wait for another process's lock; a BEGIN that
+    // would not wait counts once it has the lock.
+    if wait {
+        counters.began();
     }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+    let begun = control(&st.sql.begin);
+    if !wait && begun.is_ok() {
+        counters.began();
     }
-}
-
-/// Run a batch in one transaction, commit once, then reply to each request.
-fn run_batch(conn: &Connection, st: &mut WriterStatements<'_>, batch: &mut Vec<Request>) {
-    if let Err(e) = st.begin.execute([]) {
-        let message = format!("cannot begin a write transaction: {e}");
-        for request in batch.drain(..) {
-            let _ = request
-                .reply
-                .send(Err(JournalError::Backend(message.clone())));
+    if let Err(e) = begun {
+        if !wait && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) {
+            return Batch::Busy;
         }
-        return;
+        let message = format!("cannot begin a write transaction: {e}");
+        return Batch::Done {
+            results: ops
+                .iter()
+                .map(|_| Err(JournalError::Backend(message.clone())))
+                .collect(),
+            commits: counters.commits(),
+        };
     }
-    let mut results = Vec::with_capacity(batch.len());
+    let mut results = Vec::with_capacity(ops.len());
     let mut broken = None;
-    for request in batch.iter() {
+    for op in ops {
         if broken.is_some() {
             break;
         }
-        let op = match &request.op {
-            WriteOp::RecordRun(run) => {
-                // Checked first, then inserted without a savepoint: a savepoint copies
-                // every page it touches (the biggest cost of these plain inserts), and
-                // after the checks only a broken database can make an insert fail.
-                let result = match finished_conflict(st, run) {
-                    Err(e) => Err(e),
-                    Ok(()) => insert_finished(st, run).inspect_err(|e| {
-                        broken = Some(format!("a checked insert failed: {e}"));
-                    }),
-                };
-                if broken.is_none() && conn.is_autocommit() {
-                    broken = Some("the transaction was rolled back by SQLite".to_owned());
-                }
-                results.push(result);
-                continue;
+        if let WriteOp::RecordRun(run) = op {
+            // Checked first, then inserted without a savepoint: a savepoint copies
+            // every page it touches (the biggest cost of these plain inserts), and
+            // after the checks only a broken database can make an insert fail.
+            let result = match finished_conflict(st, run) {
+                Err(e) => Err(e),
+                Ok(()) => insert_finished(st, run).inspect_err(|e| {
+                    broken = Some(format!("a checked insert failed: {e}"));
+                }),
+            };
+            if broken.is_none() && conn.is_autocommit() {
+                broken = Some("the transaction was rolled back by SQLite".to_owned());
             }
-            op => op,
-        };
-        if let Err(e) = st.savepoint.execute([]) {
+            results.push(result);
+            continue;
+        }
+        if let Err(e) = control(&st.sql.savepoint) {
             broken = Some(format!("cannot open a savepoint: {e}"));
             break;
         }
         let result = apply(st, op);
         let ended = if result.is_ok() {
-            st.release.execute([]).map(drop)
+            control(&st.sql.release)
         } else {
-            st.rollback_to
-                .execute([])
-                .and_then(|_| st.release.execute([]))
-                .map(drop)
+            control(&st.sql.rollback_to).and_then(|()| control(&st.sql.release))
         };
         if let Err(e) = ended {
             broken = Some(format!("cannot end a savepoint: {e}"));
@@ -348,42 +424,52 @@ fn run_batch(conn: &Connection, st: &mut WriterStatements<'_>, batch: &mut Vec<R
     }
     let failure = match broken {
         Some(reason) => Some(reason),
-        None => st
-            .commit
-            .execute([])
+        None => control(&st.sql.commit)
             .err()
             .map(|e| format!("the commit failed: {e}")),
     };
     if let Some(reason) = failure {
         if !conn.is_autocommit() {
-            let _ = st.rollback.execute([]);
+            let _ = control(&st.sql.rollback);
         }
         // Nothing of this batch is stored: an operation that failed on its own keeps
         // its own error, every other one gets the batch's.
-        let mut results = results.into_iter();
-        for request in batch.drain(..) {
-            let result = match results.next() {
-                Some(Err(own)) => Err(own),
+        let mut own = results.into_iter();
+        let results = ops
+            .iter()
+            .map(|_| match own.next() {
+                Some(Err(e)) => Err(e),
                 _ => Err(JournalError::Backend(format!(
                     "nothing was written: {reason}"
                 ))),
-            };
-            let _ = request.reply.send(result);
-        }
-        return;
+            })
+            .collect();
+        return Batch::Done {
+            results,
+            commits: counters.commits(),
+        };
     }
-    for (request, result) in batch.drain(..).zip(results) {
-        let _ = request.reply.send(result);
-    }
+    let commits = counters.committed(ops.len());
+    Batch::Done { results, commits }
 }
 
 /// Why a finished run cannot be inserted: its id or one of its call ids exists.
-fn finished_conflict(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<()> {
-    if st.run_exists.exists([&f.run.id]).map_err(db)? {
+fn finished_conflict(st: &WriterStatements<'_>, f: &FinishedRun) -> Result<()> {
+    if st
+        .get(&st.sql.run_exists)
+        .map_err(db)?
+        .exists([&f.run.id])
+        .map_err(db)?
+    {
         return Err(run_exists(&f.run.id));
     }
     for (call, _) in &f.calls {
-        if st.call_exists.exists([&call.call_id]).map_err(db)? {
+        if st
+            .get(&st.sql.call_exists)
+            .map_err(db)?
+            .exists([&call.call_id])
+            .map_err(db)?
+        {
             return Err(call_id_taken(
                 &call.call_id,
                 load_call(st.conn, &call.call_id)?.as_ref(),
@@ -395,13 +481,14 @@ fn finished_conflict(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<(
 
 /// Insert a finished run, its calls and its crumbs: plain inserts, nothing to read
 /// back. Callers check [`finished_conflict`] first.
-fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Outcome> {
+fn insert_finished(st: &WriterStatements<'_>, f: &FinishedRun) -> Result<Outcome> {
     let r = &f.run;
     let crumb_count = i64::try_from(f.crumbs.len())
         .map_err(|_| JournalError::Backend("too many crumbs in one run".into()))?;
     let constraint =
         |e: &rusqlite::Error| e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation);
-    st.insert_finished_run
+    st.get(&st.sql.insert_finished_run)
+        .map_err(db)?
         .execute(params![
             r.id,
             r.agent_id,
@@ -422,7 +509,8 @@ fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Out
             }
         })?;
     for (call, done) in &f.calls {
-        st.insert_finished_call
+        st.get(&st.sql.insert_finished_call)
+            .map_err(db)?
             .execute(params![
                 call.call_id,
                 call.run_id,
@@ -435,7 +523,8 @@ fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Out
                 done.result,
                 done.error,
                 done.duration_ms,
-                call.now
+                call.now,
+                done.diagnostics
             ])
             .map_err(|e| {
                 if constraint(&e) {
@@ -449,7 +538,8 @@ fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Out
             })?;
     }
     for (seq, crumb) in (0_i64..).zip(&f.crumbs) {
-        st.crumb_insert
+        st.get(&st.sql.crumb_insert)
+            .map_err(db)?
             .execute(params![r.id, seq, crumb])
             .map_err(db)?;
     }
@@ -461,11 +551,12 @@ fn insert_finished(st: &mut WriterStatements<'_>, f: &FinishedRun) -> Result<Out
 /// Each change is one conditional statement; the row is then read back with a SELECT
 /// (in this SQLite build `RETURNING` costs several times the statement itself). The
 /// writer holds the write lock, so nothing changes between the two.
-fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
+fn apply(st: &WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
     match op {
         WriteOp::CreateRun(r) => {
             let inserted = st
-                .create_run
+                .get(&st.sql.create_run)
+                .map_err(db)?
                 .execute(params![
                     r.id,
                     r.agent_id,
@@ -491,23 +582,30 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             now,
         } => {
             let changed = st
-                .set_run_status
+                .get(&st.sql.set_run_status)
+                .map_err(db)?
                 .execute(params![id, status, error, now])
                 .map_err(db)?;
             run_outcome(st, op, id, changed)
         }
         WriteOp::BeginDrive { id, now } => {
-            let changed = st.begin_drive.execute(params![id, now]).map_err(db)?;
+            let changed = st
+                .get(&st.sql.begin_drive)
+                .map_err(db)?
+                .execute(params![id, now])
+                .map_err(db)?;
             run_outcome(st, op, id, changed)
         }
         WriteOp::OpenCall(c) | WriteOp::OpenAndStart(c) => {
             let start = matches!(op, WriteOp::OpenAndStart(_));
             // The usual case, a new call: a plain insert, and the row is known.
-            let fresh = if start {
-                &mut st.insert_started
-            } else {
-                &mut st.insert_open
-            };
+            let mut fresh = st
+                .get(if start {
+                    &st.sql.insert_started
+                } else {
+                    &st.sql.insert_open
+                })
+                .map_err(db)?;
             let inserted = fresh.execute(params![
                 c.call_id,
                 c.run_id,
@@ -526,11 +624,13 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                 Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {}
                 Err(e) => return Err(db(e)),
             }
-            let stmt = if start {
-                &mut st.open_and_start
-            } else {
-                &mut st.open_call
-            };
+            let mut stmt = st
+                .get(if start {
+                    &st.sql.open_and_start
+                } else {
+                    &st.sql.open_call
+                })
+                .map_err(db)?;
             let changed = stmt.execute(params![
                 c.call_id,
                 c.run_id,
@@ -553,7 +653,10 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             };
             // Inserted or started: the row at the key. Otherwise the key exists (return
             // it unchanged), the run does not, or the call id is used at another key.
-            let existing = first_row(&mut st.call_at, params![c.run_id, c.ordinal])?;
+            let existing = first_row(
+                &mut *st.get(&st.sql.call_at).map_err(db)?,
+                params![c.run_id, c.ordinal],
+            )?;
             match existing {
                 Some(call) if start => Ok(Outcome::Opened {
                     call,
@@ -569,7 +672,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
         }
         WriteOp::RecordStarted { call_id, now } => {
             if st
-                .record_started
+                .get(&st.sql.record_started)
+                .map_err(db)?
                 .execute(params![call_id, now])
                 .map_err(db)?
                 == 0
@@ -581,7 +685,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                 ));
             }
             let attempts = st
-                .attempts
+                .get(&st.sql.attempts)
+                .map_err(db)?
                 .query_row([call_id], |row| row.get(0))
                 .map_err(db)?;
             Ok(Outcome::Attempts(attempts))
@@ -592,14 +697,16 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             now,
         } => {
             let changed = st
-                .record_finished
+                .get(&st.sql.record_finished)
+                .map_err(db)?
                 .execute(params![
                     call_id,
                     finished.status,
                     finished.result,
                     finished.error,
                     finished.duration_ms,
-                    now
+                    now,
+                    finished.diagnostics
                 ])
                 .map_err(db)?;
             call_outcome(st, op, call_id, changed)
@@ -611,7 +718,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             now,
         } => {
             let changed = st
-                .record_gate
+                .get(&st.sql.record_gate)
+                .map_err(db)?
                 .execute(params![call_id, status, gate, now])
                 .map_err(db)?;
             call_outcome(st, op, call_id, changed)
@@ -624,7 +732,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             now,
         } => {
             let changed = st
-                .decide
+                .get(&st.sql.decide)
+                .map_err(db)?
                 .execute(params![call_id, status, decision, error, now])
                 .map_err(db)?;
             call_outcome(st, op, call_id, changed)
@@ -636,7 +745,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             now,
         } => {
             let changed = st
-                .answer
+                .get(&st.sql.answer)
+                .map_err(db)?
                 .execute(params![call_id, result, answer, now])
                 .map_err(db)?;
             call_outcome(st, op, call_id, changed)
@@ -645,7 +755,8 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             let count = i64::try_from(crumbs.len())
                 .map_err(|_| JournalError::Backend("too many crumbs in one append".into()))?;
             if st
-                .crumb_counter
+                .get(&st.sql.crumb_counter)
+                .map_err(db)?
                 .execute(params![run_id, count])
                 .map_err(db)?
                 == 0
@@ -653,11 +764,13 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                 return Err(not_found_run(run_id));
             }
             let next: i64 = st
-                .crumb_next
+                .get(&st.sql.crumb_next)
+                .map_err(db)?
                 .query_row([run_id], |row| row.get(0))
                 .map_err(db)?;
             for (seq, crumb) in (next - count..).zip(crumbs) {
-                st.crumb_insert
+                st.get(&st.sql.crumb_insert)
+                    .map_err(db)?
                     .execute(params![run_id, seq, crumb])
                     .map_err(db)?;
             }
@@ -671,12 +784,12 @@ fn apply(st: &mut WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
 
 /// The run after a run change, or why it did not apply.
 fn run_outcome(
-    st: &mut WriterStatements<'_>,
+    st: &WriterStatements<'_>,
     op: &WriteOp,
     id: &str,
     changed: usize,
 ) -> Result<Outcome> {
-    let run = first_row(&mut st.run_by_id, [id])?;
+    let run = first_row(&mut *st.get(&st.sql.run_by_id).map_err(db)?, [id])?;
     match (changed, run, op.run_change()) {
         (1, Some(run), _) => Ok(Outcome::Run(run)),
         (_, run, Some((change, _))) => {
@@ -689,12 +802,12 @@ fn run_outcome(
 
 /// The call after a call change, or why it did not apply.
 fn call_outcome(
-    st: &mut WriterStatements<'_>,
+    st: &WriterStatements<'_>,
     op: &WriteOp,
     call_id: &str,
     changed: usize,
 ) -> Result<Outcome> {
-    let call = first_row(&mut st.call_by_id, [call_id])?;
+    let call = first_row(&mut *st.get(&st.sql.call_by_id).map_err(db)?, [call_id])?;
     match (changed, call, op.call_change()) {
         (1, Some(call), _) => Ok(Outcome::Call(call)),
         (_, call, Some((change, _))) => {
@@ -705,42 +818,90 @@ fn call_outcome(
     }
 }
 
-/// The writer's statements, prepared once.
+/// The text of the writer's statements, built once from the rules. Each is prepared
+/// once per connection and kept in its statement cache.
+struct Sql {
+    begin: String,
+    commit: String,
+    rollback: String,
+    savepoint: String,
+    release: String,
+    rollback_to: String,
+    create_run: String,
+    set_run_status: String,
+    begin_drive: String,
+    run_by_id: String,
+    insert_open: String,
+    insert_started: String,
+    open_call: String,
+    open_and_start: String,
+    call_at: String,
+    call_by_id: String,
+    record_started: String,
+    attempts: String,
+    record_finished: String,
+    record_gate: String,
+    decide: String,
+    answer: String,
+    crumb_counter: String,
+    crumb_next: String,
+    crumb_insert: String,
+    insert_finished_run: String,
+    insert_finished_call: String,
+    run_exists: String,
+    call_exists: String,
+}
+
+/// The writer's connection and statements, for one batch.
 struct WriterStatements<'c> {
     conn: &'c Connection,
-    begin: Statement<'c>,
-    commit: Statement<'c>,
-    rollback: Statement<'c>,
-    savepoint: Statement<'c>,
-    release: Statement<'c>,
-    rollback_to: Statement<'c>,
-    create_run: Statement<'c>,
-    set_run_status: Statement<'c>,
-    begin_drive: Statement<'c>,
-    run_by_id: Statement<'c>,
-    insert_open: Statement<'c>,
-    insert_started: Statement<'c>,
-    open_call: Statement<'c>,
-    open_and_start: Statement<'c>,
-    call_at: Statement<'c>,
-    call_by_id: Statement<'c>,
-    record_started: Statement<'c>,
-    attempts: Statement<'c>,
-    record_finished: Statement<'c>,
-    record_gate: Statement<'c>,
-    decide: Statement<'c>,
-    answer: Statement<'c>,
-    crumb_counter: Statement<'c>,
-    crumb_next: Statement<'c>,
-    crumb_insert: Statement<'c>,
-    insert_finished_run: Statement<'c>,
-    insert_finished_call: Statement<'c>,
-    run_exists: Statement<'c>,
-    call_exists: Statement<'c>,
+    sql: &'c Sql,
 }
 
 impl<'c> WriterStatements<'c> {
-    fn prepare(conn: &'c Connection) -> rusqlite::Result<Self> {
+    /// A statement, from the connection's cache.
+    fn get(&self, sql: &str) -> rusqlite::Result<CachedStatement<'c>> {
+        self.conn.prepare_cached(sql)
+    }
+}
+
+impl Sql {
+    /// Every statement, to prepare (and check) them all when the journal opens.
+    fn all(&self) -> [&str; 29] {
+        [
+            &self.begin,
+            &self.commit,
+            &self.rollback,
+            &self.savepoint,
+            &self.release,
+            &self.rollback_to,
+            &self.create_run,
+            &self.set_run_status,
+            &self.begin_drive,
+            &self.run_by_id,
+            &self.insert_open,
+            &self.insert_started,
+            &self.open_call,
+            &self.open_and_start,
+            &self.call_at,
+            &self.call_by_id,
+            &self.record_started,
+            &self.attempts,
+            &self.record_finished,
+            &self.record_gate,
+            &self.decide,
+            &self.answer,
+            &self.crumb_counter,
+            &self.crumb_next,
+            &self.crumb_insert,
+            &self.insert_finished_run,
+            &self.insert_finished_call,
+            &self.run_exists,
+            &self.call_exists,
+        ]
+    }
+
+    fn new() -> Sql {
         let Fragments {
             run_cols,
             call_cols,
@@ -763,87 +924,84 @@ impl<'c> WriterStatements<'c> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '{status}', {attempts}, ?8, ?8)"
             )
         };
-        Ok(WriterStatements {
-            conn,
-            begin: conn.prepare("BEGIN IMMEDIATE")?,
-            commit: conn.prepare("COMMIT")?,
-            rollback: conn.prepare("ROLLBACK")?,
-            savepoint: conn.prepare("SAVEPOINT op")?,
-            release: conn.prepare("RELEASE op")?,
-            rollback_to: conn.prepare("ROLLBACK TO op")?,
-            create_run: conn.prepare(
-                "INSERT INTO runs (id, agent_id, session_id, principal, tenant, status, budgets, driver, \
+        Sql {
+            begin: "BEGIN IMMEDIATE".to_owned(),
+            commit: "COMMIT".to_owned(),
+            rollback: "ROLLBACK".to_owned(),
+            savepoint: "SAVEPOINT op".to_owned(),
+            release: "RELEASE op".to_owned(),
+            rollback_to: "ROLLBACK TO op".to_owned(),
+            create_run: "INSERT INTO runs (id, agent_id, session_id, principal, tenant, status, budgets, driver, \
                  resumes, error, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, NULL, ?9, ?9) ON CONFLICT (id) DO NOTHING",
-            )?,
-            set_run_status: conn.prepare(&format!(
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, NULL, ?9, ?9) ON CONFLICT (id) DO NOTHING"
+                .to_owned(),
+            set_run_status: format!(
                 "UPDATE runs SET status = ?2, error = ?3, updated_at_ms = ?4 WHERE id = ?1 AND {mutable}"
-            ))?,
-            begin_drive: conn.prepare(&format!(
+            ),
+            begin_drive: format!(
                 "UPDATE runs SET resumes = resumes + (CASE WHEN status = '{running}' THEN 1 ELSE 0 END), \
                  status = '{running}', updated_at_ms = ?2 WHERE id = ?1 AND {mutable}"
-            ))?,
-            run_by_id: conn.prepare(&format!("SELECT {run_cols} FROM runs WHERE id = ?1"))?,
-            insert_open: conn.prepare(&plain_insert(CallStatus::Open.as_str(), 0))?,
-            insert_started: conn.prepare(&plain_insert(started, 1))?,
-            open_call: conn.prepare(&format!(
+            ),
+            run_by_id: format!("SELECT {run_cols} FROM runs WHERE id = ?1"),
+            insert_open: plain_insert(CallStatus::Open.as_str(), 0),
+            insert_started: plain_insert(started, 1),
+            open_call: format!(
                 "{} ON CONFLICT DO NOTHING",
                 insert_call(CallStatus::Open.as_str(), 0)
-            ))?,
-            open_and_start: conn.prepare(&format!(
+            ),
+            open_and_start: format!(
                 "{} ON CONFLICT (run_id, ordinal) DO UPDATE SET status = '{started}', \
                  attempts = calls.attempts + 1, updated_at_ms = excluded.updated_at_ms \
                  WHERE calls.tool = excluded.tool AND calls.args_hash = excluded.args_hash \
                  AND {}",
                 insert_call(started, 1),
                 CallChange::Start.sql_condition("calls")
-            ))?,
-            call_at: conn.prepare(&format!(
+            ),
+            call_at: format!(
                 "SELECT {call_cols} FROM calls WHERE run_id = ?1 AND ordinal = ?2"
-            ))?,
-            call_by_id: conn.prepare(&format!("SELECT {call_cols} FROM calls WHERE call_id = ?1"))?,
-            record_started: conn.prepare(&format!(
+            ),
+            call_by_id: format!("SELECT {call_cols} FROM calls WHERE call_id = ?1"),
+            record_started: format!(
                 "UPDATE calls SET status = '{started}', attempts = attempts + 1, updated_at_ms = ?2 \
                  WHERE call_id = ?1 AND {}",
                 CallChange::Start.sql_condition("")
-            ))?,
-            attempts: conn.prepare("SELECT attempts FROM calls WHERE call_id = ?1")?,
-            record_finished: conn.prepare(&format!(
-                "UPDATE calls SET status = ?2, result = ?3, error = ?4, duration_ms = ?5, updated_at_ms = ?6 \
+            ),
+            attempts: "SELECT attempts FROM calls WHERE call_id = ?1".to_owned(),
+            record_finished: format!(
+                "UPDATE calls SET status = ?2, result = ?3, error = ?4, duration_ms = ?5, updated_at_ms = ?6, \
+                 diagnostics = ?7 \
                  WHERE call_id = ?1 AND {}",
                 CallChange::Finish.sql_condition("")
-            ))?,
-            record_gate: conn.prepare(&format!(
+            ),
+            record_gate: format!(
                 "UPDATE calls SET status = ?2, gate = ?3, updated_at_ms = ?4 WHERE call_id = ?1 AND {}",
                 CallChange::Gate.sql_condition("")
-            ))?,
-            decide: conn.prepare(&format!(
+            ),
+            decide: format!(
                 "UPDATE calls SET status = ?2, decision = ?3, error = ?4, updated_at_ms = ?5 \
                  WHERE call_id = ?1 AND {}",
                 CallChange::Decide.sql_condition("")
-            ))?,
-            answer: conn.prepare(&format!(
+            ),
+            answer: format!(
                 "UPDATE calls SET status = '{}', result = ?2, answer = ?3, updated_at_ms = ?4 \
                  WHERE call_id = ?1 AND {}",
                 CallStatus::Completed.as_str(),
                 CallChange::Answer.sql_condition("")
-            ))?,
-            crumb_counter: conn.prepare("UPDATE runs SET next_crumb_seq = next_crumb_seq + ?2 WHERE id = ?1")?,
-            crumb_next: conn.prepare("SELECT next_crumb_seq FROM runs WHERE id = ?1")?,
-            crumb_insert: conn.prepare("INSERT INTO crumbs (run_id, seq, crumb) VALUES (?1, ?2, ?3)")?,
-            insert_finished_run: conn.prepare(
-                "INSERT INTO runs (id, agent_id, session_id, principal, tenant, status, budgets, driver, \
+            ),
+            crumb_counter: "UPDATE runs SET next_crumb_seq = next_crumb_seq + ?2 WHERE id = ?1".to_owned(),
+            crumb_next: "SELECT next_crumb_seq FROM runs WHERE id = ?1".to_owned(),
+            crumb_insert: "INSERT INTO crumbs (run_id, seq, crumb) VALUES (?1, ?2, ?3)".to_owned(),
+            insert_finished_run: "INSERT INTO runs (id, agent_id, session_id, principal, tenant, status, budgets, driver, \
                  resumes, next_crumb_seq, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?10)",
-            )?,
-            insert_finished_call: conn.prepare(
-                "INSERT INTO calls (call_id, run_id, ordinal, tool_call_id, tool, args_hash, args, status, \
-                 attempts, result, error, duration_ms, created_at_ms, updated_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?12)",
-            )?,
-            run_exists: conn.prepare("SELECT 1 FROM runs WHERE id = ?1")?,
-            call_exists: conn.prepare("SELECT 1 FROM calls WHERE call_id = ?1")?,
-        })
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?10)"
+                .to_owned(),
+            insert_finished_call: "INSERT INTO calls (call_id, run_id, ordinal, tool_call_id, tool, args_hash, args, status, \
+                 attempts, result, error, duration_ms, created_at_ms, updated_at_ms, diagnostics) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, ?10, ?11, ?12, ?12, ?13)"
+                .to_owned(),
+            run_exists: "SELECT 1 FROM runs WHERE id = ?1".to_owned(),
+            call_exists: "SELECT 1 FROM calls WHERE call_id = ?1".to_owned(),
+        }
     }
 }
 

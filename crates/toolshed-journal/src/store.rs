@@ -4,6 +4,7 @@
 //! runs, so each backend only executes statements.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -13,7 +14,8 @@ use toolshed_store::{Location, Migration, Migrations, Readers};
 use crate::rules::{Outcome, WriteOp, created_run, not_found_call, not_found_run};
 use crate::{
     Answer, CallRecord, CallResult, CrumbRecord, Decision, FORMAT_VERSION, Gate, GateFilter,
-    Journal, NewCall, NewRun, OpenedCall, Result, RunFilter, RunRecord, RunStatus, reads,
+    Journal, NewCall, NewRun, OpenedCall, Result, RunFilter, RunRecord, RunStatus, WriteStats,
+    reads,
 };
 
 /// The journal's migrations, in the shared `toolshed_meta` under `schema_version`, with
@@ -23,12 +25,85 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
     noun: "journal",
     version_key: "schema_version",
     format: Some(("format_version", FORMAT_VERSION)),
-    steps: &[Migration {
-        version: 1,
-        sqlite: include_str!("../migrations/sqlite/0001_journal.sql"),
-        postgres: include_str!("../migrations/postgres/0001_journal.sql"),
-    }],
+    steps: &[
+        Migration {
+            version: 1,
+            sqlite: include_str!("../migrations/sqlite/0001_journal.sql"),
+            postgres: include_str!("../migrations/postgres/0001_journal.sql"),
+        },
+        Migration {
+            version: 2,
+            sqlite: include_str!("../migrations/sqlite/0002_diagnostics.sql"),
+            postgres: include_str!("../migrations/postgres/0002_diagnostics.sql"),
+        },
+    ],
 };
+
+/// The counters behind [`WriteStats`], shared by a writer's handle and its thread or
+/// task.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    batches: AtomicU64,
+    commits: AtomicU64,
+    operations: AtomicU64,
+    pending: AtomicU64,
+}
+
+impl Counters {
+    /// A write was sent; it is pending until the guard is dropped. `alone` says whether
+    /// no other write was pending when it was sent.
+    pub(crate) fn enter(&self) -> Pending<'_> {
+        let alone = self.pending.fetch_add(1, Ordering::AcqRel) == 0;
+        Pending {
+            counters: self,
+            alone,
+        }
+    }
+
+    /// How many writes are pending now.
+    pub(crate) fn pending(&self) -> u64 {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// A batch's transaction began.
+    pub(crate) fn began(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A batch of `operations` committed; the commit count now.
+    pub(crate) fn committed(&self, operations: usize) -> u64 {
+        self.operations
+            .fetch_add(operations as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Commits so far.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn snapshot(&self) -> WriteStats {
+        WriteStats {
+            batches: self.batches.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            operations: self.operations.load(Ordering::Relaxed),
+            pending: self.pending(),
+        }
+    }
+}
+
+/// A write in flight, counted as pending for as long as it lives.
+pub(crate) struct Pending<'a> {
+    counters: &'a Counters,
+    /// Whether no other write was pending when this one was sent.
+    pub(crate) alone: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.counters.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A database's group-commit writer: it runs each operation as its statements, many
 /// operations to a commit, and answers each with its own outcome.
@@ -36,6 +111,9 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
 pub(crate) trait Writer: Send + Sync + 'static {
     /// Run one operation; returns once it is durably committed (or failed alone).
     async fn write(&self, op: WriteOp) -> Result<Outcome>;
+
+    /// The writer's counters.
+    fn counters(&self) -> &Counters;
 }
 
 /// The journal in a SQLite file or a PostgreSQL database (one schema of it).
@@ -98,6 +176,10 @@ impl SqlJournal {
 impl Journal for SqlJournal {
     fn describe(&self) -> String {
         self.described.clone()
+    }
+
+    fn write_stats(&self) -> WriteStats {
+        self.writer.counters().snapshot()
     }
 
     async fn create_run(&self, run: NewRun) -> Result<RunRecord> {

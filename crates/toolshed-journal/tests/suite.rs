@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolshed_core::{ErrorCode, Principal, ToolError};
+use toolshed_core::{Diagnostics, ErrorCode, Principal, ToolError};
 use toolshed_journal::{
     Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
-    NewCall, NewRun, RunFilter, RunStatus, SqlJournal,
+    NewCall, NewRun, RunFilter, RunRecord, RunStatus, SqlJournal,
 };
 
 // ---- harness ----
@@ -101,6 +101,9 @@ suite!(
     concurrent_keyed_calls_from_64_tasks_all_succeed,
     concurrent_crumb_appends_get_unique_consecutive_seqs,
     a_failing_operation_does_not_undo_its_batch,
+    reads_never_wait_for_writes,
+    gates_of_finished_runs_wait_for_nobody,
+    diagnostics_are_kept_with_the_call,
     data_survives_reopening,
     record_run_stores_a_finished_run_at_once,
 );
@@ -146,6 +149,7 @@ fn ok(value: Value) -> CallResult {
     CallResult {
         result: Ok(value),
         duration_ms: 12.5,
+        diagnostics: Default::default(),
     }
 }
 
@@ -537,6 +541,7 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
             CallResult {
                 result: Err(error.clone()),
                 duration_ms: 30_000.0,
+                diagnostics: Default::default(),
             },
         )
         .await
@@ -555,6 +560,7 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
             CallResult {
                 result: Err(ToolError::new(ErrorCode::Cancelled, "run cancelled")),
                 duration_ms: 0.0,
+                diagnostics: Default::default(),
             },
         )
         .await
@@ -1032,6 +1038,82 @@ async fn concurrent_crumb_appends_get_unique_consecutive_seqs(store: Store) {
     assert_eq!(distinct.len(), 240);
 }
 
+/// Holds the write lock a write of run `run_id` needs, from another connection, until
+/// released: SQLite's database write lock (`BEGIN IMMEDIATE`), PostgreSQL's row lock on
+/// the run (`SELECT … FOR UPDATE`).
+enum WriteLock {
+    Sqlite(rusqlite::Connection),
+    Postgres(tokio_postgres::Client),
+}
+
+impl WriteLock {
+    async fn hold(store: &Store, run_id: &str) -> WriteLock {
+        match store {
+            Store::Sqlite { path, .. } => {
+                let conn = rusqlite::Connection::open(path).unwrap();
+                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                WriteLock::Sqlite(conn)
+            }
+            Store::Postgres { url, schema } => {
+                let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("SET search_path TO \"{schema}\"; BEGIN"))
+                    .await
+                    .unwrap();
+                let locked = client
+                    .query("SELECT id FROM runs WHERE id = $1 FOR UPDATE", &[&run_id])
+                    .await
+                    .unwrap();
+                assert_eq!(locked.len(), 1, "run `{run_id}` to lock");
+                WriteLock::Postgres(client)
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            WriteLock::Sqlite(conn) => conn.execute_batch("ROLLBACK").unwrap(),
+            WriteLock::Postgres(client) => client.batch_execute("ROLLBACK").await.unwrap(),
+        }
+    }
+}
+
+/// Poll `condition` until it holds; fail the test after 10 s.
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A write that finds the journal's write lock held waits for it: the writer has taken
+/// its batch and the write is pending.
+async fn block_the_writer(
+    store: &Store,
+    j: &Arc<dyn Journal>,
+) -> (
+    WriteLock,
+    tokio::task::JoinHandle<Result<RunRecord, JournalError>>,
+) {
+    j.create_run(new_run("blocker")).await.unwrap();
+    let lock = WriteLock::hold(store, "blocker").await;
+    let before = j.write_stats();
+    let blocked = tokio::spawn({
+        let j = Arc::clone(j);
+        async move { j.set_run_status("blocker", RunStatus::Parked, None).await }
+    });
+    wait_until("the writer takes the blocked write", || {
+        let now = j.write_stats();
+        now.batches == before.batches + 1 && now.pending == 1
+    })
+    .await;
+    (lock, blocked)
+}
+
 async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
     let j = store.open().await;
     j.create_run(new_run("r1")).await.unwrap();
@@ -1039,8 +1121,11 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
     j.record_finished(&finished.call_id, ok(json!(0)))
         .await
         .unwrap();
-    // Many writes at once, so they share commits: good ones, conflicts, and statements
-    // that fail in the database (a reused call id).
+    // Hold the writer on one write, queue 48 behind it, then let it go: the 48 are one
+    // batch, one commit. Good ones, conflicts, and statements that fail in the
+    // database (a reused call id).
+    let (lock, blocked) = block_the_writer(&store, &j).await;
+    let before = j.write_stats();
     let tasks: Vec<_> = (0..48u32)
         .map(|i| {
             let j = Arc::clone(&j);
@@ -1066,6 +1151,9 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
             })
         })
         .collect();
+    wait_until("every write is queued", || j.write_stats().pending == 49).await;
+    lock.release().await;
+    assert_eq!(blocked.await.unwrap().unwrap().status, RunStatus::Parked);
     for (i, task) in tasks.into_iter().enumerate() {
         let result = task.await.unwrap();
         if i % 3 == 0 {
@@ -1074,6 +1162,16 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
             conflict(result);
         }
     }
+    let after = j.write_stats();
+    assert_eq!(
+        (
+            after.commits - before.commits,
+            after.operations - before.operations
+        ),
+        (2, 49),
+        "the blocked write's commit, then one commit for all 48: {before:?} → {after:?}"
+    );
+    assert_eq!(after.pending, 0);
     let calls = j.calls_of_run("r1").await.unwrap();
     assert_eq!(calls.len(), 1 + 16);
     assert!(
@@ -1086,6 +1184,109 @@ async fn a_failing_operation_does_not_undo_its_batch(store: Store) {
         j.get_call(&finished.call_id).await.unwrap().result,
         Some(json!(0))
     );
+}
+
+async fn reads_never_wait_for_writes(store: Store) {
+    let j = store.open().await;
+    j.create_run(tenant_run("r1", "agent-a", "acme"))
+        .await
+        .unwrap();
+    let gated = j.open_call(new_call("r1", 0)).await.unwrap();
+    j.record_gate(&gated.call_id, approval()).await.unwrap();
+    j.append_crumbs("r1", vec![json!("a")]).await.unwrap();
+    // The writer waits for a lock another connection holds, inside its transaction.
+    let (lock, blocked) = block_the_writer(&store, &j).await;
+    let reads = async {
+        assert_eq!(j.get_run("r1").await.unwrap().id, "r1");
+        assert_eq!(j.list_runs(&RunFilter::default()).await.unwrap().len(), 2);
+        assert_eq!(j.calls_of_run("r1").await.unwrap().len(), 1);
+        assert_eq!(j.get_call(&gated.call_id).await.unwrap().tool, "search");
+        assert_eq!(
+            j.pending_gates(&GateFilter::default()).await.unwrap().len(),
+            1
+        );
+        assert_eq!(j.crumbs_of_run("r1").await.unwrap().len(), 1);
+    };
+    tokio::time::timeout(Duration::from_secs(10), reads)
+        .await
+        .expect("reads answer while a write waits for its lock");
+    assert!(
+        !blocked.is_finished(),
+        "the write was still waiting for the lock while the reads answered"
+    );
+    lock.release().await;
+    assert_eq!(blocked.await.unwrap().unwrap().status, RunStatus::Parked);
+}
+
+async fn gates_of_finished_runs_wait_for_nobody(store: Store) {
+    let j = store.open().await;
+    for id in ["live", "cancelled"] {
+        j.create_run(new_run(id)).await.unwrap();
+        let call = j.open_call(new_call(id, 0)).await.unwrap();
+        j.record_gate(&call.call_id, approval()).await.unwrap();
+        j.set_run_status(id, RunStatus::Parked, None).await.unwrap();
+    }
+    j.set_run_status("cancelled", RunStatus::Cancelled, Some("by ann".into()))
+        .await
+        .unwrap();
+    let pending = j.pending_gates(&GateFilter::default()).await.unwrap();
+    let runs: Vec<&str> = pending.iter().map(|c| c.run_id.as_str()).collect();
+    assert_eq!(runs, ["live"]);
+    let of_cancelled = j
+        .pending_gates(&GateFilter {
+            run_id: Some("cancelled".into()),
+            tenant: None,
+        })
+        .await
+        .unwrap();
+    assert!(of_cancelled.is_empty(), "{of_cancelled:?}");
+}
+
+async fn diagnostics_are_kept_with_the_call(store: Store) {
+    let diagnostics = Diagnostics {
+        stdout: "{\"id\": \"r1\", \"result\": 1}\n".into(),
+        stderr: "looked up ORD-1\n\u{0}binary\u{1b}[0m".into(),
+        exit_code: Some(3),
+        timed_out: true,
+        stderr_truncated: true,
+        peak_memory_bytes: Some(1 << 20),
+        ..Diagnostics::default()
+    };
+    let with = |result| CallResult {
+        diagnostics: diagnostics.clone(),
+        ..result
+    };
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    let finished = j
+        .record_finished(&call.call_id, with(ok(json!(1))))
+        .await
+        .unwrap();
+    assert_eq!(finished.diagnostics, diagnostics);
+    // A one-call run recorded whole keeps them too; a call without any stores none.
+    let mut quiet = new_call("r2", 1);
+    quiet.call_id = "r2-quiet".into();
+    j.record_run(
+        new_run("r2"),
+        vec![
+            (new_call("r2", 0), with(ok(json!(2)))),
+            (quiet, ok(json!(3))),
+        ],
+        vec![],
+        RunStatus::Completed,
+    )
+    .await
+    .unwrap();
+    drop(j);
+    let j = store.open().await;
+    assert_eq!(
+        j.get_call(&call.call_id).await.unwrap().diagnostics,
+        diagnostics
+    );
+    let calls = j.calls_of_run("r2").await.unwrap();
+    assert_eq!(calls[0].diagnostics, diagnostics);
+    assert!(calls[1].diagnostics.is_empty());
 }
 
 async fn data_survives_reopening(store: Store) {
@@ -1140,6 +1341,60 @@ async fn data_survives_reopening(store: Store) {
 
 mod sqlite_only {
     use super::*;
+
+    /// A write alone in flight commits on its caller's thread, but never waits there:
+    /// while another process holds the file's write lock it goes to the writer thread,
+    /// and the caller's runtime (one thread here) keeps running other tasks. Were the
+    /// write to wait on the caller's thread, this test's task could not run again until
+    /// SQLite's busy timeout (5 s) gave up: the check below allows 4 s for a task to be
+    /// scheduled again, so it fails only on such a stall, never on a slow machine.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_write_never_waits_for_a_lock_on_the_callers_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let j: Arc<dyn Journal> = Arc::new(sqlite_at(&path).await.unwrap());
+        j.create_run(new_run("r1")).await.unwrap();
+        let other_process = rusqlite::Connection::open(&path).unwrap();
+        other_process.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let write = tokio::spawn({
+            let j = Arc::clone(&j);
+            async move { j.set_run_status("r1", RunStatus::Parked, None).await }
+        });
+        // Let the write start; it must not hold this thread.
+        let started = Instant::now();
+        while j.write_stats().pending == 0 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the write held the caller's thread while waiting for the lock ({:?})",
+            started.elapsed()
+        );
+        assert!(!write.is_finished(), "the write waits for the lock");
+        other_process.execute_batch("ROLLBACK").unwrap();
+        let run = write
+            .await
+            .unwrap()
+            .expect("the write succeeds once the lock is free");
+        assert_eq!(run.status, RunStatus::Parked);
+        // With nothing else in flight and the lock free, the next write commits on this
+        // thread, in one commit of its own.
+        let before = j.write_stats();
+        j.set_run_status("r1", RunStatus::Running, None)
+            .await
+            .unwrap();
+        let after = j.write_stats();
+        assert_eq!(
+            (
+                after.commits - before.commits,
+                after.batches - before.batches
+            ),
+            (1, 1)
+        );
+    }
 
     #[tokio::test]
     async fn a_text_file_is_not_a_journal() {
@@ -1210,7 +1465,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
         let j = sqlite_at(&path).await.unwrap();
-        assert_eq!(j.applied_migrations(), [1]);
+        assert_eq!(j.applied_migrations(), [1, 2]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
         let j = sqlite_at(&path).await.unwrap();
@@ -1236,7 +1491,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "1".to_owned())
+                ("schema_version".to_owned(), "2".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1265,7 +1520,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (1)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (2)"),
                     "{message}"
                 );
             }
@@ -1367,7 +1622,7 @@ mod postgres_only {
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1]]);
+            assert_eq!(applied, [vec![], vec![1, 2]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
             let again = postgres_in(&url, &schema).await.unwrap();

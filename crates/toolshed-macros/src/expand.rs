@@ -255,7 +255,7 @@ fn tool_body(
                     |__toolshed_args: #private::serde_json::Value,
                      #ctx_binding: #krate::ToolContext|
                      -> #krate::HandlerFuture {
-                        ::std::boxed::Box::pin(async move {
+                        #private::reply(async move {
                             let __toolshed_args: #args_ident =
                                 #private::parse_args(__toolshed_args)?;
                             #finish

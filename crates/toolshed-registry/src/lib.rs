@@ -51,40 +51,21 @@ mod store;
 pub use records::*;
 pub use store::SqlRegistry;
 
-/// The stable codes of [`RegistryError`], the same for both databases.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumIter,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum RegistryCode {
-    /// The database URL is not `sqlite://PATH` or `postgres://…`.
-    InvalidDatabaseUrl,
-    /// The database cannot be reached or opened, or is not a toolshed database.
-    RegistryUnavailable,
-    /// No such tool, agent or user.
-    NotFound,
-    /// The change conflicts with what is stored (a name taken, a stale revision).
-    Conflict,
-    /// Any other failure of the database.
-    RegistryError,
-}
-
-impl RegistryCode {
-    /// The code as written on the wire, e.g. `NOT_FOUND`.
-    pub fn as_str(self) -> &'static str {
-        self.into()
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`RegistryError`], the same for both databases.
+    #[non_exhaustive]
+    pub enum RegistryCode {
+        /// The database URL is not `sqlite://PATH` or `postgres://…`.
+        InvalidDatabaseUrl,
+        /// The database cannot be reached or opened, or is not a toolshed database.
+        RegistryUnavailable,
+        /// No such tool, agent or user.
+        NotFound,
+        /// The change conflicts with what is stored (a name taken, a stale revision).
+        Conflict,
+        /// Any other failure of the database.
+        RegistryError,
     }
 }
 

@@ -4,61 +4,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolshed_auth::Role;
 
-/// A tool's state in the registry.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum ToolStatus {
-    /// Listed and runnable.
-    Active,
-    /// Deleted: no longer listed or runnable by id or name; its versions are kept.
-    Deleted,
-}
-
-impl ToolStatus {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        self.into()
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// A tool's state in the registry.
+    pub enum ToolStatus {
+        /// Listed and runnable.
+        Active,
+        /// Deleted: no longer listed or runnable by id or name; its versions are kept.
+        Deleted,
     }
 }
 
-/// An agent's state in the registry.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum AgentStatus {
-    /// Registered from its agent.yaml (deployment states come later).
-    Registered,
-}
-
-impl AgentStatus {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        self.into()
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// An agent's state in the registry.
+    pub enum AgentStatus {
+        /// Registered from its agent.yaml (deployment states come later).
+        Registered,
     }
 }
 

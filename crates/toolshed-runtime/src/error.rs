@@ -65,41 +65,26 @@ pub enum RuntimeError {
     TaskFailed(String),
 }
 
-/// The stable codes of the runtime's own failures (a journal failure keeps the
-/// journal's code). Listed with what to do in `docs/errors.md`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum RuntimeCode {
-    /// A resumed run issued a different call than the recorded one.
-    NonDeterminism,
-    /// A run budget is spent.
-    BudgetExhausted,
-    /// The run is final and cannot be driven.
-    RunFinished,
-    /// A human tool's answer does not match its schema.
-    InvalidAnswer,
-    /// The runtime refused its configuration.
-    Startup,
-    /// A spawned call task panicked or was cancelled.
-    TaskFailed,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of the runtime's own failures (a journal failure keeps the
+    /// journal's code). Listed with what to do in `docs/errors.md`.
+    #[non_exhaustive]
+    pub enum RuntimeCode {
+        /// A resumed run issued a different call than the recorded one.
+        NonDeterminism,
+        /// A run budget is spent.
+        BudgetExhausted,
+        /// The run is final and cannot be driven.
+        RunFinished,
+        /// A human tool's answer does not match its schema.
+        InvalidAnswer,
+        /// The runtime refused its configuration.
+        Startup,
+        /// A spawned call task panicked or was cancelled.
+        TaskFailed,
+    }
 }
-
-toolshed_core::code_enum!(RuntimeCode);
 
 impl RuntimeError {
     /// The runtime's own code, or `None` for a journal failure (whose code is the

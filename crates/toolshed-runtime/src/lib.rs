@@ -74,15 +74,6 @@ impl std::fmt::Debug for RuntimeConfig {
     }
 }
 
-/// Whether a resumed run could repeat this tool's side effect: `effects: external`
-/// with `idempotency: none`, not explicitly allowed. [`Runtime::new`] refuses such
-/// tools; registries check it when a tool is registered.
-pub fn could_repeat_side_effects(spec: &toolshed_core::ToolSpec) -> bool {
-    spec.effects == toolshed_core::Effects::External
-        && spec.idempotency == toolshed_core::Idempotency::None
-        && !spec.allow_unkeyed_external
-}
-
 /// The durable runtime. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Runtime {
@@ -98,27 +89,16 @@ struct Inner {
 }
 
 impl Runtime {
-    /// A runtime over a pipeline and a journal. Refuses, at start-up, any tool with
-    /// `effects: external` and `idempotency: none` that did not opt out explicitly: a
-    /// resumed run could repeat its side effect.
+    /// A runtime over a pipeline and a journal.
+    ///
+    /// No tool of the pipeline can repeat a side effect on resume: a tool with
+    /// `effects: external` and `idempotency: none` that did not opt out explicitly is
+    /// refused when it is built (`ToolSpec::check`), so none reaches a toolset.
     pub fn new(
         pipeline: Pipeline,
         journal: Arc<dyn Journal>,
         config: RuntimeConfig,
     ) -> Result<Self, RuntimeError> {
-        let unsafe_tools: Vec<String> = pipeline
-            .toolset()
-            .iter()
-            .filter(|t| could_repeat_side_effects(t.spec()))
-            .map(|t| t.name().to_owned())
-            .collect();
-        if !unsafe_tools.is_empty() {
-            return Err(RuntimeError::Startup(format!(
-                "tools with `effects: external` must be `idempotency: keyed` so a resumed run never \
-                 repeats their side effect: {}; make them keyed or set `allow_unkeyed_external`",
-                unsafe_tools.join(", ")
-            )));
-        }
         let crumbs = crumbs::JournalCrumbs::start(journal.clone(), config.max_result_bytes);
         pipeline.crumbs().add_sink(Arc::new(crumbs.clone()));
         Ok(Runtime {

@@ -8,7 +8,7 @@
 
 use serde_json::json;
 use toolshed_core::{Approval, Crumb, CrumbKind, Idempotency, ToolCall};
-use toolshed_journal::{Budgets, CallResult, NewCall, NewRun, RunRecord, RunStatus};
+use toolshed_journal::{Budgets, NewCall, NewRun, RunRecord, RunStatus};
 
 use crate::run::{CallStep, cap_result, run_context};
 use crate::{Runtime, RuntimeError, args_hash};
@@ -65,10 +65,7 @@ impl Runtime {
                 .with_payload(json!({"waiting_for": []})),
         );
         let held = held.take(self.config().max_result_bytes);
-        let result = CallResult {
-            result: outcome.result.clone(),
-            duration_ms: outcome.duration.as_secs_f64() * 1000.0,
-        };
+        let result = crate::run::call_result(&outcome);
         let run = self
             .journal()
             .record_run(new, vec![(new_call, result)], held, RunStatus::Completed)

@@ -453,13 +453,7 @@ impl RunHandle {
         self.inner
             .runtime
             .journal()
-            .record_finished(
-                &rec.call_id,
-                CallResult {
-                    result: outcome.result.clone(),
-                    duration_ms: outcome.duration.as_secs_f64() * 1000.0,
-                },
-            )
+            .record_finished(&rec.call_id, call_result(&outcome))
             .await?;
         Ok(outcome)
     }
@@ -499,6 +493,18 @@ pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
     }
 }
 
+/// What the journal records of a finished call: the one place a [`CallOutcome`] becomes
+/// a [`CallResult`] (ordinary runs and one-call runs alike).
+pub(crate) fn call_result(outcome: &CallOutcome) -> CallResult {
+    // The diagnostics are already scrubbed and capped by the pipeline; `replayed` reads
+    // them back, so a resumed run reports what the call printed when it ran.
+    CallResult {
+        result: outcome.result.clone(),
+        duration_ms: outcome.duration.as_secs_f64() * 1000.0,
+        diagnostics: outcome.diagnostics.clone(),
+    }
+}
+
 fn replayed(rec: &CallRecord) -> CallOutcome {
     let result = match (&rec.result, &rec.error) {
         (_, Some(e)) => Err(e.clone()),
@@ -511,6 +517,7 @@ fn replayed(rec: &CallRecord) -> CallOutcome {
         result,
         duration: Duration::from_secs_f64(rec.duration_ms.unwrap_or(0.0).max(0.0) / 1000.0),
         attempts: rec.attempts,
+        diagnostics: rec.diagnostics.clone(),
     }
 }
 

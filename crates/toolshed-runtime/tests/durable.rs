@@ -198,6 +198,7 @@ on_both!(
     finished_runs_cannot_be_resumed,
     one_call_runs_record_everything_at_once_or_take_the_ordinary_path,
     approved_calls_on_resume_run_exactly_the_hooks_of_a_live_call,
+    a_resumed_run_reports_the_recorded_diagnostics,
 );
 
 async fn replay_executes_each_handler_once(db: Db) {
@@ -230,6 +231,65 @@ async fn replay_executes_each_handler_once(db: Db) {
     let calls = db.journal.calls_of_run(&id).await.unwrap();
     assert_eq!(calls.len(), 5);
     assert!(calls.iter().all(|c| c.status == CallStatus::Completed));
+}
+
+/// A tool whose handler reports what a subprocess would (stdout, stderr, exit code),
+/// counting its executions.
+fn printing_tool(runs: Arc<AtomicU32>) -> Tool {
+    struct Printing(Arc<AtomicU32>);
+    impl toolshed_core::Handler for Printing {
+        fn call(
+            &self,
+            args: Value,
+            _ctx: toolshed_core::ToolContext,
+        ) -> toolshed_core::HandlerFuture {
+            let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+            Box::pin(async move {
+                toolshed_core::Reply::new(Ok(toolshed_core::ToolOutput::Value(args["v"].clone())))
+                    .with_diagnostics(toolshed_core::Diagnostics {
+                        stdout: format!("{{\"result\": {}}}\n", args["v"]),
+                        stderr: format!("execution {n}\n"),
+                        exit_code: Some(0),
+                        ..toolshed_core::Diagnostics::default()
+                    })
+            })
+        }
+    }
+    Tool::builder("print")
+        .description("Prints while it works.")
+        .input_schema(json!({"type": "object", "properties": {"v": {}}}))
+        .raw_handler(Arc::new(Printing(runs)))
+        .build()
+        .unwrap()
+}
+
+async fn a_resumed_run_reports_the_recorded_diagnostics(db: Db) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let c = Counters::default();
+    let make = || {
+        let mut set = tools(&c);
+        set.push(printing_tool(Arc::clone(&runs)));
+        let pipeline = Pipeline::builder(ToolSet::from_tools(set).unwrap()).build();
+        Runtime::new(pipeline, db.journal.clone(), RuntimeConfig::default()).unwrap()
+    };
+    let rt = make();
+    let run = rt.start(NewRunBuilder::new("agent").build()).await.unwrap();
+    let id = run.id().to_owned();
+    let live = done(run.call(call("print", json!({"v": 7}))).await.unwrap());
+    assert_eq!(live.diagnostics.stdout, "{\"result\": 7}\n");
+    parked(run.call(call("pay", json!({"amount": 500}))).await.unwrap());
+    run.finish().await.unwrap();
+
+    // A new process resumes the run: the first call is replayed, not executed again,
+    // and reports what it printed when it ran.
+    let rt = make();
+    let run = rt.resume(&id).await.unwrap();
+    let replayed = done(run.call(call("print", json!({"v": 7}))).await.unwrap());
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(replayed.result.unwrap(), json!(7));
+    assert_eq!(replayed.diagnostics, live.diagnostics);
+    assert_eq!(replayed.diagnostics.stderr, "execution 1\n");
+    assert_eq!(replayed.diagnostics.exit_code, Some(0));
 }
 
 async fn non_determinism_is_a_runtime_error(db: Db) {

@@ -135,39 +135,24 @@ impl ServerError {
     }
 }
 
-/// The stable codes of [`ServerError`]: why a server could not start or stopped (the
-/// codes of its HTTP answers are [`ApiCode`]s). Listed in `docs/errors.md`.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    strum::Display,
-    strum::EnumIter,
-    strum::IntoStaticStr,
-    strum::AsRefStr,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum ServerCode {
-    /// The journal could not be opened.
-    JournalUnavailable,
-    /// The registry could not be opened or seeded.
-    RegistryUnavailable,
-    /// The signing secret or the admin password was refused.
-    AuthSettings,
-    /// The address could not be bound, or serving failed.
-    ListenFailed,
-    /// Seeding the database failed.
-    SeedFailed,
+toolshed_core::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// The stable codes of [`ServerError`]: why a server could not start or stopped (the
+    /// codes of its HTTP answers are [`ApiCode`]s). Listed in `docs/errors.md`.
+    #[non_exhaustive]
+    pub enum ServerCode {
+        /// The journal could not be opened.
+        JournalUnavailable,
+        /// The registry could not be opened or seeded.
+        RegistryUnavailable,
+        /// The signing secret or the admin password was refused.
+        AuthSettings,
+        /// The address could not be bound, or serving failed.
+        ListenFailed,
+        /// Seeding the database failed.
+        SeedFailed,
+    }
 }
-
-toolshed_core::code_enum!(ServerCode);
 
 /// What the first start of an empty database created.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,15 +1,14 @@
 //! Registry tools: turning an API body into a checked definition, and a stored
-//! definition into a tool the runtime can execute (with its stdout, stderr and exit code
-//! captured for the execute answer).
+//! definition into a tool the runtime can execute (a dispatched tool's stdout, stderr
+//! and exit code come back in the call's outcome, as its diagnostics).
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use toolshed_api::{ApiCode, FieldProblem};
 use toolshed_core::file::ToolFile;
 use toolshed_core::{
-    Handler, HandlerFuture, Pipeline, SpecError, Tool, ToolContext, ToolError, ToolOutput, ToolSet,
+    Handler, HandlerFuture, Pipeline, Reply, SpecError, Tool, ToolContext, ToolError, ToolSet,
 };
 use toolshed_dispatch::{Dispatcher, Endpoint};
 use toolshed_journal::Journal;
@@ -17,26 +16,6 @@ use toolshed_registry::{NewTool, RegistryStore, ToolRecord};
 use toolshed_runtime::{Runtime, RuntimeConfig};
 
 use crate::error::ApiError;
-
-/// Extra time the pipeline gives a dispatched call past the tool's own timeout, so the
-/// dispatcher's timeout fires first and the answer still carries stdout and stderr.
-const PIPELINE_GRACE: Duration = Duration::from_secs(1);
-
-/// What an execution printed, captured for the execute answer.
-#[derive(Debug, Clone, Default)]
-pub struct Captured {
-    /// Protocol lines the process wrote.
-    pub stdout: String,
-    /// What it wrote to stderr.
-    pub stderr: String,
-    /// The exit code of a one-shot process.
-    pub exit_code: Option<i32>,
-}
-
-tokio::task_local! {
-    /// Set by the execute route around a drive; the dispatching handler fills it.
-    pub static CAPTURE: Arc<Mutex<Option<Captured>>>;
-}
 
 /// A registration (or update) body turned into a definition: the seed's fields
 /// (`schema_definition`, `tool_type`, `source`) and every `tool.yaml` field.
@@ -365,14 +344,10 @@ pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, Strin
             None => Arc::new(NoEndpoint(name.clone())),
         },
         Some(Ok(endpoint)) => {
-            let timeout = spec.timeout.unwrap_or(dispatcher.config().default_timeout);
-            spec.timeout = Some(timeout + PIPELINE_GRACE);
-            Arc::new(Dispatched {
-                dispatcher: dispatcher.clone(),
-                endpoint: Arc::new(endpoint),
-                tool: Arc::from(name.as_str()),
-                timeout,
-            })
+            // The pipeline owns the timeout; a tool that declares none gets the
+            // dispatcher's.
+            spec.timeout = Some(spec.timeout.unwrap_or(dispatcher.config().default_timeout));
+            dispatcher.handler(endpoint, &name)
         }
     };
     Tool::from_spec(spec, handler).map_err(|e| format!("cannot be built ({e})"))
@@ -388,42 +363,10 @@ impl Handler for NoEndpoint {
             self.0
         );
         Box::pin(async move {
-            Err(ToolError::new(
+            Reply::new(Err(ToolError::new(
                 toolshed_core::ErrorCode::HandlerError,
                 message,
-            ))
-        })
-    }
-}
-
-/// Runs a call through the dispatcher and leaves what it printed in [`CAPTURE`].
-struct Dispatched {
-    dispatcher: Dispatcher,
-    endpoint: Arc<Endpoint>,
-    tool: Arc<str>,
-    timeout: Duration,
-}
-
-impl Handler for Dispatched {
-    fn call(&self, args: Value, ctx: ToolContext) -> HandlerFuture {
-        let dispatcher = self.dispatcher.clone();
-        let endpoint = self.endpoint.clone();
-        let tool = self.tool.clone();
-        let timeout = self.timeout;
-        Box::pin(async move {
-            let execution = dispatcher
-                .execute_for(&endpoint, &tool, args, &ctx, Some(timeout))
-                .await;
-            let _ = CAPTURE.try_with(|slot| {
-                if let Ok(mut slot) = slot.lock() {
-                    *slot = Some(Captured {
-                        stdout: execution.stdout.clone(),
-                        stderr: execution.stderr.clone(),
-                        exit_code: execution.exit_code,
-                    });
-                }
-            });
-            execution.result.map(ToolOutput::Value)
+            )))
         })
     }
 }

@@ -70,7 +70,7 @@ pub fn usage(u: ToolUsage) -> UsageView {
     UsageView {
         agent_id: u.agent_id,
         agent_name: u.agent_name,
-        agent_status: u.agent_status.to_string(),
+        agent_status: agent_status(u.agent_status),
     }
 }
 
@@ -80,7 +80,7 @@ pub fn agent(a: AgentRecord) -> AgentView {
         id: a.id,
         name: a.name,
         framework: a.framework,
-        status: a.status.to_string(),
+        status: agent_status(a.status),
         tool_ids: a.tool_ids,
         definition: a.definition,
         created_by: a.created_by,
@@ -93,7 +93,7 @@ pub fn agent(a: AgentRecord) -> AgentView {
 pub fn user(u: UserRecord) -> UserView {
     UserView {
         username: u.username,
-        role: u.role.to_string(),
+        role: role(u.role),
         tenant: u.tenant,
         created_at: time(u.created_at_ms),
     }
@@ -160,6 +160,7 @@ pub fn call(c: journal::CallRecord) -> CallView {
         gate: c.gate.map(gate),
         decision: c.decision.map(decision),
         answer: c.answer.map(answer),
+        diagnostics: c.diagnostics,
         created_at_ms: c.created_at_ms,
         updated_at_ms: c.updated_at_ms,
     }
@@ -189,5 +190,22 @@ pub fn answer(a: journal::Answer) -> HumanAnswer {
         value: a.value,
         by: a.by,
         at_ms: a.at_ms,
+    }
+}
+
+/// A user's role as the API names it.
+pub fn role(r: toolshed_auth::Role) -> toolshed_api::views::Role {
+    use toolshed_api::views::Role as Wire;
+    match r {
+        toolshed_auth::Role::Viewer => Wire::Viewer,
+        toolshed_auth::Role::Deployer => Wire::Deployer,
+        toolshed_auth::Role::Admin => Wire::Admin,
+    }
+}
+
+/// An agent's state as the API names it.
+fn agent_status(s: toolshed_registry::AgentStatus) -> toolshed_api::views::AgentStatus {
+    match s {
+        toolshed_registry::AgentStatus::Registered => toolshed_api::views::AgentStatus::Registered,
     }
 }

@@ -865,6 +865,16 @@ def shouter() -> dict:
                 "{name}: `{word}` not in stderr: {data}"
             );
         }
+        // The diagnostics of each way out.
+        match name {
+            "sleeper" => assert_eq!(data["timed_out"], true, "{data}"),
+            "quitter" | "exit3" => assert_eq!(data["exit_code"], 3, "{name}: {data}"),
+            "flood" => {
+                assert_eq!(data["stdout_truncated"], true, "{data}");
+                assert_eq!(data["signal"], 9, "killed: {data}");
+            }
+            _ => assert_eq!(data["timed_out"], false, "{name}: {data}"),
+        }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
             "{name} took {:?}",
@@ -887,6 +897,57 @@ def shouter() -> dict:
         let (status, _) = s.call("GET", "/healthz", None, None).await;
         assert_eq!(status, 200);
     }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_dispatched_stream_records_its_partials_in_the_run() {
+    let s = TestServer::start().await;
+    let d = Some(s.deployer.as_str());
+    let py = s.write(
+        "counter.py",
+        "def counter(n: int = 3):\n    \"\"\"Count; each value but the last is a partial.\"\"\"\n    for i in range(n):\n        yield {\"i\": i}\n",
+    );
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            d,
+            Some(json!({"name": "counter", "endpoint": format!("python:{py}")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/counter/execute",
+            d,
+            Some(json!({"args": {"n": 3}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["output"], json!({"i": 2}));
+    assert_eq!(
+        answer["data"]["stdout"].as_str().unwrap().lines().count(),
+        3
+    );
+    let run_id = answer["data"]["run_id"].as_str().unwrap();
+    let (_, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}?crumbs=true"),
+            d,
+            None,
+        )
+        .await;
+    let partials: Vec<&Value> = run["data"]["crumbs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "tool:result:partial")
+        .collect();
+    assert_eq!(partials.len(), 2, "{run}");
+    assert_eq!(partials[0]["payload"], json!({"i": 0}), "{run}");
     s.stop().await;
 }
 

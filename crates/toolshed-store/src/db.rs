@@ -147,6 +147,15 @@ impl Db {
         self.readers.dialect()
     }
 
+    /// How many write transactions hold the write connection now (0 or 1), for metrics
+    /// and for tests that show reads do not wait for writes.
+    pub fn writes_in_transaction(&self) -> u64 {
+        match &self.writer {
+            Writer::Sqlite(writer) => writer.in_transaction(),
+            Writer::Postgres(writer) => writer.in_transaction(),
+        }
+    }
+
     /// Run a read-only rule.
     pub async fn read<T, E, F>(&self, rule: F) -> Result<T, E>
     where

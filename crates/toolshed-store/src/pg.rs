@@ -528,6 +528,7 @@ impl Readers {
 pub struct Writer {
     target: Arc<Target>,
     slot: tokio::sync::Mutex<WriterSlot>,
+    in_transaction: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -547,7 +548,14 @@ impl Writer {
                 conn: Some(Conn::new(client)),
                 open: false,
             }),
+            in_transaction: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// How many write transactions are open or about to begin (0 or 1): the write
+    /// connection is held from here until the commit.
+    pub fn in_transaction(&self) -> u64 {
+        self.in_transaction.load(Ordering::Acquire)
     }
 
     /// Run a rule in one transaction: committed when it returns `Ok`, rolled back when
@@ -558,6 +566,8 @@ impl Writer {
         F: for<'c> FnOnce(&'c mut dyn Executor) -> BoxFuture<'c, Result<T, E>>,
     {
         let mut slot = self.slot.lock().await;
+        self.in_transaction.fetch_add(1, Ordering::AcqRel);
+        let _done = InTransaction(&self.in_transaction);
         if slot.conn.as_ref().is_none_or(Conn::is_closed) {
             slot.conn = None;
             slot.open = false;
@@ -588,5 +598,14 @@ impl Writer {
             (Err(e), Ok(_)) => Err(E::from(DbError::from(e))),
             (Err(_), Err(own)) => Err(own),
         }
+    }
+}
+
+/// Counts a write transaction for as long as it lives (also when its future is dropped).
+struct InTransaction<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for InTransaction<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

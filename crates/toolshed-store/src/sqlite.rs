@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -374,6 +375,7 @@ impl Readers {
 pub struct Writer {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
+    in_transaction: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -382,7 +384,14 @@ impl Writer {
         Writer {
             path: path.to_path_buf(),
             conn: Arc::new(Mutex::new(conn)),
+            in_transaction: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many write transactions are open or waiting to begin on the connection (0
+    /// or 1): the write connection is held from here until the commit.
+    pub fn in_transaction(&self) -> u64 {
+        self.in_transaction.load(Ordering::Acquire)
     }
 
     /// Run a rule in one transaction on the blocking pool: committed when it returns
@@ -395,8 +404,13 @@ impl Writer {
     {
         let conn = Arc::clone(&self.conn);
         let path = self.path.clone();
+        let in_transaction = Arc::clone(&self.in_transaction);
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            in_transaction.fetch_add(1, Ordering::AcqRel);
+            let _done = scopeguard(|| {
+                in_transaction.fetch_sub(1, Ordering::AcqRel);
+            });
             conn.execute_batch("BEGIN IMMEDIATE")
                 .map_err(DbError::from)?;
             let result = run_now(rule(&mut SqliteExec::new(&mut conn)));
@@ -424,4 +438,17 @@ impl Writer {
             ))
         })?
     }
+}
+
+/// Runs `f` when dropped (on every path out of a scope).
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }

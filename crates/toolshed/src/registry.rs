@@ -852,7 +852,7 @@ async fn usage(name: &str, json_out: bool) -> Result<(), Failure> {
         .map(|u| {
             vec![
                 u.agent_name.clone(),
-                u.agent_status.clone(),
+                u.agent_status.to_string(),
                 u.agent_id.clone(),
             ]
         })

@@ -308,6 +308,7 @@ async fn show(id: &str, with_crumbs: bool, db: &Db, json_out: bool) -> Result<()
         &rows,
         70,
     ));
+    text.push_str(&diagnostics_text(&calls));
     if let Some(crumbs) = crumbs {
         text.push_str("\ncrumbs:\n");
         let rows: Vec<Vec<String>> = crumbs
@@ -328,6 +329,55 @@ async fn show(id: &str, with_crumbs: bool, db: &Db, json_out: bool) -> Result<()
     }
     print(&text);
     Ok(())
+}
+
+/// What each call's execution printed, for the calls that printed anything: the exit
+/// code or signal, whether it timed out, and its stdout and stderr (their last lines).
+fn diagnostics_text(calls: &[CallRecord]) -> String {
+    let mut text = String::new();
+    for c in calls.iter().filter(|c| !c.diagnostics.is_empty()) {
+        let d = &c.diagnostics;
+        let mut facts = Vec::new();
+        if let Some(code) = d.exit_code {
+            facts.push(format!("exit {code}"));
+        }
+        if let Some(signal) = d.signal {
+            facts.push(format!("signal {signal}"));
+        }
+        if d.timed_out {
+            facts.push("timed out".to_owned());
+        }
+        if d.oom_killed {
+            facts.push("out of memory".to_owned());
+        }
+        text.push_str(&format!(
+            "\ncall {} ({}){}{}\n",
+            c.ordinal,
+            c.tool,
+            if facts.is_empty() { "" } else { ": " },
+            facts.join(", ")
+        ));
+        for (name, body, cut) in [
+            ("stdout", &d.stdout, d.stdout_truncated),
+            ("stderr", &d.stderr, d.stderr_truncated),
+        ] {
+            if body.trim().is_empty() {
+                continue;
+            }
+            let lines: Vec<&str> = body.trim_end().lines().collect();
+            let shown = &lines[lines.len().saturating_sub(20)..];
+            let note = if cut || shown.len() < lines.len() {
+                " (its end)"
+            } else {
+                ""
+            };
+            text.push_str(&format!("  {name}{note}:\n"));
+            for line in shown {
+                text.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    text
 }
 
 fn run_header(run: &RunRecord) -> String {

@@ -755,6 +755,25 @@ fn failing_tools_exit_1_and_the_server_keeps_answering() {
             .unwrap()
             .contains("sys.exit(3)")
     );
+    // What the call printed is recorded with it: `runs show` on the server's journal
+    // prints it, and the run's JSON carries it.
+    let run_id = run["run_id"].as_str().unwrap();
+    let o = sh.run(&["runs", "show", run_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let shown = stdout(&o);
+    assert!(shown.contains("call 0 (bail-out)"), "{shown}");
+    assert!(shown.contains("  stderr:\n    giving up: none"), "{shown}");
+    let show = sh.json(&["runs", "show", run_id, "--json"]);
+    assert_eq!(
+        show["calls"][0]["diagnostics"]["stderr"],
+        "giving up: none\n"
+    );
+    assert!(
+        show["calls"][0]["diagnostics"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("sys.exit(3)")
+    );
 }
 
 #[test]

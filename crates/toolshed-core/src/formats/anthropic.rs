@@ -273,6 +273,7 @@ mod tests {
             result: Ok(json!("three hits")),
             duration: Duration::from_millis(5),
             attempts: 1,
+            diagnostics: Default::default(),
         };
         assert_eq!(
             anthropic_tool_result_block(&ok),

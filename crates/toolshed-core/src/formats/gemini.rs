@@ -996,6 +996,7 @@ mod tests {
             result,
             duration: Duration::from_millis(1),
             attempts: 1,
+            diagnostics: Default::default(),
         };
         assert_eq!(
             gemini_function_response_part(&outcome("gemini_call_0", Ok(json!({"hits": 3})))),

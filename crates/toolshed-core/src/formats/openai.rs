@@ -1419,6 +1419,7 @@ mod tests {
             result: Ok(json!({"hits": 3})),
             duration: Duration::from_millis(5),
             attempts: 1,
+            diagnostics: Default::default(),
         };
         assert_eq!(
             openai_tool_result_message(&ok),

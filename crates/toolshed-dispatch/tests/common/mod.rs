@@ -79,6 +79,58 @@ pub fn running(pid: u32) -> bool {
     }
 }
 
+/// The processes still running (zombies aside) that belong to the tool process `pid`:
+/// those in its process group, or whose parent it is, read from `/proc`.
+pub fn left_behind(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(other) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{other}/stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (state, ppid, pgrp) = (fields[0], fields[1], fields[2]);
+        if matches!(state, "Z" | "X") {
+            continue;
+        }
+        if ppid == pid.to_string() || pgrp == pid.to_string() {
+            found.push(other);
+        }
+    }
+    found
+}
+
+/// Wait (up to 10 s) until the tool process `pid` is reaped and nothing it started is
+/// left running.
+pub async fn all_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = left_behind(pid);
+        if !exists(pid) && left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tool process {pid} (exists: {}) left these running: {left:?}",
+            exists(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Wait (up to 10 s) until `check` holds.
 pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -47,7 +47,7 @@ pub async fn login(
         data: TokenView {
             token,
             expires_in: state.config().token_ttl.as_secs(),
-            role: role.as_str().to_owned(),
+            role: crate::views::role(role),
         },
     }))
 }

@@ -1,8 +1,6 @@
 //! `/api/v1/registry/…`: tools (register, list, show, update, delete, versions, usage,
 //! execute) and agents (register, list, show).
 
-use std::sync::{Arc, Mutex};
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -14,9 +12,9 @@ use toolshed_api::views::{
 };
 use toolshed_api::{ApiCode, Data, ErrorEnvelope, Paged};
 use toolshed_auth::Role;
-use toolshed_core::ToolCall;
+use toolshed_core::{Diagnostics, ToolCall};
 use toolshed_registry::{NewAgent, ToolFilter};
-use toolshed_runtime::{CallStep, NewRunBuilder};
+use toolshed_runtime::{CallStep, Driver, NewRunBuilder};
 use utoipa::IntoParams;
 
 use crate::Json;
@@ -24,8 +22,7 @@ use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::tools::{
-    CAPTURE, Captured, Registration, complete_registration, find_by_name, find_tool, new_tool,
-    parse_registration,
+    Registration, complete_registration, find_by_name, find_tool, new_tool, parse_registration,
 };
 use crate::views;
 
@@ -86,17 +83,12 @@ pub async fn create_tool(
 }
 
 /// Build the definition as the runtime would: one it would refuse is refused now, not
-/// at its first execution.
+/// at its first execution. (Building checks the spec, side-effect rule included: an
+/// `effects: external` tool that is not keyed never gets this far.)
 fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError> {
-    let tool = crate::tools::executable(state.dispatcher(), reg.file.clone())
-        .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))?;
-    if toolshed_runtime::could_repeat_side_effects(tool.spec()) {
-        return Err(ApiError::field(
-            "idempotency",
-            "a tool with `effects: external` must be `idempotency: keyed` so a resumed run never repeats its side effect (or set `allow_unkeyed_external: true`)",
-        ));
-    }
-    Ok(())
+    crate::tools::executable(state.dispatcher(), reg.file.clone())
+        .map(drop)
+        .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))
 }
 
 /// List tools, ordered by name.
@@ -299,48 +291,51 @@ pub async fn execute_tool(
             .with_violations(violations));
         }
     }
+    let driver = Driver::Direct {
+        tool: name.clone(),
+        args: args.clone(),
+    };
+    let driver = serde_json::to_value(&driver)
+        .map_err(|e| ApiError::internal("cannot record the run's driver", e))?;
     let new = NewRunBuilder::new(REGISTRY_AGENT)
         .principal(claims.principal())
-        .driver(json!({"kind": "direct", "tool": name, "args": args}))
+        .driver(driver)
         .build();
-    let slot = Arc::new(Mutex::new(None::<Captured>));
-    let runtime = prepared.runtime.clone();
-    let call_args = args.clone();
-    let call_name = name.clone();
-    let (run, step) = CAPTURE
-        .scope(slot.clone(), async move {
-            runtime
-                .run_once(
-                    new,
-                    ToolCall {
-                        id: "call_0".into(),
-                        name: call_name,
-                        args: call_args,
-                    },
-                )
-                .await
-        })
-        .await?;
+    let call = ToolCall {
+        id: "call_0".into(),
+        name,
+        args,
+    };
+    let (run, step) = prepared.runtime.run_once(new, call).await?;
     let run_id = run.id;
-    let captured = slot
-        .lock()
-        .ok()
-        .and_then(|mut s| s.take())
-        .unwrap_or_default();
     let (status, view) = match step {
         CallStep::Done(outcome) => {
             let (output, error) = match outcome.result {
                 Ok(v) => (v, None),
                 Err(e) => (Value::Null, Some(e)),
             };
+            let Diagnostics {
+                stdout,
+                stderr,
+                exit_code,
+                signal,
+                timed_out,
+                stdout_truncated,
+                stderr_truncated,
+                ..
+            } = outcome.diagnostics;
             (
                 StatusCode::OK,
                 ExecuteView {
                     status: ExecuteStatus::Completed,
                     output,
-                    stdout: captured.stdout,
-                    stderr: captured.stderr,
-                    exit_code: captured.exit_code,
+                    stdout,
+                    stderr,
+                    exit_code,
+                    signal,
+                    timed_out,
+                    stdout_truncated,
+                    stderr_truncated,
                     duration_ms: outcome.duration.as_secs_f64() * 1000.0,
                     error,
                     run_id,
@@ -357,6 +352,10 @@ pub async fn execute_tool(
                 stdout: String::new(),
                 stderr: String::new(),
                 exit_code: None,
+                signal: None,
+                timed_out: false,
+                stdout_truncated: false,
+                stderr_truncated: false,
                 duration_ms: 0.0,
                 error: None,
                 run_id,
