@@ -24,6 +24,7 @@ use toolshed_dispatch::DispatchCode;
 use toolshed_journal::JournalCode;
 use toolshed_registry::RegistryCode;
 use toolshed_runtime::RuntimeCode;
+use toolshed_sandbox::SandboxCode;
 use toolshed_server::ServerCode;
 
 /// One row of the page: the code and its HTTP cell.
@@ -149,10 +150,11 @@ fn every_code_of_every_layer_is_on_the_errors_page() {
     check_enum::<ServerCode>(&page, "ServerCode");
     check_enum::<JournalCode>(&page, "JournalCode");
     check_enum::<RegistryCode>(&page, "RegistryCode");
+    check_enum::<SandboxCode>(&page, "SandboxCode");
     let sections: Vec<&String> = page.keys().collect();
     assert_eq!(
         sections.len(),
-        9,
+        10,
         "a section the test does not check: {sections:?}"
     );
 }

@@ -8,7 +8,7 @@
 //!   not match the schema, an invalid definition file, a weak password; and every 4xx
 //!   answer of the registry server (not logged in, forbidden, not found, conflict);
 //! - 3: an internal error, the journal cannot be reached, the registry server cannot be
-//!   reached or answers 5xx;
+//!   reached or answers 5xx, the sandbox cannot run untrusted code on this host;
 //! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
 
 mod agent;
@@ -19,6 +19,7 @@ mod output;
 mod prompt;
 mod registry;
 mod runs;
+mod sandbox;
 mod serve;
 mod tools;
 mod user;
@@ -70,6 +71,8 @@ enum Command {
     /// Work with the registry server (`TOOLSHED_URL`, logged in): its tools, and the runs
     /// their executions park.
     Registry(Group<registry::RegistryCommand>),
+    /// Check what this host's sandbox supports, or run a tool file in the sandbox.
+    Sandbox(Group<sandbox::SandboxCommand>),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -145,6 +148,7 @@ fn main() -> ExitCode {
             Command::User(g) => user::run(g.command, db.url(), g.json).await,
             Command::Login(args) => client::login(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
+            Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
         }
     });
     match result {

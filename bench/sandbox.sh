@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Whole-process figures for the sandbox (BENCHMARKS.md, "Sandbox"), side by side in one
+# run:
+#   1. /bin/true: plain fork+exec, in the sandbox (toolshed-sandbox-exec), and in
+#      bubblewrap with a comparable set of namespaces and mounts;
+#   2. Python hello: unsandboxed and in the sandbox;
+#   3. the same two in one long-lived supervisor (examples/starts.rs), as a server runs
+#      them: the supervisor's own start-up is then paid once, not per run.
+# Each comparison is run by hyperfine (medians, one command after the other) and, when
+# farm-bench is installed, again as alternating pairs (A B A B …) for the ratio.
+#
+# Usage: bench/sandbox.sh [RUNS]   (default 300 for hyperfine; farm-bench takes 100)
+# Needs root (the sandbox maps pool uids and creates cgroups), hyperfine and bubblewrap
+# (Debian packages `hyperfine`, `bubblewrap`; installed here when missing and apt is
+# available), python3. Builds the release binary first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${1:-300}"
+
+need=()
+command -v hyperfine >/dev/null || need+=(hyperfine)
+command -v bwrap >/dev/null || need+=(bubblewrap)
+if [ ${#need[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null; then
+    :
+  else
+    echo "missing ${need[*]}: install the Debian packages ${need[*]}" >&2
+    exit 2
+  fi
+fi
+[ "$(id -u)" = 0 ] || { echo "run as root: the sandbox maps pool uids and creates cgroups" >&2; exit 2; }
+
+cargo build --release -p toolshed-sandbox --bin toolshed-sandbox-exec --example starts >&2
+SANDBOX="$PWD/target/release/toolshed-sandbox-exec"
+STARTS="$PWD/target/release/examples/starts"
+PY=/usr/bin/python3
+# bubblewrap with what the sandbox sets up that bubblewrap can: new user, mount, pid,
+# net, ipc, uts and cgroup namespaces, a non-root uid, no capabilities, read-only /usr
+# and its links, a fresh /proc, a minimal /dev, size-limited tmpfs /tmp and working
+# folder, an empty environment, death with the parent. (No cgroup limits, Landlock or
+# seccomp: bubblewrap has none of its own.)
+BWRAP="bwrap --unshare-all --die-with-parent --uid 1000 --gid 1000 --cap-drop ALL \
+--ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin \
+--proc /proc --dev /dev --size 67108864 --tmpfs /tmp --size 67108864 --tmpfs /work --chdir /work --clearenv"
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
+"$SANDBOX" -- /bin/true || { echo "the sandbox cannot run here: see \`toolshed sandbox check\`" >&2; exit 3; }
+
+summary() {
+  python3 - "$1" <<'EOF'
+import json, statistics, sys
+results = json.load(open(sys.argv[1]))["results"]
+base = None
+print(f"{'command':<34} {'p50':>10} {'mean':>10} {'min':>10} {'p90':>10}")
+for r in results:
+    t = sorted(r["times"])
+    p50 = statistics.median(t) * 1000
+    p90 = t[int(len(t) * 0.9)] * 1000
+    name = r["command"]
+    name = {"/bin/true": "fork+exec /bin/true"}.get(name, name)
+    if name.startswith("bwrap"):
+        name = "bubblewrap " + name.split()[-1]
+    elif "toolshed-sandbox-exec" in name:
+        name = "sandbox " + " ".join(name.split()[2:])
+    print(f"{name[:34]:<34} {p50:7.2f} ms {r['mean']*1000:7.2f} ms {min(t)*1000:7.2f} ms {p90:7.2f} ms")
+EOF
+}
+
+echo
+echo "== /bin/true: fork+exec, sandbox, bubblewrap (hyperfine, $RUNS runs each)"
+hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$WORK/true.json" \
+  /bin/true "$SANDBOX -- /bin/true" "$BWRAP /bin/true" >/dev/null
+summary "$WORK/true.json"
+
+echo
+echo "== Python hello: unsandboxed, sandbox (hyperfine, $RUNS runs each)"
+hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$WORK/py.json" \
+  "$PY -c \"print('hello')\"" "$SANDBOX -- $PY -c \"print('hello')\"" >/dev/null
+summary "$WORK/py.json"
+
+echo
+echo "== in one long-lived supervisor (as a server's dispatcher): Sandbox::run back to back, then plain spawns"
+"$STARTS" "$RUNS" /bin/true
+"$STARTS" 200 "$PY" -c "print('hello')"
+
+if command -v farm-bench >/dev/null; then
+  echo
+  echo "== paired: sandbox vs bubblewrap, /bin/true (farm-bench, 100 pairs)"
+  farm-bench -n 100 --warmup 5 --vs "$BWRAP /bin/true" -- "$SANDBOX" -- /bin/true
+  echo
+  echo "== paired: sandboxed vs unsandboxed Python hello (farm-bench, 100 pairs)"
+  farm-bench -n 100 --warmup 5 --vs "$PY -c \"print('hello')\"" -- "$SANDBOX" -- "$PY" -c "print('hello')"
+fi

@@ -1,0 +1,101 @@
+//! Starts in one long-lived supervisor (as a server's dispatcher runs them): `N` runs of
+//! a command through `Sandbox::run`, then `N` plain spawns of it, with their medians.
+//! Used by `bench/sandbox.sh`.
+//!
+//! `cargo run --release -p toolshed-sandbox --example starts -- [N] PROGRAM [ARGS…]`
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use toolshed_sandbox::{RunSpec, Sandbox, SandboxConfig};
+
+fn percentile(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
+fn main() -> ExitCode {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let runs: usize = match args.first().and_then(|a| a.parse().ok()) {
+        Some(n) => {
+            args.remove(0);
+            n
+        }
+        None => 200,
+    };
+    if args.is_empty() {
+        eprintln!("usage: starts [N] PROGRAM [ARGS…]");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        let sandbox = match Sandbox::new(SandboxConfig::default()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e} [{}]", e.code());
+                return ExitCode::from(1);
+            }
+        };
+        // Back to back, as a busy server starts them (sporadic starts under cgroup v1
+        // also pay an RCU grace period for the cgroup move: see BENCHMARKS.md); the
+        // first ten of each are warm-up.
+        let mut sandboxed = Vec::with_capacity(runs);
+        for i in 0..runs + 10 {
+            let t = Instant::now();
+            match sandbox
+                .run(RunSpec::new(&args[0], &args[1..]), Vec::new())
+                .await
+            {
+                Ok(o) if o.success() => {}
+                Ok(o) => {
+                    eprintln!(
+                        "the command failed: {:?} {}",
+                        o.exit,
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                    return ExitCode::from(1);
+                }
+                Err(e) => {
+                    eprintln!("{e} [{}]", e.code());
+                    return ExitCode::from(1);
+                }
+            }
+            if i >= 10 {
+                sandboxed.push(t.elapsed());
+            }
+        }
+        let mut plain = Vec::with_capacity(runs);
+        for i in 0..runs + 10 {
+            let t = Instant::now();
+            let status = std::process::Command::new(&args[0])
+                .args(&args[1..])
+                .stdout(std::process::Stdio::null())
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                eprintln!("the command failed unsandboxed");
+                return ExitCode::from(1);
+            }
+            if i >= 10 {
+                plain.push(t.elapsed());
+            }
+        }
+        let (s50, s90) = (percentile(&mut sandboxed, 0.5), percentile(&mut sandboxed, 0.9));
+        let (p50, p90) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.9));
+        println!(
+            "{runs} runs of {}: sandboxed p50 {s50:.2} ms (p90 {s90:.2}), plain spawn p50 {p50:.2} ms (p90 {p90:.2}), ratio {:.2}",
+            args.join(" "),
+            s50 / p50
+        );
+        ExitCode::SUCCESS
+    })
+}

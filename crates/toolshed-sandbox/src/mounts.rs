@@ -1,0 +1,620 @@
+//! The sandbox's root filesystem.
+//!
+//! A *skeleton* is a folder in the runtime folder, built once per layout (the set of
+//! bind targets) and shared read-only by every run: the mount points (`usr`, `proc`,
+//! `dev/null`, `tmp`, `work`, the binds'), the lib and bin links as the host has them,
+//! `/dev/shm` → `/tmp`, and a synthetic `/etc` (a `passwd` with the sandbox user, no real
+//! user of the host). Each run, the parent prepares *detached* mounts (new mount API):
+//! a read-only clone of the skeleton, read-only clones of `/usr` and the binds, the three
+//! device nodes, and two fresh size-limited tmpfs (`/tmp` and the scratch folder). The
+//! child only attaches them in its own mount namespace and pivots into the result.
+//!
+//! The parent keeps the scratch mount's fd: files the tool wrote are read back through
+//! it with beneath-only, no-symlink opens, after the tool is gone.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags, OpenTreeFlags};
+
+use crate::child::INSIDE_ID;
+use crate::config::{Bind, Limits};
+use crate::error::SandboxError;
+use crate::sys;
+
+/// Bumped when the skeleton's contents change, so old skeletons are not reused.
+const SKELETON_VERSION: u32 = 1;
+
+/// The host's top-level links or folders the sandbox mirrors (merged /usr: links).
+const TOP_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Where slirp4netns answers DNS.
+const RESOLV_CONF: &str = "nameserver 10.0.2.3\n";
+
+/// A prepared skeleton.
+#[derive(Debug)]
+pub(crate) struct Skeleton {
+    /// Its host path.
+    pub path: PathBuf,
+    /// The same, for the child.
+    pub cpath: CString,
+    /// An `O_PATH` fd of it (the Landlock read rule).
+    pub fd: OwnedFd,
+    /// Top-level folders of the host (not links) that are bound read-only like `/usr`.
+    pub top_dirs: Vec<&'static str>,
+}
+
+/// What a bind's mount point is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct MountPoint {
+    pub target: PathBuf,
+    pub dir: bool,
+}
+
+/// Skeletons by layout, built on first use.
+#[derive(Debug, Default)]
+pub(crate) struct Skeletons {
+    built: Mutex<HashMap<Vec<MountPoint>, Arc<Skeleton>>>,
+}
+
+impl Skeletons {
+    /// The skeleton for these bind mount points (sorted), building it once.
+    pub(crate) fn get(
+        &self,
+        runtime_dir: &Path,
+        points: Vec<MountPoint>,
+    ) -> Result<Arc<Skeleton>, SandboxError> {
+        let mut built = self
+            .built
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = built.get(&points) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(build(runtime_dir, &points)?);
+        built.insert(points, s.clone());
+        Ok(s)
+    }
+}
+
+fn key(points: &[MountPoint]) -> String {
+    use std::hash::{Hash, Hasher};
+    // A stable, content-derived name (FNV-1a), the same in every supervisor process.
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 ^= u64::from(*b);
+                self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    SKELETON_VERSION.hash(&mut h);
+    for p in points {
+        p.target.as_os_str().as_bytes().hash(&mut h);
+        p.dir.hash(&mut h);
+    }
+    format!("root-{:016x}", h.finish())
+}
+
+fn io_at(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    let what = format!("cannot {what} {}", path.display());
+    move |e| SandboxError::io(what, e)
+}
+
+fn build(runtime_dir: &Path, points: &[MountPoint]) -> Result<Skeleton, SandboxError> {
+    let roots = runtime_dir.join("roots");
+    std::fs::create_dir_all(&roots).map_err(io_at(&roots, "create"))?;
+    let final_path = roots.join(key(points));
+    let mut top_dirs = Vec::new();
+    for name in TOP_LINKS {
+        let host = Path::new("/").join(name);
+        if let Ok(meta) = std::fs::symlink_metadata(&host)
+            && meta.is_dir()
+        {
+            top_dirs.push(*name);
+        }
+    }
+    if !final_path.exists() {
+        let tmp = roots.join(format!(
+            ".build-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        populate(&tmp, points).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&tmp);
+        })?;
+        // Another supervisor may have built the same layout meanwhile: keep theirs.
+        if std::fs::rename(&tmp, &final_path).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !final_path.exists() {
+                return Err(SandboxError::io(
+                    format!("cannot install the root skeleton {}", final_path.display()),
+                    std::io::Error::other("rename failed"),
+                ));
+            }
+        }
+    }
+    let fd = rustix::fs::open(
+        &final_path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| SandboxError::io(format!("cannot open {}", final_path.display()), e.into()))?;
+    let cpath = CString::new(final_path.as_os_str().as_bytes())
+        .map_err(|_| SandboxError::config("runtime_dir", "contains a NUL byte"))?;
+    Ok(Skeleton {
+        path: final_path,
+        cpath,
+        fd,
+        top_dirs,
+    })
+}
+
+fn populate(root: &Path, points: &[MountPoint]) -> Result<(), SandboxError> {
+    let dir = |rel: &str| -> Result<(), SandboxError> {
+        let p = root.join(rel);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&p)
+            .map_err(io_at(&p, "create"))
+    };
+    let file = |rel: &str, contents: &str| -> Result<(), SandboxError> {
+        let p = root.join(rel);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&p)
+            .map_err(io_at(&p, "create"))?;
+        std::io::Write::write_all(&mut f, contents.as_bytes()).map_err(io_at(&p, "write"))
+    };
+    let link = |target: &str, rel: &str| -> Result<(), SandboxError> {
+        let p = root.join(rel);
+        std::os::unix::fs::symlink(target, &p).map_err(io_at(&p, "create"))
+    };
+    dir("")?;
+    for d in ["usr", "proc", "dev", "tmp", "work", "etc/ssl/certs"] {
+        dir(d)?;
+    }
+    for name in TOP_LINKS {
+        let host = Path::new("/").join(name);
+        match std::fs::symlink_metadata(&host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&host).map_err(io_at(&host, "read"))?;
+                let p = root.join(name);
+                std::os::unix::fs::symlink(&target, &p).map_err(io_at(&p, "create"))?;
+            }
+            Ok(m) if m.is_dir() => dir(name)?,
+            _ => {}
+        }
+    }
+    for node in ["null", "zero", "urandom"] {
+        file(&format!("dev/{node}"), "")?;
+    }
+    link("urandom", "dev/random")?;
+    link("/proc/self/fd", "dev/fd")?;
+    link("/proc/self/fd/0", "dev/stdin")?;
+    link("/proc/self/fd/1", "dev/stdout")?;
+    link("/proc/self/fd/2", "dev/stderr")?;
+    // POSIX shared memory lands in the size-limited /tmp.
+    link("/tmp", "dev/shm")?;
+    file(
+        "etc/passwd",
+        &format!(
+            "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n\
+             sandbox:x:{INSIDE_ID}:{INSIDE_ID}:sandbox:/work:/bin/sh\n\
+             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+    )?;
+    file(
+        "etc/group",
+        &format!("root:x:0:\nsandbox:x:{INSIDE_ID}:\nnogroup:x:65534:\n"),
+    )?;
+    file("etc/hosts", "127.0.0.1 localhost sandbox\n::1 localhost\n")?;
+    file("etc/hostname", "sandbox\n")?;
+    file(
+        "etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n",
+    )?;
+    file("etc/resolv.conf", RESOLV_CONF)?;
+    for p in points {
+        let rel = p.target.strip_prefix("/").unwrap_or(&p.target);
+        let full = root.join(rel);
+        if let Some(parent) = full.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)
+                .map_err(io_at(parent, "create"))?;
+        }
+        if p.dir {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&full)
+                .map_err(io_at(&full, "create"))?;
+        } else if !full.exists() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&full)
+                .map_err(io_at(&full, "create"))?;
+        }
+    }
+    Ok(())
+}
+
+/// One run's prepared, detached mounts.
+#[derive(Debug)]
+pub(crate) struct RunMounts {
+    /// The read-only clone of the skeleton.
+    pub root: OwnedFd,
+    /// Mounts and their targets relative to the root, in attach order.
+    pub mounts: Vec<(OwnedFd, CString)>,
+    /// The scratch tmpfs (also in `mounts`, as `work`), kept for read-back.
+    pub scratch: Arc<OwnedFd>,
+    /// The `/tmp` tmpfs's mount (for the Landlock rule).
+    pub tmp: Arc<OwnedFd>,
+    /// `/dev/null`, `/dev/zero`, `/dev/urandom` clones (for the Landlock rule).
+    pub devices: Vec<Arc<OwnedFd>>,
+}
+
+const RO: u64 = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+
+fn clone_tree(source: &Path, recursive: bool, what: &'static str) -> Result<OwnedFd, SandboxError> {
+    let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= OpenTreeFlags::AT_RECURSIVE;
+    }
+    rustix::mount::open_tree(CWD, source, flags).map_err(|e| SandboxError::SetupFailed {
+        step: what,
+        source: e.into(),
+    })
+}
+
+fn setattr(
+    fd: &OwnedFd,
+    set: u64,
+    clear: u64,
+    recursive: bool,
+    what: &'static str,
+) -> Result<(), SandboxError> {
+    sys::mount_setattr(fd.as_fd(), set, clear, recursive)
+        .map_err(|source| SandboxError::SetupFailed { step: what, source })
+}
+
+/// A fresh tmpfs, owned by the sandbox's host uid, limited in size and inodes.
+fn tmpfs(bytes: u64, inodes: u64, uid: u32, what: &'static str) -> Result<OwnedFd, SandboxError> {
+    let err = |e: rustix::io::Errno| SandboxError::SetupFailed {
+        step: what,
+        source: e.into(),
+    };
+    let fs = rustix::mount::fsopen(c"tmpfs", FsOpenFlags::FSOPEN_CLOEXEC).map_err(err)?;
+    let uid = uid.to_string();
+    for (k, v) in [
+        ("size", bytes.to_string()),
+        ("nr_inodes", inodes.to_string()),
+        ("mode", "755".to_owned()),
+        ("uid", uid.clone()),
+        ("gid", uid),
+    ] {
+        rustix::mount::fsconfig_set_string(fs.as_fd(), k, v.as_str()).map_err(err)?;
+    }
+    rustix::mount::fsconfig_create(fs.as_fd()).map_err(err)?;
+    rustix::mount::fsmount(
+        fs.as_fd(),
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+    )
+    .map_err(err)
+}
+
+fn rel(target: &str) -> CString {
+    // Targets are built here from checked paths: no NUL byte can occur.
+    CString::new(target.trim_start_matches('/')).unwrap_or_default()
+}
+
+/// Prepares one run's mounts.
+pub(crate) fn prepare(
+    skeleton: &Skeleton,
+    binds: &[Bind],
+    certs: bool,
+    limits: &Limits,
+    uid: u32,
+) -> Result<RunMounts, SandboxError> {
+    let root = clone_tree(&skeleton.path, false, "clone the root skeleton")?;
+    setattr(
+        &root,
+        RO | libc::MOUNT_ATTR_NOEXEC,
+        0,
+        false,
+        "make the root read-only",
+    )?;
+    let mut mounts = Vec::with_capacity(8 + binds.len());
+
+    let usr = clone_tree(Path::new("/usr"), true, "clone /usr")?;
+    setattr(&usr, RO, 0, true, "make /usr read-only")?;
+    mounts.push((usr, rel("usr")));
+    for name in &skeleton.top_dirs {
+        let d = clone_tree(&Path::new("/").join(name), true, "clone a top-level folder")?;
+        setattr(&d, RO, 0, true, "make a top-level folder read-only")?;
+        mounts.push((d, rel(name)));
+    }
+
+    let mut devices = Vec::with_capacity(3);
+    for node in ["null", "zero", "urandom"] {
+        let host = Path::new("/dev").join(node);
+        let d = clone_tree(&host, false, "clone a device node")?;
+        // Writable device nodes (writing /dev/null changes no filesystem); no suid, no exec.
+        setattr(
+            &d,
+            libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+            libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_RDONLY,
+            false,
+            "set the device nodes' flags",
+        )?;
+        let d = Arc::new(d);
+        devices.push(d.clone());
+        mounts.push((dup(&d)?, rel(&format!("dev/{node}"))));
+    }
+
+    let tmp = Arc::new(tmpfs(
+        limits.tmp_bytes,
+        limits.scratch_inodes,
+        uid,
+        "mount /tmp",
+    )?);
+    mounts.push((dup(&tmp)?, rel("tmp")));
+    let scratch = Arc::new(tmpfs(
+        limits.scratch_bytes,
+        limits.scratch_inodes,
+        uid,
+        "mount the scratch folder",
+    )?);
+    mounts.push((dup(&scratch)?, rel("work")));
+
+    for b in binds {
+        let m = clone_tree(&b.source, true, "clone a bind")?;
+        let mut set = RO;
+        if !b.exec {
+            set |= libc::MOUNT_ATTR_NOEXEC;
+        }
+        setattr(&m, set, 0, true, "make a bind read-only")?;
+        mounts.push((m, rel(&b.target.to_string_lossy())));
+    }
+    if certs && Path::new("/etc/ssl/certs").is_dir() {
+        let m = clone_tree(Path::new("/etc/ssl/certs"), true, "clone /etc/ssl/certs")?;
+        setattr(
+            &m,
+            RO | libc::MOUNT_ATTR_NOEXEC,
+            0,
+            true,
+            "make /etc/ssl/certs read-only",
+        )?;
+        mounts.push((m, rel("etc/ssl/certs")));
+    }
+    Ok(RunMounts {
+        root,
+        mounts,
+        scratch,
+        tmp,
+        devices,
+    })
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd, SandboxError> {
+    fd.try_clone()
+        .map_err(|e| SandboxError::io("cannot duplicate a mount fd", e))
+}
+
+/// What a scratch path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A folder.
+    Dir,
+    /// A symlink (never followed).
+    Symlink,
+    /// A FIFO, socket or device node.
+    Other,
+}
+
+/// A scratch path's kind, size and host owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// Its kind.
+    pub kind: FileKind,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The host uid owning it.
+    pub uid: u32,
+    /// The host gid owning it.
+    pub gid: u32,
+}
+
+/// The scratch folder of a run, readable after the run with beneath-only opens.
+#[derive(Debug, Clone)]
+pub struct Scratch {
+    fd: Arc<OwnedFd>,
+}
+
+fn check_relative(path: &Path) -> Result<(), SandboxError> {
+    use std::path::Component;
+    let ok = !path.as_os_str().is_empty()
+        && path.components().all(|c| matches!(c, Component::Normal(_)));
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason: "the path must be relative to the scratch folder, without `.` or `..`".into(),
+        })
+    }
+}
+
+fn resolve() -> ResolveFlags {
+    ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_XDEV
+}
+
+impl Scratch {
+    pub(crate) fn new(fd: Arc<OwnedFd>) -> Scratch {
+        Scratch { fd }
+    }
+
+    /// Reads a regular file the tool wrote, at most `max_bytes`. A symlink anywhere on
+    /// the path, a path leaving the folder, a FIFO, device or folder, and a file larger
+    /// than the cap are refused: nothing the tool planted makes the supervisor read a
+    /// host file or block.
+    pub fn read(&self, path: &Path, max_bytes: u64) -> Result<Vec<u8>, SandboxError> {
+        check_relative(path)?;
+        let refused = |reason: String| SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason,
+        };
+        let fd = rustix::fs::openat2(
+            self.fd.as_fd(),
+            path,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+            resolve(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => refused("a symlink is on the path".into()),
+            rustix::io::Errno::XDEV => refused("the path leaves the scratch folder".into()),
+            rustix::io::Errno::NOENT => refused("no such file".into()),
+            e => refused(format!("cannot open it: {e}")),
+        })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| refused(format!("cannot stat it: {e}")))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(refused("it is not a regular file".into()));
+        }
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
+        if size > max_bytes {
+            return Err(refused(format!(
+                "it has {size} bytes, more than the cap of {max_bytes}"
+            )));
+        }
+        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        std::fs::File::from(fd)
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|e| refused(format!("cannot read it: {e}")))?;
+        if out.len() as u64 > max_bytes {
+            return Err(refused(format!(
+                "it grew past the cap of {max_bytes} bytes"
+            )));
+        }
+        Ok(out)
+    }
+
+    /// What a path of the scratch folder is, without following a symlink on it (a
+    /// symlink as the last component is reported as one).
+    pub fn stat(&self, path: &Path) -> Result<FileStat, SandboxError> {
+        check_relative(path)?;
+        let fd = rustix::fs::openat2(
+            self.fd.as_fd(),
+            path,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )
+        .map_err(|e| SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason: match e {
+                rustix::io::Errno::LOOP => "a symlink is on the path".into(),
+                rustix::io::Errno::NOENT => "no such file".into(),
+                e => format!("cannot open it: {e}"),
+            },
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| SandboxError::FileRefused {
+            path: path.to_owned(),
+            reason: format!("cannot stat it: {e}"),
+        })?;
+        let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+            rustix::fs::FileType::RegularFile => FileKind::File,
+            rustix::fs::FileType::Directory => FileKind::Dir,
+            rustix::fs::FileType::Symlink => FileKind::Symlink,
+            _ => FileKind::Other,
+        };
+        Ok(FileStat {
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            uid: st.st_uid,
+            gid: st.st_gid,
+            kind,
+        })
+    }
+
+    /// Writes a file before the run (its folders created), owned by the sandbox's uid.
+    pub(crate) fn write(&self, path: &Path, contents: &[u8], uid: u32) -> Result<(), SandboxError> {
+        check_relative(path)?;
+        let io = |e: rustix::io::Errno| {
+            SandboxError::io(
+                format!("cannot write {} into the scratch folder", path.display()),
+                e.into(),
+            )
+        };
+        let owner = Some(rustix::process::Uid::from_raw(uid));
+        let group = Some(rustix::process::Gid::from_raw(uid));
+        let mut sofar = PathBuf::new();
+        let parents: Vec<_> = path
+            .parent()
+            .into_iter()
+            .flat_map(|p| p.components())
+            .collect();
+        for c in parents {
+            sofar.push(c);
+            match rustix::fs::mkdirat(self.fd.as_fd(), &sofar, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {
+                    let d = rustix::fs::openat2(
+                        self.fd.as_fd(),
+                        &sofar,
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                        resolve(),
+                    )
+                    .map_err(io)?;
+                    rustix::fs::chownat(&d, c"", owner, group, rustix::fs::AtFlags::EMPTY_PATH)
+                        .map_err(io)?;
+                }
+                Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        let fd = rustix::fs::openat2(
+            self.fd.as_fd(),
+            path,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+            resolve(),
+        )
+        .map_err(io)?;
+        rustix::fs::fchown(&fd, owner, group).map_err(io)?;
+        std::io::Write::write_all(&mut std::fs::File::from(fd), contents).map_err(|e| {
+            SandboxError::io(
+                format!("cannot write {} into the scratch folder", path.display()),
+                e,
+            )
+        })
+    }
+}

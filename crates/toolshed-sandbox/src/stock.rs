@@ -1,0 +1,193 @@
+//! A stock of things made ahead on the janitor thread (network namespaces, cgroups),
+//! each handed to one run only. It starts with one (made while the supervisor prepares
+//! its first run) and is refilled from the second run on, so a one-shot process (the
+//! CLI) makes none it does not use; a run that finds the stock empty while one is being
+//! made waits for it rather than making a second.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// How long a run waits for an item already being made before making its own.
+const WAIT: Duration = Duration::from_millis(50);
+
+type Make<T> = dyn Fn() -> std::io::Result<T> + Send + Sync;
+
+struct State<T> {
+    ready: Vec<T>,
+    /// Items the janitor has been asked to make and has not finished.
+    pending: usize,
+}
+
+/// The stock.
+pub(crate) struct Stock<T: Send + 'static> {
+    state: Mutex<State<T>>,
+    made: Notify,
+    taken: AtomicU64,
+    size: usize,
+    what: &'static str,
+    make: Box<Make<T>>,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for Stock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stock")
+            .field("what", &self.what)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Stock<T> {
+    /// A stock of `size` (0: none kept) made by `make`; the first one is started now.
+    pub(crate) fn new(
+        what: &'static str,
+        size: usize,
+        make: impl Fn() -> std::io::Result<T> + Send + Sync + 'static,
+    ) -> Arc<Stock<T>> {
+        let stock = Arc::new(Stock {
+            state: Mutex::new(State {
+                ready: Vec::new(),
+                pending: 0,
+            }),
+            made: Notify::new(),
+            taken: AtomicU64::new(0),
+            size,
+            what,
+            make: Box::new(make),
+        });
+        stock.fill(size.min(1));
+        stock
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many are ready now.
+    pub(crate) fn ready(&self) -> usize {
+        self.lock().ready.len()
+    }
+
+    fn fill(self: &Arc<Self>, target: usize) {
+        let missing = {
+            let mut s = self.lock();
+            let missing = target.saturating_sub(s.ready.len() + s.pending);
+            s.pending += missing;
+            missing
+        };
+        if missing == 0 {
+            return;
+        }
+        let me = self.clone();
+        crate::janitor::later(move || {
+            for left in (0..missing).rev() {
+                match (me.make)() {
+                    Ok(item) => {
+                        let mut s = me.lock();
+                        s.pending -= 1;
+                        s.ready.push(item);
+                    }
+                    Err(e) => {
+                        me.lock().pending -= left + 1;
+                        me.made.notify_waiters();
+                        tracing::warn!(error = %e, what = me.what, "cannot prepare ahead");
+                        return;
+                    }
+                }
+                me.made.notify_waiters();
+            }
+        });
+    }
+
+    /// One item: a ready one, or one being made (waited for briefly); `None` when there
+    /// is none, and the caller makes its own.
+    pub(crate) async fn take(self: &Arc<Self>) -> Option<T> {
+        let item = self.wait_for_one().await;
+        if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
+            self.fill(self.size);
+        }
+        item
+    }
+
+    async fn wait_for_one(&self) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let notified = self.made.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut s = self.lock();
+                if let Some(item) = s.ready.pop() {
+                    return Some(item);
+                }
+                if s.pending == 0 {
+                    return None;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.lock().ready.pop();
+            }
+        }
+    }
+
+    /// Drops what is ready (the supervisor is shutting down), handing each to `end`.
+    pub(crate) fn clear(&self, mut end: impl FnMut(T)) {
+        let items = std::mem::take(&mut self.lock().ready);
+        for item in items {
+            end(item);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_take_waits_for_the_item_being_made_and_never_makes_two_for_one_run() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let m = made.clone();
+        let stock = Stock::new("test item", 3, move || {
+            // The first item is made only once the test says so.
+            if m.load(Ordering::SeqCst) == 0 {
+                let _ = gate.lock().map(|g| g.recv());
+            }
+            Ok(m.fetch_add(1, Ordering::SeqCst))
+        });
+        // The take is polled first: nothing is ready, one is being made; it waits for
+        // it instead of returning empty-handed (and the caller making its own).
+        let (first, ()) = tokio::join!(stock.take(), async {
+            tokio::task::yield_now().await;
+            let _ = go.send(());
+        });
+        assert_eq!(first, Some(0));
+        crate::janitor::flush();
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            1,
+            "the first run refills nothing"
+        );
+        // From the second take on, the stock refills to its size.
+        assert_eq!(stock.take().await, None, "nothing was ready or being made");
+        crate::janitor::flush();
+        assert_eq!(stock.ready(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_stock_of_size_zero_makes_nothing() {
+        let stock: Arc<Stock<u32>> = Stock::new("test item", 0, || Ok(1));
+        assert_eq!(stock.take().await, None);
+        assert_eq!(stock.take().await, None);
+        crate::janitor::flush();
+        assert_eq!(stock.ready(), 0);
+    }
+}
