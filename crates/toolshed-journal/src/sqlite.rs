@@ -59,11 +59,14 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
             })??;
     let core = Arc::new(Mutex::new(core));
     let (sender, receiver) = std::sync::mpsc::channel();
+    // The thread starts idle: a first lone write commits on its caller's thread.
+    let parked = Arc::new(AtomicBool::new(true));
     let thread = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
         .spawn({
             let (core, counters) = (Arc::clone(&core), Arc::clone(&counters));
-            move || writer_thread(&receiver, &core, &counters)
+            let parked = Arc::clone(&parked);
+            move || writer_thread(&receiver, &core, &counters, &parked)
         })
         .map_err(|e| {
             JournalError::from(toolshed_store::sqlite::unavailable(
@@ -78,6 +81,7 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
         sender: Some(sender),
         thread: Some(thread),
         counters,
+        parked,
     };
     Ok((writer, readers, applied))
 }
@@ -177,6 +181,10 @@ pub(crate) struct SqliteWriter {
     sender: Option<Sender<Request>>,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
+    /// The writer thread is parked waiting for requests: nobody has written for a while
+    /// (longer than `WRITER_SPIN`). Under load it never parks, and writes stay off the
+    /// callers' threads, where a commit would hold a tokio worker from the other runs.
+    parked: Arc<AtomicBool>,
 }
 
 impl Drop for SqliteWriter {
@@ -197,6 +205,7 @@ impl Writer for SqliteWriter {
     async fn write(&self, op: WriteOp) -> Result<Outcome> {
         let pending = self.counters.enter();
         if pending.alone
+            && self.parked.load(Ordering::Acquire)
             && let Ok(core) = self.core.try_lock()
         {
             // Synchronous from here to the commit: the caller's future cannot be dropped
@@ -239,9 +248,14 @@ impl Writer for SqliteWriter {
 
 // ---- the writer ----
 
-fn writer_thread(receiver: &Receiver<Request>, core: &Mutex<Core>, counters: &Counters) {
+fn writer_thread(
+    receiver: &Receiver<Request>,
+    core: &Mutex<Core>,
+    counters: &Counters,
+    parked: &AtomicBool,
+) {
     let mut batch = Vec::with_capacity(64);
-    while let Some(first) = next_request(receiver) {
+    while let Some(first) = next_request(receiver, parked) {
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
@@ -264,9 +278,11 @@ fn writer_thread(receiver: &Receiver<Request>, core: &Mutex<Core>, counters: &Co
     }
 }
 
-/// WAL pages after which a background checkpoint is asked for (SQLite's own default
+/// WAL pages after which a lone write copies the WAL back (SQLite's own default
 /// threshold, 4 MiB of 4 KiB pages).
 const CHECKPOINT_PAGES: i32 = 1000;
+/// WAL pages after which a commit under load asks the checkpointer thread to copy.
+const LOADED_CHECKPOINT_PAGES: i32 = 64;
 /// Prepared statements kept on the write connection (every one the writer has).
 const WRITER_STATEMENT_CACHE: usize = 64;
 /// WAL pages after which the writer checkpoints by itself: a backstop for when the
@@ -318,19 +334,22 @@ fn start_checkpoints(
     };
     let kick = spawned.map(|_| kick);
     let hooked = writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
-        if pages >= CHECKPOINT_PAGES {
-            if counters.pending() <= 1 {
+        if counters.pending() <= 1 {
+            if pages >= CHECKPOINT_PAGES {
                 // This commit was the only write in flight: the writer copies the WAL
                 // back right after it (see `Core::run`), so that the next write starts
-                // the WAL over. A checkpointer copying while writes keep coming never
-                // catches up with the WAL's end; the WAL then grows without end, and
-                // every commit that grows the file pays for the file system's metadata
-                // in its fsync.
+                // the WAL over. A checkpointer copying while writes keep coming rarely
+                // catches up with the WAL's end; the WAL then grows, and every commit
+                // that grows the file pays for the file system's metadata in its fsync.
                 wanted.store(true, Ordering::Release);
-            } else if let Some(kick) = &kick {
-                // One asked for and not started yet is enough.
-                let _ = kick.try_send(());
             }
+        } else if pages >= LOADED_CHECKPOINT_PAGES
+            && let Some(kick) = &kick
+        {
+            // Under load, copy early and often: a checkpointer that keeps up lets the
+            // WAL start over between two batches. One asked for and not started yet is
+            // enough.
+            let _ = kick.try_send(());
         }
         if pages >= backstop {
             // PASSIVE, as `sqlite3_wal_checkpoint` is. A failure here is not the
@@ -349,16 +368,24 @@ fn start_checkpoints(
 /// The next request, or `None` once the journal is gone. Polled for [`WRITER_SPIN`]
 /// before blocking: a caller working sequentially sends its next write within
 /// microseconds of its answer, and waking a parked thread costs more than that.
-fn next_request(receiver: &Receiver<Request>) -> Option<Request> {
+fn next_request(receiver: &Receiver<Request>, parked: &AtomicBool) -> Option<Request> {
     let until = Instant::now() + WRITER_SPIN;
     loop {
         match receiver.try_recv() {
-            Ok(request) => return Some(request),
+            Ok(request) => {
+                parked.store(false, Ordering::Release);
+                return Some(request);
+            }
             Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
             Err(std::sync::mpsc::TryRecvError::Empty) if Instant::now() < until => {
                 std::hint::spin_loop();
             }
-            Err(std::sync::mpsc::TryRecvError::Empty) => return receiver.recv().ok(),
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                parked.store(true, Ordering::Release);
+                let request = receiver.recv().ok();
+                parked.store(false, Ordering::Release);
+                return request;
+            }
         }
     }
 }

@@ -129,7 +129,7 @@ impl AppState {
     }
 
     /// The tool with this id (or name) ready to execute, built once per revision and
-    /// trusted for [`PREPARED_TTL`].
+    /// trusted for `PREPARED_TTL`.
     pub async fn prepared(&self, id_or_name: &str) -> Result<Arc<Prepared>, ApiError> {
         if let Some(p) = self.inner.prepared.get(id_or_name) {
             return Ok(p);
