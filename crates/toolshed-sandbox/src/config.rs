@@ -268,8 +268,9 @@ pub enum Network {
     On,
 }
 
-/// A host file or folder shown read-only inside the sandbox: a tool's code, the
-/// runners, a dependency cache, or (on a developer's own machine) the project folder.
+/// A host file or folder shown inside the sandbox: read-only for a tool's code, the
+/// runners, a dependency cache, or (on a developer's own machine) the project folder;
+/// read-write for an agent's workspace folder ([`Bind::read_write`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bind {
@@ -278,9 +279,18 @@ pub struct Bind {
     /// Where it appears in the sandbox (absolute; not under `/usr`, `/proc`, `/dev`,
     /// `/etc`, `/tmp`, `/work` or the lib and bin links).
     pub target: PathBuf,
-    /// Whether programs under it may be executed (read-only either way).
+    /// Whether programs under it may be executed (a read-only bind only: a writable one
+    /// never is, so nothing the sandbox writes can be run as a program).
     #[serde(default)]
     pub exec: bool,
+    /// Whether the sandbox may write under it (a host folder only). Before each run the
+    /// folder's tree is given to the run's pool uid, never following a symlink, so a
+    /// run can change what earlier runs (with other pool uids) or the supervisor left;
+    /// what it writes is owned by that uid, never root. Nothing limits its size but
+    /// the host filesystem and the per-file limit (`file_size_bytes`): the caller caps
+    /// the folder it hands in.
+    #[serde(default)]
+    pub writable: bool,
 }
 
 impl Bind {
@@ -290,6 +300,7 @@ impl Bind {
             source: source.into(),
             target: target.into(),
             exec: false,
+            writable: false,
         }
     }
 
@@ -299,6 +310,18 @@ impl Bind {
             source: source.into(),
             target: target.into(),
             exec: true,
+            writable: false,
+        }
+    }
+
+    /// A read-write bind of the host folder `source` at `target`, not executable: its
+    /// tree is given to the run's pool uid before the run (see [`Bind::writable`]).
+    pub fn read_write(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
+        Bind {
+            source: source.into(),
+            target: target.into(),
+            exec: false,
+            writable: true,
         }
     }
 }
@@ -358,7 +381,7 @@ pub struct RunSpec {
     pub args: Vec<OsString>,
     /// The whole environment: nothing else of the supervisor's is passed.
     pub env: Vec<(OsString, OsString)>,
-    /// Read-only binds.
+    /// Binds: read-only, or read-write ([`Bind::read_write`]).
     pub binds: Vec<Bind>,
     /// The tool's own limits, clamped to the server's ceilings.
     pub limits: LimitsRequest,
@@ -392,7 +415,7 @@ impl RunSpec {
         self
     }
 
-    /// Adds a read-only bind.
+    /// Adds a bind.
     pub fn bind(mut self, bind: Bind) -> RunSpec {
         self.binds.push(bind);
         self

@@ -1,7 +1,8 @@
 //! The Landlock ruleset of one run, created by the parent (with the `landlock` crate)
 //! and enforced by the child right before it execs: read everywhere in the sandbox's
 //! root, read and execute under `/usr` and the executable binds, read and write (no
-//! execute) only in the scratch folder and `/tmp`, the three device nodes; no TCP with
+//! execute) only in the scratch folder, `/tmp` and the writable binds, the three device
+//! nodes; no TCP with
 //! the network off and no TCP `bind` with it on; abstract unix sockets and signals scoped
 //! to the sandbox. What the running kernel's ABI lacks is dropped (best effort above the
 //! configured floor, which `Sandbox::new` checks).
@@ -26,7 +27,7 @@ pub(crate) struct Paths<'a> {
     pub exec: Vec<BorrowedFd<'a>>,
     /// Read-only trees whose programs may not run.
     pub read: Vec<BorrowedFd<'a>>,
-    /// Scratch and `/tmp`: read and write.
+    /// Scratch, `/tmp` and the writable binds: read and write.
     pub write: Vec<BorrowedFd<'a>>,
     /// Device nodes: read and write.
     pub devices: Vec<BorrowedFd<'a>>,

@@ -5,7 +5,8 @@
 //! `dev/null`, `tmp`, `work`, the binds'), the lib and bin links as the host has them,
 //! `/dev/shm` → `/tmp`, and a synthetic `/etc` (a `passwd` with the sandbox user, no real
 //! user of the host). Each run, the parent prepares *detached* mounts (new mount API):
-//! a read-only clone of the skeleton, read-only clones of `/usr` and the binds, the three
+//! a read-only clone of the skeleton, read-only clones of `/usr` and the binds (a
+//! writable bind is a writable clone of one folder, given to the run's uid first), the three
 //! device nodes, and two fresh size-limited tmpfs (`/tmp` and the scratch folder). The
 //! child only attaches them in its own mount namespace and pivots into the result.
 //!
@@ -391,6 +392,20 @@ pub(crate) fn prepare(
     mounts.push((dup(&scratch)?, rel("work")));
 
     for b in binds {
+        if b.writable {
+            own_tree(&b.source, uid)?;
+            // One folder, not the mounts below it; writable, never executable.
+            let m = clone_tree(&b.source, false, "clone a writable bind")?;
+            setattr(
+                &m,
+                libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC,
+                libc::MOUNT_ATTR_RDONLY,
+                false,
+                "set a writable bind's flags",
+            )?;
+            mounts.push((m, rel(&b.target.to_string_lossy())));
+            continue;
+        }
         let m = clone_tree(&b.source, true, "clone a bind")?;
         let mut set = RO;
         if !b.exec {
@@ -417,6 +432,97 @@ pub(crate) fn prepare(
         tmp,
         devices,
     })
+}
+
+/// Folders below a writable bind deeper than this are refused (each level holds an fd
+/// while the tree is walked).
+const MAX_WRITABLE_DEPTH: usize = 64;
+
+/// Gives a writable bind's tree to the run's uid (and the gid of that number), so the
+/// sandbox may change what earlier runs, with other pool uids, or the supervisor left
+/// there. Never follows a symlink: folders are opened beneath their parent with
+/// `O_NOFOLLOW`, and a symlink is re-owned itself (`AT_SYMLINK_NOFOLLOW`), never its
+/// target. An entry that changes while it is walked (another run of the same folder)
+/// is skipped, not followed.
+fn own_tree(source: &Path, uid: u32) -> Result<(), SandboxError> {
+    let top = rustix::fs::open(
+        source,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| SandboxError::BindSourceNotFound {
+        path: source.to_owned(),
+        source: std::io::Error::from(e),
+    })?;
+    own_folder(source, top, uid, 0)
+}
+
+fn own_folder(source: &Path, dir: OwnedFd, uid: u32, depth: usize) -> Result<(), SandboxError> {
+    use rustix::fs::{AtFlags, FileType};
+    let io = |what: &str, e: rustix::io::Errno| {
+        SandboxError::io(
+            format!("cannot {what} in the writable bind {}", source.display()),
+            e.into(),
+        )
+    };
+    if depth > MAX_WRITABLE_DEPTH {
+        return Err(SandboxError::config(
+            "binds.source",
+            format!(
+                "{} has folders more than {MAX_WRITABLE_DEPTH} deep; a writable bind must be shallower",
+                source.display()
+            ),
+        ));
+    }
+    let owner = Some(rustix::process::Uid::from_raw(uid));
+    let group = Some(rustix::process::Gid::from_raw(uid));
+    let st = rustix::fs::fstat(&dir).map_err(|e| io("stat a folder", e))?;
+    if st.st_uid != uid || st.st_gid != uid {
+        rustix::fs::fchown(&dir, owner, group).map_err(|e| io("re-own a folder", e))?;
+    }
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir).map_err(|e| io("list a folder", e))? {
+        let entry = entry.map_err(|e| io("list a folder", e))?;
+        let name = entry.file_name();
+        if name != c"." && name != c".." {
+            names.push(name.to_owned());
+        }
+    }
+    for name in names {
+        let st = match rustix::fs::statat(&dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(io("stat an entry", e)),
+        };
+        if st.st_uid != uid || st.st_gid != uid {
+            match rustix::fs::chownat(
+                &dir,
+                name.as_c_str(),
+                owner,
+                group,
+                AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(io("re-own an entry", e)),
+            }
+        }
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            match rustix::fs::openat(
+                &dir,
+                name.as_c_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(sub) => own_folder(source, sub, uid, depth + 1)?,
+                // Replaced by a symlink or a file, or removed, since the stat: skipped.
+                Err(
+                    rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::NOENT,
+                ) => {}
+                Err(e) => return Err(io("open a folder", e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn dup(fd: &OwnedFd) -> Result<OwnedFd, SandboxError> {

@@ -338,8 +338,11 @@ pub(crate) async fn start(
                 })
                 .collect::<Result<_, _>>()?;
             let mut read = Vec::new();
+            let mut writable = Vec::new();
             for (b, fd) in spec.binds.iter().zip(&bind_fds) {
-                if b.exec {
+                if b.writable {
+                    writable.push(fd.as_fd());
+                } else if b.exec {
                     exec.push(fd.as_fd());
                 } else {
                     read.push(fd.as_fd());
@@ -361,7 +364,10 @@ pub(crate) async fn start(
                 root: skeleton.fd.as_fd(),
                 exec,
                 read,
-                write: vec![prepared.scratch.as_fd(), prepared.tmp.as_fd()],
+                write: [prepared.scratch.as_fd(), prepared.tmp.as_fd()]
+                    .into_iter()
+                    .chain(writable)
+                    .collect(),
                 devices: prepared.devices.iter().map(|d| d.as_fd()).collect(),
             };
             Some(
