@@ -46,6 +46,36 @@ impl From<Limits> for Budgets {
     }
 }
 
+/// `sandbox:` as a mapping: `sandbox: true` with settings for `bash`. Every field is
+/// optional; the defaults are the seed's (256 MB, 30 s, network off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// Outbound network for `bash` (off by default; the host's own ports stay
+    /// unreachable either way).
+    #[serde(default, alias = "network_access")]
+    pub network_enabled: bool,
+    /// Memory of one `bash` call, swap included, in MB (default 256).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// The longest a `bash` call may take, in seconds (default 30): a call's own
+    /// `timeout_seconds` may ask for less, never more.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl SandboxSettings {
+    /// Memory of one `bash` call, in MB.
+    pub fn memory_mb(&self) -> u64 {
+        self.memory_mb.unwrap_or(256)
+    }
+
+    /// The longest a `bash` call may take, in seconds.
+    pub fn timeout_seconds(&self) -> u64 {
+        self.timeout_seconds.unwrap_or(30)
+    }
+}
+
 /// One entry of `tools:`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum ToolEntry {
@@ -84,6 +114,8 @@ pub struct AgentFile {
     pub env: Vec<String>,
     /// Whether the agent gets the sandbox (bash and workspace files).
     pub sandbox: bool,
+    /// `bash`'s settings when `sandbox:` is a mapping (the defaults for `sandbox: true`).
+    pub sandbox_settings: SandboxSettings,
     /// Run limits.
     pub limits: Limits,
     /// Per-plugin configuration (`plugins.<name>`).
@@ -145,12 +177,36 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
             Vec::new()
         }
     };
-    let sandbox = match map.remove("sandbox") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
+    let (sandbox, sandbox_settings) = match map.remove("sandbox") {
+        None | Some(Value::Null) => (false, SandboxSettings::default()),
+        Some(Value::Bool(b)) => (b, SandboxSettings::default()),
+        // A mapping grants the sandbox with settings for bash.
+        Some(v @ Value::Object(_)) => match serde_json::from_value::<SandboxSettings>(v) {
+            Ok(s) => {
+                for (name, value, max) in [
+                    ("memory_mb", s.memory_mb, 1_048_576),
+                    ("timeout_seconds", s.timeout_seconds, 86_400),
+                ] {
+                    if let Some(v) = value
+                        && (v == 0 || v > max)
+                    {
+                        problems.push(format!(
+                            "field `sandbox.{name}`: {v} must be between 1 and {max}"
+                        ));
+                    }
+                }
+                (true, s)
+            }
+            Err(e) => {
+                problems.push(format!("field `sandbox`: {e}"));
+                (false, SandboxSettings::default())
+            }
+        },
         Some(_) => {
-            problems.push("field `sandbox`: must be true or false".into());
-            false
+            problems.push(
+                "field `sandbox`: must be true, false, or a mapping like `{network_enabled: true, memory_mb: 512, timeout_seconds: 60}`".into(),
+            );
+            (false, SandboxSettings::default())
         }
     };
     let limits = match map.remove("limits") {
@@ -205,6 +261,7 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         builtin_tools,
         env,
         sandbox,
+        sandbox_settings,
         limits,
         plugins,
         other,

@@ -10,21 +10,44 @@
 //!   the local file `<project>/tools/<snake_name>.(py|js|mjs|ts|yaml)` → the standard
 //!   library → the registry;
 //! - **start-up checks** that fail fast with everything wrong at once: every missing env
-//!   var, a built-in colliding with an own tool, `bash` in `builtin_tools`.
+//!   var, a built-in colliding with an own tool, `bash` in `builtin_tools`;
+//! - the **workspace** of `sandbox: true`: `bash` run in the sandbox and the file tools
+//!   (`read_file`, `write_file`, `edit_file`, `list_files`, `search_files`), all
+//!   confined to one folder per run ([`Workspaces`]).
 //!
 //! Code files and endpoints are turned into tools by an [`Implementations`] (the
 //! dispatch layer); registry lookups go through a [`RegistryLookup`].
+//!
+//! ```no_run
+//! # async fn demo(implementations: &dyn toolshed_agent::Implementations) -> Result<(), toolshed_agent::AgentError> {
+//! use toolshed_agent::{WorkspaceConfig, Workspaces, load_agent_with_workspaces};
+//!
+//! let workspaces = Workspaces::new(WorkspaceConfig::new("/var/lib/toolshed/workspaces"));
+//! let lookup = |name: &str| std::env::var(name).ok();
+//! let agent = load_agent_with_workspaces(
+//!     std::path::Path::new("my-agent"),
+//!     implementations,
+//!     None,
+//!     &lookup,
+//!     Some(&workspaces),
+//! )
+//! .await?;
+//! println!("{} tools", agent.toolset.iter().count());
+//! # Ok(()) }
+//! ```
 
 mod dispatch;
 mod file;
 mod resolve;
+mod workspace;
 
 pub use dispatch::DispatchImplementations;
-pub use file::{AgentFile, Limits, ToolEntry, parse_agent_file};
+pub use file::{AgentFile, Limits, SandboxSettings, ToolEntry, parse_agent_file};
 pub use resolve::{
     ImplementationError, Implementations, LoadedAgent, RegistryLookup, RegistryLookupError,
-    RegistryTool, load_agent, snake_name,
+    RegistryTool, load_agent, load_agent_with_workspaces, snake_name,
 };
+pub use workspace::{WORKSPACE_TOOLS, WorkspaceCaps, WorkspaceConfig, Workspaces};
 
 /// Everything that can stop an agent from starting. Messages say what to do instead.
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ use serde_json::Value;
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_core::{Handler, Tool, ToolSet, ToolSource};
 
+use crate::workspace::{WORKSPACE_TOOLS, Workspaces};
 use crate::{AgentError, AgentFile, ToolEntry, parse_agent_file};
 
 /// Code file extensions the tools folder loads, in the resolver's order.
@@ -137,12 +138,28 @@ pub fn snake_name(name: &str) -> String {
 
 /// Load `<project>/agent.yaml`: parse it, load the tools folder, resolve every ref
 /// (local → stdlib → registry), add built-ins, and check the env with `lookup_env`.
-/// Every problem is reported at once.
+/// Every problem is reported at once. An agent with `sandbox: true` needs
+/// [`load_agent_with_workspaces`].
 pub async fn load_agent(
     project: &Path,
     implementations: &dyn Implementations,
     registry: Option<&dyn RegistryLookup>,
     lookup_env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedAgent, AgentError> {
+    load_agent_with_workspaces(project, implementations, registry, lookup_env, None).await
+}
+
+/// [`load_agent`], with the workspaces `sandbox: true` takes its tools from: `bash`
+/// and the workspace file tools, confined to each run's folder under
+/// `workspaces`' root. When the sandbox cannot run on this host, an agent with
+/// `sandbox: true` does not start (the problem names the mechanism and the fix); bash
+/// never runs unsandboxed.
+pub async fn load_agent_with_workspaces(
+    project: &Path,
+    implementations: &dyn Implementations,
+    registry: Option<&dyn RegistryLookup>,
+    lookup_env: &dyn Fn(&str) -> Option<String>,
+    workspaces: Option<&Workspaces>,
 ) -> Result<LoadedAgent, AgentError> {
     let path = project.join("agent.yaml");
     let text = std::fs::read_to_string(&path)
@@ -255,6 +272,12 @@ pub async fn load_agent(
             );
             continue;
         }
+        if WORKSPACE_TOOLS.contains(&b.as_str()) {
+            problems.push(format!(
+                "`{b}` cannot be listed in builtin_tools: it is a workspace tool, granted with bash and the others by `sandbox: true`"
+            ));
+            continue;
+        }
         if let Some((_, origin)) = own.iter().find(|(t, _)| t.name() == b) {
             problems.push(format!(
                 "built-in `{b}` collides with the agent's own tool `{b}` ({origin}); rename your tool or remove `{b}` from builtin_tools"
@@ -275,8 +298,31 @@ pub async fn load_agent(
             }
         }
     }
+    let mut sandboxed = Vec::new();
     if file.sandbox {
-        problems.push("`sandbox: true` is not supported yet (the sandbox arrives with its own issue); remove it for now".into());
+        match workspaces {
+            None => problems.push(
+                "`sandbox: true` needs the workspaces and the sandbox, and this loader was given none; load the agent with `load_agent_with_workspaces` (the CLI does)".into(),
+            ),
+            Some(ws) => match ws.sandbox() {
+                Err(e) => problems.push(format!(
+                    "`sandbox: true`: {e} [{}]; the agent does not start, and bash never runs unsandboxed",
+                    e.code()
+                )),
+                Ok(_) => match ws.tools(&file.sandbox_settings) {
+                    Ok(tools) => sandboxed = tools,
+                    Err(e) => problems.push(format!("`sandbox: true`: {e}")),
+                },
+            },
+        }
+        for t in &sandboxed {
+            if let Some((_, origin)) = own.iter().find(|(o, _)| o.name() == t.name()) {
+                problems.push(format!(
+                    "`sandbox: true` grants `{0}`, which collides with the agent's own tool `{0}` ({origin}); rename your tool",
+                    t.name()
+                ));
+            }
+        }
     }
     extra_env.sort();
 
@@ -296,6 +342,13 @@ pub async fn load_agent(
     }
     for t in builtins {
         origins.insert(t.name().to_owned(), "builtin".into());
+        let _ = b.add(ToolSource::Builtin, t);
+    }
+    for t in sandboxed {
+        if origins.contains_key(t.name()) {
+            continue; // reported above as a collision
+        }
+        origins.insert(t.name().to_owned(), "sandbox".into());
         let _ = b.add(ToolSource::Builtin, t);
     }
     if !problems.is_empty() {

@@ -1,0 +1,279 @@
+//! The workspace of `sandbox: true`: one folder per run, where `bash` runs sandboxed
+//! and the file tools (`read_file`, `write_file`, `edit_file`, `list_files`,
+//! `search_files`) are confined.
+//!
+//! A run's workspace is `<root>/<run_id>`, created on its first call and kept after
+//! it: every call of the run, a resumed one's too, sees what earlier calls left. Each
+//! `bash` call is one [`Sandbox::run`] with the folder bound read-write at
+//! `/workspace` (its working folder); the sandbox gives the tree to the run's
+//! unprivileged pool uid first, so nothing there is owned by root. The file tools run
+//! in the supervisor and open paths beneath the folder only, never following a symlink
+//! (see `fs.rs`). Calls on one workspace run one at a time.
+
+mod fs;
+mod tools;
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use toolshed_core::{SpecError, Tool};
+use toolshed_sandbox::{Sandbox, SandboxConfig, SandboxError};
+
+use crate::file::SandboxSettings;
+
+pub use tools::WORKSPACE_TOOLS;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The caps of the workspace tools: whatever a model asks, no call reads, writes or
+/// returns more than these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceCaps {
+    /// The most of one file `read_file` reads, in bytes (a larger file is read up to
+    /// it, and `truncated` is set).
+    pub read_bytes: u64,
+    /// The largest file `write_file` writes and `edit_file` edits, in bytes.
+    pub write_bytes: u64,
+    /// The most matches `search_files` returns.
+    pub search_matches: usize,
+    /// Files larger than this are skipped by `search_files`, in bytes.
+    pub search_file_bytes: u64,
+    /// The most files one `search_files` call looks into.
+    pub search_files: usize,
+    /// The longest `search_files` pattern, in bytes.
+    pub pattern_bytes: usize,
+    /// The most memory a compiled pattern may take (the `regex` crate's size limits),
+    /// in bytes. Matching is linear in the text whatever the pattern.
+    pub regex_bytes: usize,
+    /// The most entries `list_files` returns.
+    pub list_entries: usize,
+    /// The longest `bash` command, in bytes.
+    pub command_bytes: usize,
+    /// stdout and stderr kept of each `bash` call, in bytes each; a command writing
+    /// more is stopped and the flags say so.
+    pub output_bytes: u64,
+}
+
+impl Default for WorkspaceCaps {
+    fn default() -> Self {
+        WorkspaceCaps {
+            read_bytes: MIB,
+            write_bytes: 4 * MIB,
+            search_matches: 200,
+            search_file_bytes: 4 * MIB,
+            search_files: 10_000,
+            pattern_bytes: 1024,
+            regex_bytes: MIB as usize,
+            list_entries: 1000,
+            command_bytes: 64 * 1024,
+            output_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Where workspaces live, the sandbox `bash` runs in, and the tools' caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceConfig {
+    /// The folder holding one workspace folder per run id (created mode 0700).
+    pub root: PathBuf,
+    /// The sandbox's settings (used when no [`Sandbox`] is handed in).
+    pub sandbox: SandboxConfig,
+    /// The tools' caps.
+    pub caps: WorkspaceCaps,
+}
+
+impl WorkspaceConfig {
+    /// Workspaces under `root`, the sandbox's defaults, the default caps.
+    pub fn new(root: impl Into<PathBuf>) -> WorkspaceConfig {
+        WorkspaceConfig {
+            root: root.into(),
+            sandbox: SandboxConfig::default(),
+            caps: WorkspaceCaps::default(),
+        }
+    }
+}
+
+/// The workspaces of every run of one process, and the sandbox their `bash` runs in.
+/// Cheap to clone. The sandbox is built when an agent with `sandbox: true` first loads
+/// (never for one without), unless one is handed in.
+#[derive(Clone)]
+pub struct Workspaces {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: WorkspaceConfig,
+    sandbox: OnceLock<Result<Sandbox, SandboxError>>,
+    /// One lock per run id in use: a workspace's calls run one at a time.
+    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Workspaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspaces")
+            .field("root", &self.inner.config.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Workspaces {
+    /// Workspaces as configured; the sandbox is built from `config.sandbox` on first
+    /// need.
+    pub fn new(config: WorkspaceConfig) -> Workspaces {
+        Workspaces {
+            inner: Arc::new(Inner {
+                config,
+                sandbox: OnceLock::new(),
+                locks: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Workspaces whose `bash` runs in this sandbox (shared with other users of it).
+    pub fn with_sandbox(config: WorkspaceConfig, sandbox: Sandbox) -> Workspaces {
+        let ws = Workspaces::new(config);
+        let _ = ws.inner.sandbox.set(Ok(sandbox));
+        ws
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WorkspaceConfig {
+        &self.inner.config
+    }
+
+    /// The sandbox, built on first call; its error names the missing mechanism and the
+    /// fix, and then no agent with `sandbox: true` starts.
+    pub fn sandbox(&self) -> Result<&Sandbox, &SandboxError> {
+        self.inner
+            .sandbox
+            .get_or_init(|| Sandbox::new(self.inner.config.sandbox.clone()))
+            .as_ref()
+    }
+
+    /// The host folder of a run's workspace (it exists once the run made a call), or
+    /// why the run id cannot name one.
+    pub fn folder(&self, run_id: &str) -> Result<PathBuf, String> {
+        check_run_id(run_id)?;
+        Ok(self.inner.config.root.join(run_id))
+    }
+
+    /// The six tools `sandbox: true` grants, with the agent's sandbox settings.
+    pub fn tools(&self, settings: &SandboxSettings) -> Result<Vec<Tool>, SpecError> {
+        tools::all(self, settings)
+    }
+
+    /// Waits for the run's workspace to be free, then opens it (creating it on first
+    /// use). The guard keeps other calls on it waiting.
+    async fn open(&self, run_id: &str) -> Result<Opened, fs::FsError> {
+        let folder = self.folder(run_id).map_err(fs::FsError::Io)?;
+        let lock = self.lock(run_id);
+        let guard = lock.lock_owned().await;
+        let root = self.inner.config.root.clone();
+        let owner = match self.sandbox() {
+            Ok(s) => s.config().uid_pool.first,
+            Err(_) => self.inner.config.sandbox.uid_pool.first,
+        };
+        let name = run_id.to_owned();
+        let fd = tokio::task::spawn_blocking(move || open_folder(&root, &name, owner))
+            .await
+            .map_err(|e| fs::FsError::Io(format!("the workspace could not be opened: {e}")))??;
+        Ok(Opened {
+            folder: fs::Folder::new(fd)?,
+            path: folder,
+            _guard: guard,
+        })
+    }
+
+    fn lock(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .inner
+            .locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(l) = locks.get(run_id).and_then(Weak::upgrade) {
+            return l;
+        }
+        locks.retain(|_, w| w.strong_count() > 0);
+        let l = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(run_id.to_owned(), Arc::downgrade(&l));
+        l
+    }
+}
+
+/// A run's workspace, open and held.
+struct Opened {
+    folder: fs::Folder,
+    path: PathBuf,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// A run id names a folder: 1–128 letters, digits, `-`, `_` or `.`, not starting with `.`.
+fn check_run_id(run_id: &str) -> Result<(), String> {
+    let ok = !run_id.is_empty()
+        && run_id.len() <= 128
+        && !run_id.starts_with('.')
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "the run id {run_id:?} cannot name a workspace folder (1–128 letters, digits, `-`, `_` or `.`)"
+        ))
+    }
+}
+
+/// Opens `<root>/<name>` without following a symlink, creating it (owned by `owner`)
+/// and `root` (mode 0700) on first use.
+fn open_folder(root: &Path, name: &str, owner: u32) -> Result<OwnedFd, fs::FsError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let io = |what: String| move |e: std::io::Error| fs::FsError::Io(format!("{what}: {e}"));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(io(format!(
+            "cannot create the workspaces folder {}",
+            root.display()
+        )))?;
+    let root_fd = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        io(format!(
+            "cannot open the workspaces folder {}",
+            root.display()
+        ))(e.into())
+    })?;
+    let created = match rustix::fs::mkdirat(&root_fd, name, Mode::from_raw_mode(0o755)) {
+        Ok(()) => true,
+        Err(rustix::io::Errno::EXIST) => false,
+        Err(e) => return Err(io(format!("cannot create the workspace {name}"))(e.into())),
+    };
+    let fd = rustix::fs::openat2(
+        &root_fd,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| io(format!("cannot open the workspace {name}"))(e.into()))?;
+    if created {
+        let (uid, gid) = (
+            rustix::process::Uid::from_raw(owner),
+            rustix::process::Gid::from_raw(owner),
+        );
+        rustix::fs::fchown(&fd, Some(uid), Some(gid)).map_err(|e| {
+            io(format!(
+                "cannot give the workspace {name} to the sandbox's uid"
+            ))(e.into())
+        })?;
+    }
+    Ok(fd)
+}
