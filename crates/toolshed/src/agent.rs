@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::{Value, json};
-use toolshed_agent::{DispatchImplementations, RegistryLookup, load_agent, parse_agent_file};
+use toolshed_agent::{
+    DispatchImplementations, RegistryLookup, WorkspaceConfig, Workspaces,
+    load_agent_with_workspaces, parse_agent_file,
+};
 use toolshed_api::Data;
 use toolshed_api::views::{AgentView, ToolDetail};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
@@ -54,11 +57,18 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
     } else {
         None
     };
-    let loaded = load_agent(
+    // `sandbox: true` takes its tools from here; the sandbox itself is only built (and
+    // the host checked) for an agent that asks for it.
+    let workspaces = Workspaces::new(WorkspaceConfig {
+        sandbox: crate::sandbox::config()?,
+        ..WorkspaceConfig::new(workspaces_root())
+    });
+    let loaded = load_agent_with_workspaces(
         dir,
         &implementations,
         registry.as_ref().map(|r| r as &dyn RegistryLookup),
         &lookup,
+        Some(&workspaces),
     )
     .await;
     dispatcher.shutdown();
@@ -94,6 +104,14 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
         ));
     }
     Ok(())
+}
+
+/// Where the runs' workspaces live: `TOOLSHED_WORKSPACES`, else `.toolshed/workspaces`
+/// in the working folder (beside the default `toolshed.db`).
+fn workspaces_root() -> PathBuf {
+    std::env::var_os("TOOLSHED_WORKSPACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".toolshed/workspaces"))
 }
 
 async fn register(dir: &Path, json_out: bool) -> Result<(), Failure> {

@@ -55,7 +55,7 @@ pub async fn run(cmd: SandboxCommand, json_out: bool) -> Result<(), Failure> {
 /// The CLI's sandbox settings: the defaults, and the operator's opt-ins from the
 /// environment: `TOOLSHED_SANDBOX_ALLOW_WEAKER` (comma-separated names: `landlock`,
 /// `cgroup`) and `TOOLSHED_SANDBOX_LANDLOCK_MIN_ABI`.
-fn config() -> Result<SandboxConfig, Failure> {
+pub(crate) fn config() -> Result<SandboxConfig, Failure> {
     let mut config = SandboxConfig::default();
     if let Ok(names) = std::env::var("TOOLSHED_SANDBOX_ALLOW_WEAKER") {
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {

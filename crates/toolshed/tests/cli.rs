@@ -273,6 +273,37 @@ fn validate_checks_files_and_lists_every_problem() {
 }
 
 #[test]
+fn agent_validate_with_sandbox_true_lists_bash_and_the_workspace_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("agent.yaml"),
+        "name: coder\nsandbox: true\n",
+    )
+    .unwrap();
+    let o = toolshed(&["agent", "validate", dir.path().to_str().unwrap(), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut tools: Vec<(&str, &str)> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["origin"].as_str().unwrap()))
+        .collect();
+    tools.sort_unstable();
+    assert_eq!(
+        tools,
+        [
+            ("bash", "sandbox"),
+            ("edit_file", "sandbox"),
+            ("list_files", "sandbox"),
+            ("read_file", "sandbox"),
+            ("search_files", "sandbox"),
+            ("write_file", "sandbox")
+        ]
+    );
+}
+
+#[test]
 fn agent_validate_loads_the_project_and_lists_every_missing_env_var() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("tools")).unwrap();

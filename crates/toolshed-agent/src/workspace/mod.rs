@@ -77,7 +77,8 @@ impl Default for WorkspaceCaps {
 /// Where workspaces live, the sandbox `bash` runs in, and the tools' caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceConfig {
-    /// The folder holding one workspace folder per run id (created mode 0700).
+    /// The folder holding one workspace folder per run id (created mode 0700; a
+    /// relative path is taken from the working folder).
     pub root: PathBuf,
     /// The sandbox's settings (used when no [`Sandbox`] is handed in).
     pub sandbox: SandboxConfig,
@@ -122,7 +123,11 @@ impl std::fmt::Debug for Workspaces {
 impl Workspaces {
     /// Workspaces as configured; the sandbox is built from `config.sandbox` on first
     /// need.
-    pub fn new(config: WorkspaceConfig) -> Workspaces {
+    pub fn new(mut config: WorkspaceConfig) -> Workspaces {
+        // The sandbox binds absolute host paths; a relative root is the working folder's.
+        if let Ok(abs) = std::path::absolute(&config.root) {
+            config.root = abs;
+        }
         Workspaces {
             inner: Arc::new(Inner {
                 config,
