@@ -819,3 +819,68 @@ async fn sandbox_settings_are_parsed_and_bad_ones_named() {
     assert_eq!(file.sandbox_settings.memory_mb(), 512);
     assert_eq!(file.sandbox_settings.timeout_seconds(), 60);
 }
+
+#[tokio::test]
+async fn reads_writes_and_listings_are_capped() {
+    let a = agent_with("name: coder\nsandbox: true\n", |c| {
+        c.caps.read_bytes = 64;
+        c.caps.write_bytes = 100;
+        c.caps.list_entries = 3;
+    })
+    .await;
+    let r = run("run-caps");
+    let big = "x".repeat(101);
+    let e = refused(
+        a.call(&r, "write_file", json!({"path": "big.txt", "content": big}))
+            .await,
+        "content",
+        "over the write cap",
+    );
+    assert!(e.message.contains("at most 100"), "{e}");
+    // bash can make a larger file; read_file reads up to its cap and says so.
+    a.bash(
+        &r,
+        "for i in $(seq 1 50); do echo line$i; done > long.txt && touch a b c",
+    )
+    .await;
+    let read = a.ok(&r, "read_file", json!({"path": "long.txt"})).await;
+    assert_eq!(read["truncated"], true, "{read}");
+    assert!(read["content"].as_str().unwrap().len() < 200, "{read}");
+    // edit_file refuses a file over the cap rather than cutting it.
+    refused(
+        a.call(
+            &r,
+            "edit_file",
+            json!({"path": "long.txt", "old_string": "line1\n", "new_string": "x"}),
+        )
+        .await,
+        "path",
+        "over the edit cap",
+    );
+    let listed = a.ok(&r, "list_files", json!({})).await;
+    assert_eq!(listed["entries"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["truncated"], true);
+}
+
+#[tokio::test]
+async fn parallel_calls_of_one_run_take_turns_on_its_workspace() {
+    let a = agent().await;
+    let r = run("run-parallel");
+    let calls = (0..4)
+        .map(|i| ToolCall::new("bash", json!({"command": format!("echo {i} >> log.txt")})))
+        .chain([ToolCall::new(
+            "write_file",
+            json!({"path": "w.txt", "content": "w"}),
+        )])
+        .collect();
+    for out in a.pipeline.call_many(&r, calls).await {
+        let v = out.result.unwrap_or_else(|e| panic!("{e}"));
+        if let Some(code) = v.get("exit_code") {
+            assert_eq!(code, 0, "{v}");
+        }
+    }
+    let log = std::fs::read_to_string(a.folder("run-parallel").join("log.txt")).unwrap();
+    let mut lines: Vec<&str> = log.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["0", "1", "2", "3"]);
+}

@@ -434,8 +434,8 @@ pub(crate) fn prepare(
     })
 }
 
-/// Folders below a writable bind deeper than this are refused (each level holds an fd
-/// while the tree is walked).
+/// Folders below a writable bind deeper than this are not re-owned (each level holds
+/// an fd while the tree is walked).
 const MAX_WRITABLE_DEPTH: usize = 64;
 
 /// Gives a writable bind's tree to the run's uid (and the gid of that number), so the
@@ -466,13 +466,9 @@ fn own_folder(source: &Path, dir: OwnedFd, uid: u32, depth: usize) -> Result<(),
         )
     };
     if depth > MAX_WRITABLE_DEPTH {
-        return Err(SandboxError::config(
-            "binds.source",
-            format!(
-                "{} has folders more than {MAX_WRITABLE_DEPTH} deep; a writable bind must be shallower",
-                source.display()
-            ),
-        ));
+        // Left as it is rather than failing every later run of the folder: the run
+        // cannot change what lies this deep, and nothing is followed.
+        return Ok(());
     }
     let owner = Some(rustix::process::Uid::from_raw(uid));
     let group = Some(rustix::process::Gid::from_raw(uid));

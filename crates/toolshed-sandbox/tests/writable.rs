@@ -122,3 +122,31 @@ async fn giving_the_tree_to_the_run_never_follows_a_planted_symlink() {
     assert!(link.file_type().is_symlink());
     assert_eq!(link.uid(), o2.host_uid);
 }
+
+#[tokio::test]
+async fn a_tree_too_deep_to_re_own_does_not_stop_later_runs() {
+    let sb = sandbox();
+    let dir = tempfile::tempdir().unwrap();
+    let deep = "d/".repeat(80);
+    let o = run(
+        &sb,
+        sh(
+            &format!("mkdir -p /workspace/{deep}"),
+            LimitsRequest::default(),
+        )
+        .bind(Bind::read_write(dir.path(), "/workspace")),
+    )
+    .await;
+    assert_eq!(o.exit_code(), Some(0), "{}", show(&o));
+    let o2 = run(
+        &sb,
+        sh("echo still > /workspace/top.txt", LimitsRequest::default())
+            .bind(Bind::read_write(dir.path(), "/workspace")),
+    )
+    .await;
+    assert_eq!(o2.exit_code(), Some(0), "{}", show(&o2));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("top.txt")).unwrap(),
+        "still\n"
+    );
+}
