@@ -884,3 +884,37 @@ async fn parallel_calls_of_one_run_take_turns_on_its_workspace() {
     lines.sort_unstable();
     assert_eq!(lines, ["0", "1", "2", "3"]);
 }
+
+/// The network interfaces bash sees (from `/proc/net/dev`).
+async fn interfaces(a: &Agent, r: &RunContext) -> Vec<String> {
+    let out = a
+        .bash(r, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .await;
+    let mut names: Vec<String> = out["stdout"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn the_network_is_off_unless_the_agent_declares_it() {
+    let off = agent().await;
+    assert_eq!(interfaces(&off, &run("run-net-off")).await, ["lo"]);
+    let on = agent_with("name: coder\nsandbox: {network_enabled: true}\n", |_| {}).await;
+    let r = run("run-net-on");
+    // The user-mode stack's interface is there; the host's loopback stays unreachable.
+    assert_eq!(interfaces(&on, &r).await, ["lo", "tap0"]);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let out = on
+        .bash(
+            &r,
+            &format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo LOOPBACK; echo done"),
+        )
+        .await;
+    assert_eq!(out["stdout"], "done\n", "{out}");
+}
