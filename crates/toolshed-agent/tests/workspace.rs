@@ -918,3 +918,24 @@ async fn the_network_is_off_unless_the_agent_declares_it() {
         .await;
     assert_eq!(out["stdout"], "done\n", "{out}");
 }
+
+#[tokio::test]
+async fn search_files_stops_at_its_byte_and_file_budgets() {
+    let a = agent_with("name: coder\nsandbox: true\n", |c| {
+        c.caps.search_total_bytes = 100;
+        c.caps.search_file_bytes = 1000;
+    })
+    .await;
+    let r = run("run-search-budget");
+    a.bash(
+        &r,
+        "for i in 1 2 3 4 5; do printf 'needle %060d\\n' $i > f$i.txt; done; head -c 2000 /dev/zero | tr '\\0' n > a-huge.txt; printf 'needle\\0bin' > bin.dat",
+    )
+    .await;
+    let found = a.ok(&r, "search_files", json!({"pattern": "needle"})).await;
+    // Two 68-byte files reach the 100-byte budget; the rest is not read.
+    assert_eq!(found["matches"].as_array().unwrap().len(), 2, "{found}");
+    assert_eq!(found["truncated"], true, "{found}");
+    // The binary file is skipped, and the file over the per-file size too.
+    assert_eq!(found["files_skipped"], 2, "{found}");
+}

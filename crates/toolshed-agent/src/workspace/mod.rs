@@ -43,6 +43,8 @@ pub struct WorkspaceCaps {
     pub search_file_bytes: u64,
     /// The most files one `search_files` call looks into.
     pub search_files: usize,
+    /// The most bytes one `search_files` call reads, over all its files.
+    pub search_total_bytes: u64,
     /// The longest `search_files` pattern, in bytes.
     pub pattern_bytes: usize,
     /// The most memory a compiled pattern may take (the `regex` crate's size limits),
@@ -65,6 +67,7 @@ impl Default for WorkspaceCaps {
             search_matches: 200,
             search_file_bytes: 4 * MIB,
             search_files: 10_000,
+            search_total_bytes: 64 * MIB,
             pattern_bytes: 1024,
             regex_bytes: MIB as usize,
             list_entries: 1000,

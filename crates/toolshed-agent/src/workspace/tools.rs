@@ -499,8 +499,9 @@ fn search(
     let mut searched = 0usize;
     let mut skipped = 0usize;
     let mut truncated = false;
+    let mut read = 0u64;
     let mut look = |path: &str, size: u64, file: Option<std::fs::File>| -> bool {
-        if searched >= caps.search_files {
+        if searched >= caps.search_files || read >= caps.search_total_bytes {
             truncated = true;
             return false;
         }
@@ -520,6 +521,7 @@ fn search(
             return true;
         }
         searched += 1;
+        read += bytes.len() as u64;
         let text = String::from_utf8_lossy(&bytes);
         for (i, line) in text.lines().enumerate() {
             if regex.is_match(line) {
