@@ -40,6 +40,7 @@ pub use axum::Json;
 mod error;
 mod extract;
 pub mod routes;
+pub mod sandbox;
 mod state;
 mod tools;
 mod views;
@@ -75,6 +76,9 @@ pub struct ServerConfig {
     pub admin_password: Option<String>,
     /// How subprocess and HTTP tools run.
     pub dispatcher: DispatcherConfig,
+    /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
+    /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
+    pub sandbox: sandbox::SandboxSettings,
 }
 
 impl ServerConfig {
@@ -90,6 +94,7 @@ impl ServerConfig {
             jwt_secret: None,
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
+            sandbox: sandbox::SandboxSettings::default(),
         }
     }
 }
@@ -119,11 +124,16 @@ pub enum ServerError {
     /// Seeding the database failed.
     #[error("cannot seed the registry: {0}")]
     Seed(String),
+    /// The sandbox settings are invalid (a default above its ceiling, a limit too
+    /// small). A host that cannot sandbox is not this: the server starts and the
+    /// sandbox's routes answer 503.
+    #[error("invalid sandbox settings")]
+    SandboxSettings(#[source] toolshed_sandbox::SandboxError),
 }
 
 impl ServerError {
     /// The stable code: `JOURNAL_UNAVAILABLE`, `REGISTRY_UNAVAILABLE`, `AUTH_SETTINGS`,
-    /// `LISTEN_FAILED` or `SEED_FAILED`.
+    /// `LISTEN_FAILED`, `SEED_FAILED` or `SANDBOX_SETTINGS`.
     pub fn code(&self) -> ServerCode {
         match self {
             ServerError::Journal(_) => ServerCode::JournalUnavailable,
@@ -131,6 +141,7 @@ impl ServerError {
             ServerError::Auth(_) => ServerCode::AuthSettings,
             ServerError::Listen { .. } => ServerCode::ListenFailed,
             ServerError::Seed(_) => ServerCode::SeedFailed,
+            ServerError::SandboxSettings(_) => ServerCode::SandboxSettings,
         }
     }
 }
@@ -151,6 +162,8 @@ toolshed_core::wire_enum! {
         ListenFailed,
         /// Seeding the database failed.
         SeedFailed,
+        /// The sandbox settings are invalid.
+        SandboxSettings,
     }
 }
 
@@ -174,6 +187,11 @@ impl Server {
     /// Open the journal and the registry, seed an empty database (an `admin` account and
     /// the stdlib tools), and bind the address.
     pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
+        config
+            .sandbox
+            .config
+            .validate()
+            .map_err(ServerError::SandboxSettings)?;
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;
@@ -197,7 +215,8 @@ impl Server {
                 addr: config.addr,
                 source,
             })?;
-        let state = AppState::new(config, journal, registry, tokens, dispatcher);
+        let sandbox = sandbox::SandboxHandle::open(&config.sandbox);
+        let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox);
         let seeded = seed(&state).await?;
         Ok(Server {
             state,
