@@ -186,12 +186,8 @@ pub struct Server {
 impl Server {
     /// Open the journal and the registry, seed an empty database (an `admin` account and
     /// the stdlib tools), and bind the address.
-    pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
-        config
-            .sandbox
-            .config
-            .validate()
-            .map_err(ServerError::SandboxSettings)?;
+    pub async fn open(mut config: ServerConfig) -> Result<Server, ServerError> {
+        check_sandbox_settings(&mut config)?;
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;
@@ -257,6 +253,26 @@ impl Server {
         self.state.dispatcher().shutdown();
         result
     }
+}
+
+/// Check the sandbox settings, and keep a sandboxed run inside its request: a timeout
+/// ceiling at or past the request timeout is lowered below it (logged), or the run's
+/// answer would be the request timeout's 503.
+fn check_sandbox_settings(config: &mut ServerConfig) -> Result<(), ServerError> {
+    let request_ms = u64::try_from(config.request_timeout.as_millis()).unwrap_or(u64::MAX);
+    let sandbox = &mut config.sandbox.config;
+    if sandbox.ceilings.timeout_ms >= request_ms {
+        let lowered = request_ms.saturating_sub(1000).max(1000).min(request_ms);
+        tracing::warn!(
+            ceiling_ms = sandbox.ceilings.timeout_ms,
+            request_timeout_ms = request_ms,
+            lowered_to_ms = lowered,
+            "the sandbox's timeout ceiling is not below the request timeout; lowered"
+        );
+        sandbox.ceilings.timeout_ms = lowered;
+        sandbox.defaults.timeout_ms = sandbox.defaults.timeout_ms.min(lowered);
+    }
+    sandbox.validate().map_err(ServerError::SandboxSettings)
 }
 
 /// Create the admin account and register the stdlib tools when the database has no

@@ -100,15 +100,26 @@ fn sandbox_settings(
     if args.sandbox_no_network {
         c.network_allowed = false;
     }
+    let c = &settings.config;
+    if c.defaults.memory_bytes > c.ceilings.memory_bytes {
+        return Err(Failure::bad_input(anyhow!(
+            "the default memory of a sandboxed run ({} MB) is above its ceiling ({} MB): lower --sandbox-memory-mb or raise --sandbox-max-memory-mb (TOOLSHED_SANDBOX_MEMORY_MB, TOOLSHED_SANDBOX_MAX_MEMORY_MB)",
+            c.defaults.memory_bytes / MIB,
+            c.ceilings.memory_bytes / MIB
+        )));
+    }
+    if c.defaults.timeout_ms > c.ceilings.timeout_ms {
+        return Err(Failure::bad_input(anyhow!(
+            "the default timeout of a sandboxed run ({} s) is above its ceiling ({} s): lower --sandbox-timeout-seconds or raise --sandbox-max-timeout-seconds (TOOLSHED_SANDBOX_TIMEOUT_SECONDS, TOOLSHED_SANDBOX_MAX_TIMEOUT_SECONDS)",
+            c.defaults.timeout_ms / 1000,
+            c.ceilings.timeout_ms / 1000
+        )));
+    }
     settings.config = crate::sandbox::operator_config(settings.config.clone())?;
-    settings.config.validate().map_err(|e| {
-        Failure::bad_input(anyhow!(
-            "{} (set by --sandbox-memory-mb, --sandbox-max-memory-mb, --sandbox-timeout-seconds or --sandbox-max-timeout-seconds)",
-            e.to_string()
-                .replace("`defaults.memory_bytes`", "the default memory")
-                .replace("`defaults.timeout_ms`", "the default timeout")
-        ))
-    })?;
+    settings
+        .config
+        .validate()
+        .map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
     Ok(())
 }
 
