@@ -330,9 +330,18 @@ impl Snippet {
         };
         let error = match (&output, failure(o)) {
             (_, Some(e)) => Some(e),
-            (None, None) => Some(format!(
-                "the tool exited with code 0 but left no result in {RESULT_FILE}"
-            )),
+            (None, None) => {
+                let why = o
+                    .files
+                    .iter()
+                    .find(|f| f.path == Path::new(RESULT_FILE))
+                    .and_then(|f| f.contents.as_ref().err())
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default();
+                Some(format!(
+                    "the tool exited with code 0 but its result could not be read from {RESULT_FILE}{why}"
+                ))
+            }
             (Some(_), None) => None,
         };
         SnippetResult { output, error }

@@ -501,7 +501,7 @@ async fn a_registered_tools_own_code_runs_in_the_sandbox() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn executions_are_per_tenant_and_need_the_deployer_role() {
+async fn executions_are_per_tenant_and_running_code_needs_the_deployer_role() {
     let s = TestServer::start().await;
     let d = ok(&s, json!({"code": "def run(input):\n    return 'mine'\n"})).await;
     let id = d["execution_id"].as_str().unwrap().to_owned();
@@ -543,17 +543,31 @@ async fn executions_are_per_tenant_and_need_the_deployer_role() {
     let (status, _) = s.call("GET", &theirs_path, Some(&s.deployer), None).await;
     assert_eq!(status, 404);
 
-    // A viewer may not run code nor read what was run; no token is a 401, whatever the
-    // body.
+    // A viewer may not run code, but reads what its tenant ran (as it reads runs); no
+    // token is a 401, whatever the body.
     let body = json!({"code": "def run(input):\n    return 1\n"});
+    let (status, answer) = s
+        .call("POST", EXECUTE, Some(&s.viewer), Some(body.clone()))
+        .await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "FORBIDDEN");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deployer"),
+        "{answer}"
+    );
+    let (status, answer) = s.call("GET", &path, Some(&s.viewer), None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["output"], "\"mine\"");
+    let (status, _) = s.call("GET", list, Some(&s.viewer), None).await;
+    assert_eq!(status, 200);
     for (method, route, b) in [
         ("POST", EXECUTE, Some(body.clone())),
         ("GET", path.as_str(), None),
         ("GET", list, None),
     ] {
-        let (status, answer) = s.call(method, route, Some(&s.viewer), b.clone()).await;
-        assert_eq!(status, 403, "{route}: {answer}");
-        assert_eq!(answer["error"]["code"], "FORBIDDEN");
         let (status, answer) = s.call(method, route, None, b).await;
         assert_eq!(status, 401, "{route}: {answer}");
         assert_eq!(answer["error"]["code"], "UNAUTHENTICATED");

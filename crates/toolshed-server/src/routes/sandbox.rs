@@ -236,8 +236,8 @@ fn recorded(r: SandboxExecutionRecord) -> Result<SandboxExecutionView, ApiError>
     Ok(v)
 }
 
-/// A recorded execution of the caller's tenant (needs the deployer role: the answer
-/// holds what the code printed). Another tenant's is not found.
+/// A recorded execution of the caller's tenant (viewers read, as they read runs).
+/// Another tenant's is not found.
 #[utoipa::path(get, path = "/api/v1/tools/sandbox/executions/{execution_id}", tag = "sandbox", security(("bearer" = [])),
     params(("execution_id" = String, Path, description = "The `execution_id` an execution answered")),
     responses(
@@ -250,7 +250,7 @@ pub async fn get_execution(
     auth: Auth,
     Path(id): Path<String>,
 ) -> Result<Json<Data<SandboxExecutionView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
+    let claims = auth.require(Role::Viewer)?;
     let record = state
         .registry()
         .sandbox_execution(&id, &tenant_of(claims))
@@ -260,7 +260,7 @@ pub async fn get_execution(
     }))
 }
 
-/// The caller's tenant's recorded executions, newest first (needs the deployer role).
+/// The caller's tenant's recorded executions, newest first.
 #[utoipa::path(get, path = "/api/v1/tools/sandbox/executions", tag = "sandbox", security(("bearer" = [])),
     params(PageQuery),
     responses(
@@ -273,7 +273,7 @@ pub async fn list_executions(
     auth: Auth,
     Query(q): Query<PageQuery>,
 ) -> Result<Json<Paged<SandboxExecutionView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
+    let claims = auth.require(Role::Viewer)?;
     let page = state
         .registry()
         .list_sandbox_executions(
