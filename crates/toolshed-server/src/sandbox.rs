@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolshed_api::ApiCode;
 use toolshed_api::views::{SandboxClamp, SandboxExecutionView, SandboxLimits};
+use toolshed_core::file::ToolFile;
 use toolshed_dispatch::Endpoint;
 use toolshed_registry::ToolRecord;
 use toolshed_sandbox::snippet::{Code, Entry, Language, Snippet, SnippetResult};
@@ -124,6 +125,10 @@ pub(crate) struct Prepared {
     /// SHA-256 of the code (hex) and its size.
     pub code_sha256: String,
     pub code_bytes: u64,
+    /// A registered tool's own limits (`timeout_seconds`/`timeout_ms`,
+    /// `network_access`), used where the request sets none.
+    pub tool_timeout_ms: Option<u64>,
+    pub tool_network: bool,
 }
 
 impl Prepared {
@@ -142,12 +147,15 @@ impl Prepared {
             language: language.as_str(),
             code_sha256: sha256(code.as_bytes()),
             code_bytes: code.len() as u64,
+            tool_timeout_ms: None,
+            tool_network: false,
         })
     }
 
     /// A registered tool's own code on `input`, its file bound read-only: `python:`
     /// calls its function with the input's fields as keyword arguments, `node:` its
-    /// export with `(input, ctx)`, `exec:` gets one wire-protocol request line.
+    /// export with `(input, ctx)`, `exec:` gets one wire-protocol request line. Its
+    /// declared timeout and `network_access` apply unless the request sets them.
     pub(crate) fn tool(record: &ToolRecord, input: &Value) -> Result<Prepared, ApiError> {
         let Some(text) = record.endpoint.as_deref() else {
             return Err(not_sandboxable(record, "has no endpoint"));
@@ -201,6 +209,14 @@ impl Prepared {
             )
         })?;
         let (code_sha256, code_bytes) = (sha256(&code), code.len() as u64);
+        // The definition was checked when it was stored; one this server cannot read
+        // has no limits of its own.
+        let file = serde_json::from_value::<ToolFile>(record.definition.clone()).ok();
+        let tool_timeout_ms = file.as_ref().and_then(|f| {
+            f.timeout_ms
+                .or_else(|| f.timeout_seconds.map(|s| s.saturating_mul(1000)))
+        });
+        let tool_network = file.as_ref().is_some_and(|f| f.network_access);
         match snippet {
             Some(snippet) => {
                 let spec = snippet.spec(input).map_err(sandbox_error)?;
@@ -211,6 +227,8 @@ impl Prepared {
                     spec,
                     code_sha256,
                     code_bytes,
+                    tool_timeout_ms,
+                    tool_network,
                 })
             }
             None => {
@@ -241,6 +259,8 @@ impl Prepared {
                     language: "exec",
                     code_sha256,
                     code_bytes,
+                    tool_timeout_ms,
+                    tool_network,
                 })
             }
         }

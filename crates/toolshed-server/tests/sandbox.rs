@@ -426,18 +426,22 @@ async fn a_registered_tools_own_code_runs_in_the_sandbox() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&sh, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    for (name, endpoint) in [
-        ("order-lookup", format!("python:{py}")),
-        ("greet", format!("node:{mjs}")),
-        ("echo-tool", format!("exec:{sh}")),
+    for (name, endpoint, extra) in [
+        ("order-lookup", format!("python:{py}"), json!({})),
+        (
+            "greet",
+            format!("node:{mjs}"),
+            json!({"network_access": true, "timeout_seconds": 7}),
+        ),
+        ("echo-tool", format!("exec:{sh}"), json!({})),
     ] {
+        let mut body =
+            json!({"name": name, "description": format!("the {name} tool"), "endpoint": endpoint});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
         let (status, answer) = s
-            .call(
-                "POST",
-                "/api/v1/registry/tools",
-                d,
-                Some(json!({"name": name, "description": format!("the {name} tool"), "endpoint": endpoint})),
-            )
+            .call("POST", "/api/v1/registry/tools", d, Some(body))
             .await;
         assert_eq!(status, 201, "{answer}");
     }
@@ -472,6 +476,25 @@ async fn a_registered_tools_own_code_runs_in_the_sandbox() {
     .await;
     assert_eq!(a["output_value"]["greeting"], "hello ada", "{a}");
     assert_eq!(a["language"], "node");
+    // Its own limits apply (`network_access`, `timeout_seconds`) unless the request
+    // sets them.
+    assert_eq!(a["network_enabled"], true, "{a}");
+    assert_eq!(a["limits"]["timeout_ms"], 7_000);
+    let a = ok(
+        &s,
+        json!({"tool_id": "greet", "input_json": {"name": "ada"}, "network_enabled": false, "timeout_seconds": 3}),
+    )
+    .await;
+    assert_eq!(a["network_enabled"], false, "{a}");
+    assert_eq!(a["limits"]["timeout_ms"], 3_000);
+    // The python tool declared nothing: the server's defaults.
+    let a = ok(
+        &s,
+        json!({"tool_id": "order-lookup", "input_json": {"order_id": "A"}}),
+    )
+    .await;
+    assert_eq!(a["network_enabled"], false, "{a}");
+    assert_eq!(a["limits"]["timeout_ms"], 30_000);
 
     // An executable speaking the wire protocol.
     let a = ok(&s, json!({"tool_id": "echo-tool", "input_json": {"x": 1}})).await;

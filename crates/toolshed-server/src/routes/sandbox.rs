@@ -136,7 +136,10 @@ pub async fn execute(
         language,
         code_sha256,
         code_bytes,
+        tool_timeout_ms,
+        tool_network,
     } = prepared;
+    let timeout_ms = timeout_ms.or(tool_timeout_ms);
     spec.limits = LimitsRequest {
         timeout_ms,
         // CPU time follows the wall clock, so a longer timeout is not cut short by it.
@@ -144,7 +147,7 @@ pub async fn execute(
         memory_bytes,
         ..LimitsRequest::default()
     };
-    spec.network = if body.network_enabled == Some(true) {
+    spec.network = if body.network_enabled.unwrap_or(tool_network) {
         Network::On
     } else {
         Network::Off
