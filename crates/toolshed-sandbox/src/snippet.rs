@@ -152,12 +152,14 @@ pub const RESULT_FILE: &str = ".toolshed-output.json";
 /// JSON-encoded result to the result file and to stdout (as the seed's sandbox prints
 /// it). `argv`: the file, `run` or `function`, the function's name.
 const PYTHON_RUNNER: &str = r#"
-import importlib.util, inspect, json, sys
+import json, sys, types
 path, kind, name = sys.argv[1], sys.argv[2], sys.argv[3]
-spec = importlib.util.spec_from_file_location("tool", path)
-module = importlib.util.module_from_spec(spec)
+# Loaded by hand: importlib.util and inspect would double the start-up time.
+module = types.ModuleType("tool")
+module.__file__ = path
 sys.modules["tool"] = module
-spec.loader.exec_module(module)
+with open(path, "rb") as f:
+    exec(compile(f.read(), path, "exec"), module.__dict__)
 fn = getattr(module, name, None)
 if not callable(fn):
     sys.exit(f"{path} defines no run(input) function" if kind == "run" else f"{path} defines no function {name}")
@@ -168,12 +170,12 @@ else:
     if not isinstance(data, dict):
         sys.exit(f"the input of {name} must be a JSON object (its keyword arguments)")
     result = fn(**data)
-if inspect.isawaitable(result):
+if isinstance(result, types.CoroutineType) or hasattr(result, "__await__"):
     import asyncio
     async def _wait(r):
         return await r
     result = asyncio.run(_wait(result))
-elif inspect.isgenerator(result):
+elif isinstance(result, types.GeneratorType):
     last = None
     for last in result:
         pass

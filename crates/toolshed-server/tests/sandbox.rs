@@ -190,6 +190,26 @@ async fn a_failing_run_is_a_200_with_its_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_run_may_be_async_or_a_generator_and_a_syntax_error_is_named() {
+    let s = TestServer::start().await;
+    let d = ok(
+        &s,
+        json!({"code": "import asyncio\nasync def run(input):\n    await asyncio.sleep(0)\n    return input['n'] + 1\n", "input_json": {"n": 1}}),
+    )
+    .await;
+    assert_eq!(d["output"], "2", "{d}");
+    let d = ok(
+        &s,
+        json!({"code": "def run(input):\n    yield 1\n    yield {'last': True}\n"}),
+    )
+    .await;
+    assert_eq!(d["output_value"], json!({"last": true}), "{d}");
+    let d = ok(&s, json!({"code": "def run(input)\n    return 1\n"})).await;
+    assert!(d["error"].as_str().unwrap().contains("SyntaxError"), "{d}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_past_its_timeout_is_killed_and_timed_out() {
     let s = TestServer::start().await;
     let d = ok(
