@@ -52,6 +52,9 @@ toolshed_core::wire_enum! {
         WeakPassword,
         /// 422: a human tool's answer does not match its schema.
         InvalidAnswer,
+        /// 422: the tool's code cannot run in the sandbox (a `builtin:` or HTTP endpoint,
+        /// or none).
+        NotSandboxable,
         /// 500: a bug or a broken store; the server log has the details.
         Internal,
         /// 503: the journal's database is unavailable.
@@ -60,6 +63,9 @@ toolshed_core::wire_enum! {
         RegistryUnavailable,
         /// 503: the request took longer than the server allows.
         RequestTimeout,
+        /// 503: this host cannot run untrusted code in the sandbox (the message names the
+        /// mechanism and the fix), or the sandbox is at its capacity.
+        SandboxUnavailable,
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
@@ -88,11 +94,13 @@ impl ApiCode {
             | ApiCode::InvalidArgs
             | ApiCode::InvalidRole
             | ApiCode::WeakPassword
-            | ApiCode::InvalidAnswer => 422,
+            | ApiCode::InvalidAnswer
+            | ApiCode::NotSandboxable => 422,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable
-            | ApiCode::RequestTimeout => 503,
+            | ApiCode::RequestTimeout
+            | ApiCode::SandboxUnavailable => 503,
             ApiCode::RequestRejected => return None,
         })
     }

@@ -81,3 +81,38 @@ pub struct AnswerBody {
     #[schema(value_type = Object)]
     pub answer: Value,
 }
+
+/// The seed's Sandbox Test body (`code`, `input_json`, `timeout_seconds`,
+/// `network_enabled`, `tool_id`), plus `language` and `memory_mb`. Give `code`, or a
+/// `tool_id` alone to run that registered tool's own code. Unknown fields are refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxExecuteBody {
+    /// The code: Python defining `run(input)`, a Node module exporting `run`, or a shell
+    /// script reading its input on stdin (see `language`).
+    #[serde(default)]
+    pub code: Option<String>,
+    /// The input passed to `run` (any JSON; `{}` when left out).
+    #[schema(value_type = Option<Object>)]
+    #[serde(default)]
+    pub input_json: Option<Value>,
+    /// Wall-clock limit in seconds (default 30); above the server's ceiling it is
+    /// lowered to it and listed in `clamped`.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Outbound network access (default false); lowered to false, and listed in
+    /// `clamped`, where the server allows none.
+    #[serde(default)]
+    pub network_enabled: Option<bool>,
+    /// With `code`: the registered tool this is a test of, recorded with the execution.
+    /// Alone: the registered tool (id or name) whose own code runs on `input_json`.
+    #[serde(default)]
+    pub tool_id: Option<String>,
+    /// `python` (default), `node` or `bash`.
+    #[serde(default)]
+    pub language: Option<crate::views::SandboxLanguage>,
+    /// Memory limit in MB, swap included (default 256); above the server's ceiling it is
+    /// lowered to it and listed in `clamped`.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+}

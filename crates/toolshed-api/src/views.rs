@@ -509,3 +509,112 @@ mod tests {
         assert!(e.to_string().contains("agent_status"), "{e}");
     }
 }
+
+toolshed_core::wire_enum! {
+    case = "snake_case";
+    /// The languages the sandbox's execute route runs code in.
+    #[derive(ToSchema, Default)]
+    pub enum SandboxLanguage {
+        /// Python 3: the code defines `run(input)`.
+        #[default]
+        Python,
+        /// Node: the module exports `run` (named or default).
+        Node,
+        /// A shell script (bash): the input on stdin and in `TOOLSHED_INPUT`, the result
+        /// on stdout.
+        Bash,
+    }
+}
+
+/// A limit lowered to the server's ceiling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxClamp {
+    /// The limit, e.g. `timeout_ms`, `memory_bytes` or `network`.
+    pub limit: String,
+    /// What was asked for.
+    pub requested: u64,
+    /// What was granted.
+    pub granted: u64,
+    /// The same in a sentence.
+    pub message: String,
+}
+
+/// The limits a sandboxed run had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxLimits {
+    /// Memory, swap included, in bytes.
+    pub memory_bytes: u64,
+    /// Wall-clock limit in milliseconds.
+    pub timeout_ms: u64,
+    /// Processes and threads at once.
+    pub pids: u32,
+    /// CPU bandwidth in thousandths of a CPU.
+    pub cpu_millis: u32,
+}
+
+/// What a sandboxed execution answers: the seed's result (`execution_id`, `output`,
+/// `stdout`, `stderr`, `exit_code`, `duration_ms`, `timed_out`, `error`) and what the
+/// sandbox measured besides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxExecutionView {
+    /// The execution's id (`GET /api/v1/tools/sandbox/executions/{id}`); absent from the
+    /// CLI's local runs, which are not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+    /// The result, JSON-encoded as the code wrote it (the seed's shape:
+    /// `"{\"order_id\": \"ORD-123456\", \"status\": \"shipped\"}"`); null on failure.
+    pub output: Option<String>,
+    /// What the code printed (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// What the code printed to stderr.
+    pub stderr: String,
+    /// The exit code; null when a signal ended it.
+    pub exit_code: Option<i32>,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// The run passed its timeout and everything in it was killed.
+    pub timed_out: bool,
+    /// Why the run failed, or null.
+    pub error: Option<String>,
+    /// `output` decoded (null when there is none).
+    #[schema(value_type = Object)]
+    pub output_value: Value,
+    /// `python`, `node`, `bash`, or `exec` for a registered executable.
+    pub language: String,
+    /// The signal that ended the process, or null.
+    pub signal: Option<i32>,
+    /// Why the supervisor killed the run (`timeout`, `output_cap`), or null.
+    pub killed: Option<String>,
+    /// The kernel's OOM killer killed a process of the run.
+    pub oom_killed: bool,
+    /// Peak memory in bytes, where the kernel reports it.
+    pub memory_peak_bytes: Option<u64>,
+    /// CPU time of all its processes in milliseconds, where the kernel reports it.
+    pub cpu_time_ms: Option<u64>,
+    /// More stdout was written than kept.
+    pub stdout_truncated: bool,
+    /// More stderr was written than kept.
+    pub stderr_truncated: bool,
+    /// Whether the run had outbound network access.
+    pub network_enabled: bool,
+    /// The limits it ran under.
+    pub limits: SandboxLimits,
+    /// Requested limits lowered to the server's ceilings.
+    pub clamped: Vec<SandboxClamp>,
+    /// Protections the run went without, by the operator's opt-in (`landlock`, `cgroup`).
+    pub weakened: Vec<String>,
+    /// The unprivileged host uid it ran as (never 0).
+    pub host_uid: u32,
+    /// The registered tool it ran or was a test of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    /// SHA-256 of the code that ran (hex); the code itself is not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_sha256: Option<String>,
+    /// Who ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// When (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<i64>,
+}

@@ -90,10 +90,10 @@ pub enum RegistryError {
         /// Why.
         message: String,
     },
-    /// No such tool, agent or user (deleted tools count as missing).
+    /// No such tool, agent, user or sandbox execution (deleted tools count as missing).
     #[error("{what} `{id}` not found")]
     NotFound {
-        /// `tool`, `agent` or `user`.
+        /// `tool`, `agent`, `user` or `sandbox execution`.
         what: &'static str,
         /// The id or name asked for.
         id: String,
@@ -227,6 +227,24 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// there is none yet. Concurrent first calls agree on one value. Kept in a
     /// `registry_settings` table.
     async fn get_or_init_setting(&self, key: &str, value: String) -> Result<String>;
+
+    /// Record a sandbox execution (`registry_sandbox_executions`).
+    async fn record_sandbox_execution(
+        &self,
+        new: NewSandboxExecution,
+    ) -> Result<SandboxExecutionRecord>;
+
+    /// A sandbox execution of `tenant` by id. Unknown, or another tenant's: `NotFound`.
+    async fn sandbox_execution(&self, id: &str, tenant: &str) -> Result<SandboxExecutionRecord>;
+
+    /// A tenant's sandbox executions, newest first, one page (`page`/`per_page` as in
+    /// [`ToolFilter`]).
+    async fn list_sandbox_executions(
+        &self,
+        tenant: &str,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Page<SandboxExecutionRecord>>;
 }
 
 /// Open the registry named by a database URL, creating and migrating its tables:

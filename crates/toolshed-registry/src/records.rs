@@ -187,3 +187,46 @@ pub struct UserRecord {
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
 }
+
+/// One run of the sandbox's execute route, as recorded: who ran what on which input, and
+/// the answer it got. The code itself is not kept (it may embed keys), only its SHA-256
+/// and size; the input is kept up to the server's cap.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewSandboxExecution {
+    /// The execution id (a UUID), the answer's `execution_id`.
+    pub id: String,
+    /// The tenant of the caller; lookups are scoped to it.
+    pub tenant: String,
+    /// Who ran it (a user name).
+    pub created_by: String,
+    /// The registry tool it ran or was a test of, if any.
+    pub tool_id: Option<String>,
+    /// `python`, `node`, `bash` or `exec`.
+    pub language: String,
+    /// SHA-256 of the code that ran (hex).
+    pub code_sha256: String,
+    /// Size of the code in bytes.
+    pub code_bytes: u64,
+    /// The input, or `None` when it was larger than the cap.
+    pub input: Option<Value>,
+    /// Size of the input as JSON, in bytes.
+    pub input_bytes: u64,
+    /// The exit code, if the process exited.
+    pub exit_code: Option<i32>,
+    /// Whether it ran out of time.
+    pub timed_out: bool,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// The answer as given (stdout and stderr capped).
+    pub result: Value,
+}
+
+/// A recorded sandbox execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxExecutionRecord {
+    /// What was recorded.
+    #[serde(flatten)]
+    pub execution: NewSandboxExecution,
+    /// When (milliseconds since the Unix epoch).
+    pub created_at_ms: i64,
+}

@@ -12,8 +12,9 @@ use toolshed_store::{Executor, Param, Row};
 
 use crate::sql;
 use crate::{
-    AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewTool, NewUser, Page, RegistryError,
-    Result, ToolFilter, ToolRecord, ToolStatus, ToolUsage, UserRecord,
+    AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, Page,
+    RegistryError, Result, SandboxExecutionRecord, ToolFilter, ToolRecord, ToolStatus, ToolUsage,
+    UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -648,6 +649,115 @@ fn unique_or(
     } else {
         e.into()
     }
+}
+
+// ---- sandbox executions ----
+
+/// Record an execution; its id is fresh (a UUID), so a taken one is a bug reported as a
+/// conflict.
+pub(crate) async fn record_execution(
+    db: &mut dyn Executor,
+    new: NewSandboxExecution,
+) -> Result<SandboxExecutionRecord> {
+    let now = now_ms();
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    db.run(
+        &sql::INSERT_EXECUTION,
+        &[
+            (&new.id).into(),
+            (&new.tenant).into(),
+            (&new.created_by).into(),
+            (&new.tool_id).into(),
+            (&new.language).into(),
+            (&new.code_sha256).into(),
+            n(new.code_bytes).into(),
+            new.input.as_ref().map(Param::from).unwrap_or(Param::Null),
+            n(new.input_bytes).into(),
+            new.exit_code.map(i64::from).into(),
+            i64::from(new.timed_out).into(),
+            n(new.duration_ms).into(),
+            (&new.result).into(),
+            now.into(),
+        ],
+    )
+    .await
+    .map_err(|e| match e.kind {
+        toolshed_store::DbErrorKind::UniqueViolation => {
+            RegistryError::Conflict(format!("execution `{}` is recorded already", new.id))
+        }
+        _ => e.into(),
+    })?;
+    Ok(SandboxExecutionRecord {
+        execution: new,
+        created_at_ms: now,
+    })
+}
+
+/// An execution of a tenant; another tenant's is not found.
+pub(crate) async fn execution(
+    db: &mut dyn Executor,
+    id: &str,
+    tenant: &str,
+) -> Result<SandboxExecutionRecord> {
+    match db.row(&sql::EXECUTION, &[id.into(), tenant.into()]).await? {
+        Some(row) => execution_from_row(&row),
+        None => Err(RegistryError::NotFound {
+            what: "sandbox execution",
+            id: id.to_owned(),
+        }),
+    }
+}
+
+/// One page of a tenant's executions, newest first.
+pub(crate) async fn list_executions(
+    db: &mut dyn Executor,
+    tenant: &str,
+    page: u32,
+    per_page: u32,
+) -> Result<Page<SandboxExecutionRecord>> {
+    let paging = Paging::new(page, per_page);
+    let rows = db
+        .rows(
+            &sql::LIST_EXECUTIONS,
+            &[tenant.into(), paging.limit().into(), paging.offset().into()],
+        )
+        .await?;
+    let mut total = 0;
+    let mut items = Vec::with_capacity(rows.len());
+    for row in &rows {
+        total = row.get(14)?;
+        if row.get::<Option<String>>(0)?.is_some() {
+            items.push(execution_from_row(row)?);
+        }
+    }
+    Ok(paging.page_of(items, total))
+}
+
+fn execution_from_row(row: &Row) -> Result<SandboxExecutionRecord> {
+    let id: String = row.get(0)?;
+    let exit_code = row
+        .get::<Option<i64>>(9)?
+        .map(|c| i32::try_from(c).unwrap_or(i32::MIN));
+    Ok(SandboxExecutionRecord {
+        execution: NewSandboxExecution {
+            tenant: row.get(1)?,
+            created_by: row.get(2)?,
+            tool_id: row.get(3)?,
+            language: row.get(4)?,
+            code_sha256: row.get(5)?,
+            code_bytes: row.get(6)?,
+            input: row.get(7)?,
+            input_bytes: row.get(8)?,
+            exit_code,
+            timed_out: row.get::<i64>(10)? != 0,
+            duration_ms: row.get(11)?,
+            result: row.get::<serde_json::Value>(12).map_err(|e| {
+                RegistryError::Backend(format!("execution `{id}` has a corrupt result: {e}"))
+            })?,
+            id,
+        },
+        created_at_ms: row.get(13)?,
+    })
 }
 
 #[cfg(test)]

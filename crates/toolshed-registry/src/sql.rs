@@ -231,3 +231,39 @@ pub(crate) const SETTING: Sql = Sql::same("SELECT value FROM registry_settings W
 pub(crate) const INIT_SETTING: Sql = Sql::same(
     "INSERT INTO registry_settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
 );
+
+// ---- sandbox executions ----
+
+/// A sandbox execution row's columns, in the order `rules::execution_from_row` reads them.
+macro_rules! execution_columns {
+    () => {
+        "id, tenant, created_by, tool_id, language, code_sha256, code_bytes, input, \
+         input_bytes, exit_code, timed_out, duration_ms, result, created_at_ms"
+    };
+}
+
+/// Record an execution. ?1..?14 in the order of `execution_columns!`.
+pub(crate) const INSERT_EXECUTION: Sql = Sql::same(concat!(
+    "INSERT INTO registry_sandbox_executions (",
+    execution_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+));
+
+/// An execution of a tenant. ?1 id, ?2 tenant.
+pub(crate) const EXECUTION: Sql = Sql::same(concat!(
+    "SELECT ",
+    execution_columns!(),
+    " FROM registry_sandbox_executions WHERE id = ?1 AND tenant = ?2"
+));
+
+/// One page of a tenant's executions, newest first, each row with the tenant's total
+/// (one row of NULLs and the total when the page is empty). ?1 tenant, ?2 limit, ?3 offset.
+pub(crate) const LIST_EXECUTIONS: Sql = Sql::same(concat!(
+    "SELECT e.*, t.total FROM \
+     (SELECT COUNT(*) AS total FROM registry_sandbox_executions WHERE tenant = ?1) t \
+     LEFT JOIN (SELECT ",
+    execution_columns!(),
+    " FROM registry_sandbox_executions WHERE tenant = ?1 \
+     ORDER BY created_at_ms DESC, id DESC LIMIT ?2 OFFSET ?3) e ON TRUE \
+     ORDER BY e.created_at_ms DESC, e.id DESC"
+));

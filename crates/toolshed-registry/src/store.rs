@@ -8,8 +8,8 @@ use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
 use crate::rules;
 use crate::{
-    AgentRecord, NewAgent, NewTool, NewUser, Page, RegistryStore, Result, ToolFilter, ToolRecord,
-    ToolUsage, UserRecord,
+    AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
+    SandboxExecutionRecord, ToolFilter, ToolRecord, ToolUsage, UserRecord,
 };
 
 /// The registry's migrations: its tables beside the journal's, its version under
@@ -19,11 +19,18 @@ static MIGRATIONS: Migrations = Migrations {
     noun: "database",
     version_key: "registry_schema_version",
     format: None,
-    steps: &[Migration {
-        version: 1,
-        sqlite: include_str!("../migrations/sqlite/0001_registry.sql"),
-        postgres: include_str!("../migrations/postgres/0001_registry.sql"),
-    }],
+    steps: &[
+        Migration {
+            version: 1,
+            sqlite: include_str!("../migrations/sqlite/0001_registry.sql"),
+            postgres: include_str!("../migrations/postgres/0001_registry.sql"),
+        },
+        Migration {
+            version: 2,
+            sqlite: include_str!("../migrations/sqlite/0002_sandbox_executions.sql"),
+            postgres: include_str!("../migrations/postgres/0002_sandbox_executions.sql"),
+        },
+    ],
 };
 
 /// Reads are hot (the server reads tools by id per request) and never wait for a
@@ -216,6 +223,36 @@ impl RegistryStore for SqlRegistry {
         let key = key.to_owned();
         self.db
             .write(move |db| Box::pin(async move { rules::init_setting(db, &key, value).await }))
+            .await
+    }
+
+    async fn record_sandbox_execution(
+        &self,
+        new: NewSandboxExecution,
+    ) -> Result<SandboxExecutionRecord> {
+        self.db
+            .write(move |db| Box::pin(rules::record_execution(db, new)))
+            .await
+    }
+
+    async fn sandbox_execution(&self, id: &str, tenant: &str) -> Result<SandboxExecutionRecord> {
+        let (id, tenant) = (id.to_owned(), tenant.to_owned());
+        self.db
+            .read(move |db| Box::pin(async move { rules::execution(db, &id, &tenant).await }))
+            .await
+    }
+
+    async fn list_sandbox_executions(
+        &self,
+        tenant: &str,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Page<SandboxExecutionRecord>> {
+        let tenant = tenant.to_owned();
+        self.db
+            .read(move |db| {
+                Box::pin(async move { rules::list_executions(db, &tenant, page, per_page).await })
+            })
             .await
     }
 }

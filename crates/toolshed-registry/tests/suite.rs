@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolshed_registry::{
-    AgentStatus, MAX_PER_PAGE, NewAgent, NewTool, NewUser, RegistryError, RegistryStore,
-    SqlRegistry, ToolFilter, ToolStatus,
+    AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, RegistryCode,
+    RegistryError, RegistryStore, SqlRegistry, ToolFilter, ToolStatus,
 };
 
 // ---- harness ----
@@ -109,6 +109,7 @@ suite!(
     unknown_ids_are_not_found,
     settings_are_initialised_once,
     json_definitions_round_trip,
+    sandbox_executions_are_recorded_and_read_per_tenant,
 );
 
 // ---- helpers ----
@@ -849,6 +850,75 @@ async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.list_agents(1, 20).await.unwrap().total, 0);
 }
 
+fn execution(id: &str, tenant: &str) -> NewSandboxExecution {
+    NewSandboxExecution {
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        created_by: "dee".to_owned(),
+        tool_id: None,
+        language: "python".to_owned(),
+        code_sha256: "ab".repeat(32),
+        code_bytes: 70,
+        input: Some(json!({"order_id": "ORD-123456"})),
+        input_bytes: 27,
+        exit_code: Some(0),
+        timed_out: false,
+        duration_ms: 42,
+        result: json!({"execution_id": id, "output": "{\"ok\": true}", "error": null}),
+    }
+}
+
+async fn sandbox_executions_are_recorded_and_read_per_tenant(store: Arc<dyn RegistryStore>) {
+    let first = store
+        .record_sandbox_execution(execution("e-1", "acme"))
+        .await
+        .unwrap();
+    assert!(first.created_at_ms > 0);
+    let mut second = execution("e-2", "acme");
+    second.tool_id = Some("tool-1".into());
+    second.input = None;
+    second.exit_code = None;
+    second.timed_out = true;
+    store
+        .record_sandbox_execution(second.clone())
+        .await
+        .unwrap();
+    store
+        .record_sandbox_execution(execution("e-3", "globex"))
+        .await
+        .unwrap();
+
+    let read = store.sandbox_execution("e-1", "acme").await.unwrap();
+    assert_eq!(read, first);
+    let read = store.sandbox_execution("e-2", "acme").await.unwrap();
+    assert_eq!(read.execution, second);
+    // Another tenant's id is not found, as an unknown one.
+    for (id, tenant) in [("e-3", "acme"), ("e-1", "globex"), ("nope", "acme")] {
+        let e = store.sandbox_execution(id, tenant).await.unwrap_err();
+        assert_eq!(e.code(), RegistryCode::NotFound, "{id} {tenant}: {e}");
+    }
+    // A taken id is a conflict, not a second row.
+    let e = store
+        .record_sandbox_execution(execution("e-1", "acme"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), RegistryCode::Conflict, "{e}");
+
+    let page = store.list_sandbox_executions("acme", 1, 20).await.unwrap();
+    assert_eq!(page.total, 2);
+    let ids: Vec<_> = page.items.iter().map(|r| r.execution.id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"e-1") && ids.contains(&"e-2"), "{ids:?}");
+    assert!(page.items[0].created_at_ms >= page.items[1].created_at_ms);
+    let page = store.list_sandbox_executions("acme", 2, 1).await.unwrap();
+    assert_eq!((page.total, page.items.len()), (2, 1));
+    let page = store
+        .list_sandbox_executions("nobody", 1, 20)
+        .await
+        .unwrap();
+    assert_eq!((page.total, page.items.len()), (0, 0));
+}
+
 async fn settings_are_initialised_once(store: Arc<dyn RegistryStore>) {
     let first = store
         .get_or_init_setting("jwt_secret", "one".into())
@@ -1087,7 +1157,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1]);
+        assert_eq!(a.applied_migrations(), [1, 2]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1194,7 +1264,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (1)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (2)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1251,6 +1321,7 @@ mod sqlite_only {
             "registry_agent_tools",
             "registry_users",
             "registry_settings",
+            "registry_sandbox_executions",
         ] {
             assert!(
                 tables.iter().any(|t| t == table),
@@ -1324,7 +1395,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1]]);
+            assert_eq!(applied, [vec![], vec![1, 2]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1348,6 +1419,7 @@ mod postgres_only {
                 [
                     "registry_agent_tools",
                     "registry_agents",
+                    "registry_sandbox_executions",
                     "registry_settings",
                     "registry_tool_versions",
                     "registry_tools",
@@ -1374,7 +1446,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2]);
-                assert_eq!(registry.applied_migrations(), [1]);
+                assert_eq!(registry.applied_migrations(), [1, 2]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

@@ -41,6 +41,7 @@ mod netns;
 mod run;
 mod sandbox;
 mod seccomp;
+pub mod snippet;
 mod spawn;
 mod stock;
 mod sys;

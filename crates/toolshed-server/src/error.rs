@@ -222,6 +222,10 @@ pub fn field_path(path: &str, message: &str) -> Option<String> {
     let root = path.is_empty() || path == ".";
     match named_field(message) {
         Some(field) if root => Some(field.to_owned()),
+        // The path already ends at the field (an unknown key the deserializer entered).
+        Some(field) if path == field || path.ends_with(&format!(".{field}")) => {
+            Some(path.to_owned())
+        }
         Some(field) => Some(format!("{path}.{field}")),
         None if root => None,
         None => Some(path.to_owned()),
@@ -329,5 +333,13 @@ mod tests {
             Some("args")
         );
         assert_eq!(field_path("", "invalid type: sequence"), None);
+        assert_eq!(
+            field_path("command", "unknown field `command`, expected `code`").as_deref(),
+            Some("command")
+        );
+        assert_eq!(
+            field_path("retry.tries", "unknown field `tries`").as_deref(),
+            Some("retry.tries")
+        );
     }
 }

@@ -40,6 +40,7 @@ pub use axum::Json;
 mod error;
 mod extract;
 pub mod routes;
+pub mod sandbox;
 mod state;
 mod tools;
 mod views;
@@ -75,6 +76,9 @@ pub struct ServerConfig {
     pub admin_password: Option<String>,
     /// How subprocess and HTTP tools run.
     pub dispatcher: DispatcherConfig,
+    /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
+    /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
+    pub sandbox: sandbox::SandboxSettings,
 }
 
 impl ServerConfig {
@@ -90,6 +94,7 @@ impl ServerConfig {
             jwt_secret: None,
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
+            sandbox: sandbox::SandboxSettings::default(),
         }
     }
 }
@@ -119,11 +124,16 @@ pub enum ServerError {
     /// Seeding the database failed.
     #[error("cannot seed the registry: {0}")]
     Seed(String),
+    /// The sandbox settings are invalid (a default above its ceiling, a limit too
+    /// small). A host that cannot sandbox is not this: the server starts and the
+    /// sandbox's routes answer 503.
+    #[error("invalid sandbox settings")]
+    SandboxSettings(#[source] toolshed_sandbox::SandboxError),
 }
 
 impl ServerError {
     /// The stable code: `JOURNAL_UNAVAILABLE`, `REGISTRY_UNAVAILABLE`, `AUTH_SETTINGS`,
-    /// `LISTEN_FAILED` or `SEED_FAILED`.
+    /// `LISTEN_FAILED`, `SEED_FAILED` or `SANDBOX_SETTINGS`.
     pub fn code(&self) -> ServerCode {
         match self {
             ServerError::Journal(_) => ServerCode::JournalUnavailable,
@@ -131,6 +141,7 @@ impl ServerError {
             ServerError::Auth(_) => ServerCode::AuthSettings,
             ServerError::Listen { .. } => ServerCode::ListenFailed,
             ServerError::Seed(_) => ServerCode::SeedFailed,
+            ServerError::SandboxSettings(_) => ServerCode::SandboxSettings,
         }
     }
 }
@@ -151,6 +162,8 @@ toolshed_core::wire_enum! {
         ListenFailed,
         /// Seeding the database failed.
         SeedFailed,
+        /// The sandbox settings are invalid.
+        SandboxSettings,
     }
 }
 
@@ -173,7 +186,8 @@ pub struct Server {
 impl Server {
     /// Open the journal and the registry, seed an empty database (an `admin` account and
     /// the stdlib tools), and bind the address.
-    pub async fn open(config: ServerConfig) -> Result<Server, ServerError> {
+    pub async fn open(mut config: ServerConfig) -> Result<Server, ServerError> {
+        check_sandbox_settings(&mut config)?;
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;
@@ -197,7 +211,8 @@ impl Server {
                 addr: config.addr,
                 source,
             })?;
-        let state = AppState::new(config, journal, registry, tokens, dispatcher);
+        let sandbox = sandbox::SandboxHandle::open(&config.sandbox);
+        let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox);
         let seeded = seed(&state).await?;
         Ok(Server {
             state,
@@ -238,6 +253,26 @@ impl Server {
         self.state.dispatcher().shutdown();
         result
     }
+}
+
+/// Check the sandbox settings, and keep a sandboxed run inside its request: a timeout
+/// ceiling at or past the request timeout is lowered below it (logged), or the run's
+/// answer would be the request timeout's 503.
+fn check_sandbox_settings(config: &mut ServerConfig) -> Result<(), ServerError> {
+    let request_ms = u64::try_from(config.request_timeout.as_millis()).unwrap_or(u64::MAX);
+    let sandbox = &mut config.sandbox.config;
+    if sandbox.ceilings.timeout_ms >= request_ms {
+        let lowered = request_ms.saturating_sub(1000).max(1000).min(request_ms);
+        tracing::warn!(
+            ceiling_ms = sandbox.ceilings.timeout_ms,
+            request_timeout_ms = request_ms,
+            lowered_to_ms = lowered,
+            "the sandbox's timeout ceiling is not below the request timeout; lowered"
+        );
+        sandbox.ceilings.timeout_ms = lowered;
+        sandbox.defaults.timeout_ms = sandbox.defaults.timeout_ms.min(lowered);
+    }
+    sandbox.validate().map_err(ServerError::SandboxSettings)
 }
 
 /// Create the admin account and register the stdlib tools when the database has no

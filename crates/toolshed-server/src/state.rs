@@ -1,5 +1,5 @@
-//! What every request handler shares: the stores, the token signer, the dispatcher and
-//! the caches of registry tools ready to execute and of verified tokens.
+//! What every request handler shares: the stores, the token signer, the dispatcher, the
+//! sandbox and the caches of registry tools ready to execute and of verified tokens.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use toolshed_runtime::Runtime;
 
 use crate::ServerConfig;
 use crate::error::ApiError;
+use crate::sandbox::SandboxHandle;
 use crate::tools::{build_runtime, find_tool};
 
 /// How long a prepared tool is trusted before the store is asked again. Changes made
@@ -44,6 +45,7 @@ struct Inner {
     dispatcher: Dispatcher,
     prepared: Cache<String, Arc<Prepared>>,
     verified: Cache<String, Claims>,
+    sandbox: SandboxHandle,
 }
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
@@ -63,6 +65,7 @@ impl AppState {
         registry: Arc<dyn RegistryStore>,
         tokens: Tokens,
         dispatcher: Dispatcher,
+        sandbox: SandboxHandle,
     ) -> Self {
         AppState {
             inner: Arc::new(Inner {
@@ -79,8 +82,14 @@ impl AppState {
                     .max_capacity(VERIFIED_TOKENS)
                     .time_to_live(VERIFIED_TTL)
                     .build(),
+                sandbox,
             }),
         }
+    }
+
+    /// The sandbox of the execute route, or the 503 saying why this host has none.
+    pub(crate) fn sandbox(&self) -> Result<&toolshed_sandbox::Sandbox, ApiError> {
+        self.inner.sandbox.get()
     }
 
     /// The settings.

@@ -61,6 +61,13 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("POST", "/api/v1/approvals/c1/approve", Some(json!({}))),
         ("POST", "/api/v1/approvals/c1/deny", Some(json!({}))),
         ("POST", "/api/v1/answers/c1", Some(json!({"answer": {}}))),
+        (
+            "POST",
+            "/api/v1/tools/sandbox/execute",
+            Some(json!({"code": "def run(input):\n    return 1\n"})),
+        ),
+        ("GET", "/api/v1/tools/sandbox/executions", None),
+        ("GET", "/api/v1/tools/sandbox/executions/e1", None),
     ]
 }
 
@@ -1200,7 +1207,8 @@ async fn login_users_health_and_the_openapi_document() {
             .replace("/agents/a1", "/agents/{id}")
             .replace("/runs/r1", "/runs/{id}")
             .replace("/c1", "/{call_id}")
-            .replace("/users/vic", "/users/{username}");
+            .replace("/users/vic", "/users/{username}")
+            .replace("/executions/e1", "/executions/{execution_id}");
         let op = &paths
             .get(&templated)
             .unwrap_or_else(|| panic!("{templated} missing"))[method.to_lowercase()];

@@ -222,6 +222,7 @@ const BODY_ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/approvals/c1/approve"),
     ("POST", "/api/v1/approvals/c1/deny"),
     ("POST", "/api/v1/answers/c1"),
+    ("POST", "/api/v1/tools/sandbox/execute"),
 ];
 
 /// Send `body` with `content_type` and `token`; the status and the JSON answer.

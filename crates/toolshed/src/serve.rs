@@ -31,6 +31,22 @@ pub struct ServeArgs {
     /// How long one request may take, in seconds (default 600).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_secs: Option<u64>,
+    /// The sandbox's memory limit when a request sets none, in MB (default 256).
+    #[arg(long, env = "TOOLSHED_SANDBOX_MEMORY_MB", value_name = "MB", value_parser = clap::value_parser!(u64).range(8..))]
+    sandbox_memory_mb: Option<u64>,
+    /// The most memory a sandboxed run may ask for, in MB (default 1024).
+    #[arg(long, env = "TOOLSHED_SANDBOX_MAX_MEMORY_MB", value_name = "MB", value_parser = clap::value_parser!(u64).range(8..))]
+    sandbox_max_memory_mb: Option<u64>,
+    /// The sandbox's timeout when a request sets none, in seconds (default 30).
+    #[arg(long, env = "TOOLSHED_SANDBOX_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    sandbox_timeout_seconds: Option<u64>,
+    /// The longest timeout a sandboxed run may ask for, in seconds (default 300).
+    #[arg(long, env = "TOOLSHED_SANDBOX_MAX_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    sandbox_max_timeout_seconds: Option<u64>,
+    /// Never give a sandboxed run the network (a request for it is lowered to off and
+    /// reported in `clamped`).
+    #[arg(long, env = "TOOLSHED_SANDBOX_NO_NETWORK")]
+    sandbox_no_network: bool,
 }
 
 /// Open, seed and run the server. The first line on stdout is always
@@ -44,6 +60,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     if let Some(s) = args.request_timeout_secs {
         config.request_timeout = Duration::from_secs(s);
     }
+    sandbox_settings(&args, &mut config.sandbox)?;
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
     let shutdown = shutdown_signal()?;
@@ -53,6 +70,56 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     tracing::info!(%addr, database = %toolshed_store::mask_password(database_url), "registry server started");
     server.run(shutdown).await.map_err(server_failure)?;
     tracing::info!("registry server stopped");
+    Ok(())
+}
+
+/// The sandbox's limits from the flags, and the operator's opt-ins from the environment
+/// (`TOOLSHED_SANDBOX_ALLOW_WEAKER`, `TOOLSHED_SANDBOX_LANDLOCK_MIN_ABI`), checked now: a
+/// default above its ceiling is bad input, not a server without a sandbox.
+fn sandbox_settings(
+    args: &ServeArgs,
+    settings: &mut toolshed_server::sandbox::SandboxSettings,
+) -> Result<(), Failure> {
+    const MIB: u64 = 1024 * 1024;
+    let c = &mut settings.config;
+    if let Some(m) = args.sandbox_memory_mb {
+        c.defaults.memory_bytes = m.saturating_mul(MIB);
+    }
+    if let Some(m) = args.sandbox_max_memory_mb {
+        c.ceilings.memory_bytes = m.saturating_mul(MIB);
+    }
+    if let Some(s) = args.sandbox_timeout_seconds {
+        c.defaults.timeout_ms = s.saturating_mul(1000);
+        c.defaults.cpu_time_ms = c.defaults.cpu_time_ms.max(c.defaults.timeout_ms);
+    }
+    if let Some(s) = args.sandbox_max_timeout_seconds {
+        c.ceilings.timeout_ms = s.saturating_mul(1000);
+        c.ceilings.cpu_time_ms = c.ceilings.timeout_ms;
+        c.defaults.cpu_time_ms = c.defaults.cpu_time_ms.min(c.ceilings.cpu_time_ms);
+    }
+    if args.sandbox_no_network {
+        c.network_allowed = false;
+    }
+    let c = &settings.config;
+    if c.defaults.memory_bytes > c.ceilings.memory_bytes {
+        return Err(Failure::bad_input(anyhow!(
+            "the default memory of a sandboxed run ({} MB) is above its ceiling ({} MB): lower --sandbox-memory-mb or raise --sandbox-max-memory-mb (TOOLSHED_SANDBOX_MEMORY_MB, TOOLSHED_SANDBOX_MAX_MEMORY_MB)",
+            c.defaults.memory_bytes / MIB,
+            c.ceilings.memory_bytes / MIB
+        )));
+    }
+    if c.defaults.timeout_ms > c.ceilings.timeout_ms {
+        return Err(Failure::bad_input(anyhow!(
+            "the default timeout of a sandboxed run ({} s) is above its ceiling ({} s): lower --sandbox-timeout-seconds or raise --sandbox-max-timeout-seconds (TOOLSHED_SANDBOX_TIMEOUT_SECONDS, TOOLSHED_SANDBOX_MAX_TIMEOUT_SECONDS)",
+            c.defaults.timeout_ms / 1000,
+            c.ceilings.timeout_ms / 1000
+        )));
+    }
+    settings.config = crate::sandbox::operator_config(settings.config.clone())?;
+    settings
+        .config
+        .validate()
+        .map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
     Ok(())
 }
 
@@ -123,7 +190,7 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 /// (2); a database or address that cannot be used is 3.
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
-        ServerError::Auth(_) => EXIT_BAD_INPUT,
+        ServerError::Auth(_) | ServerError::SandboxSettings(_) => EXIT_BAD_INPUT,
         ServerError::Journal(JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         ServerError::Registry(RegistryError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         _ => EXIT_INTERNAL,

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod meta;
 pub mod registry;
 pub mod runs;
+pub mod sandbox;
 
 /// Every route, each with its OpenAPI operation (`#[utoipa::path]` on the handler). The
 /// router serves what this lists and the document describes the same list, so the two
@@ -35,6 +36,9 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(registry::execute_tool))
         .routes(routes!(registry::list_agents, registry::register_agent))
         .routes(routes!(registry::get_agent))
+        .routes(routes!(sandbox::execute))
+        .routes(routes!(sandbox::list_executions))
+        .routes(routes!(sandbox::get_execution))
         .routes(routes!(runs::list_runs))
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::resume_run))
@@ -66,7 +70,7 @@ pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 /// What the document says besides its routes.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "toolshed registry API", description = "Tools and agents for the whole organisation: register, list, execute (as durable runs), approvals and answers. Every answer is `{\"data\": …}`; every error `{\"error\": {\"code\", \"message\", \"details\"}}`, its codes listed in `ApiCode` and in docs/errors.md."),
+    info(title = "toolshed registry API", description = "Tools and agents for the whole organisation: register, list, execute (as durable runs), approvals and answers; tool code tested in the sandbox. Every answer is `{\"data\": …}`; every error `{\"error\": {\"code\", \"message\", \"details\"}}`, its codes listed in `ApiCode` and in docs/errors.md."),
     components(schemas(toolshed_api::ErrorEnvelope)),
     modifiers(&BearerAuth),
 )]
