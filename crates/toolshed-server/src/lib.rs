@@ -73,7 +73,9 @@ pub struct ServerConfig {
     /// The first admin's password, used only when the database has no users. `None`:
     /// a random one is generated and reported in [`Seeded`].
     pub admin_password: Option<String>,
-    /// How subprocess and HTTP tools run.
+    /// How subprocess and HTTP tools run. Its `isolation` is the sandbox by default;
+    /// [`toolshed_dispatch::Isolation::Unsandboxed`] is the operator's explicit choice
+    /// (`toolshed serve --unsandboxed`), warned about at start-up.
     pub dispatcher: DispatcherConfig,
 }
 
@@ -189,6 +191,16 @@ impl Server {
         };
         let tokens = Tokens::new(secret.as_bytes(), &config.issuer, config.token_ttl)
             .map_err(ServerError::Auth)?;
+        match &config.dispatcher.isolation {
+            toolshed_dispatch::Isolation::Unsandboxed => tracing::warn!(
+                isolation = "unsandboxed",
+                "subprocess tools (python:, node:, exec:) run UNSANDBOXED on this host, as the server's own user: the operator chose it (--unsandboxed / TOOLSHED_UNSANDBOXED=1)"
+            ),
+            toolshed_dispatch::Isolation::Sandbox(_) => tracing::info!(
+                isolation = "sandbox",
+                "subprocess tools (python:, node:, exec:) run in the sandbox"
+            ),
+        }
         let dispatcher =
             Dispatcher::new(config.dispatcher.clone()).with_builtins(toolshed_stdlib::tools());
         let listener = tokio::net::TcpListener::bind(config.addr)

@@ -31,7 +31,15 @@ pub struct ServeArgs {
     /// How long one request may take, in seconds (default 600).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_secs: Option<u64>,
+    /// Run subprocess tools (python:, node:, exec:) on the host, outside the sandbox.
+    /// For trusted set-ups only: a tool then runs as the server's own user and can read
+    /// what the server can. Named in the start-up log.
+    #[arg(long, env = UNSANDBOXED_VAR)]
+    unsandboxed: bool,
 }
+
+/// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
+pub const UNSANDBOXED_VAR: &str = "TOOLSHED_UNSANDBOXED";
 
 /// Open, seed and run the server. The first line on stdout is always
 /// `toolshed registry listening on http://ADDR`.
@@ -43,6 +51,9 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     }
     if let Some(s) = args.request_timeout_secs {
         config.request_timeout = Duration::from_secs(s);
+    }
+    if args.unsandboxed {
+        config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
