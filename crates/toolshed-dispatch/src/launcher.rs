@@ -170,7 +170,7 @@ impl Launcher {
     }
 
     /// The Node executable: the configured path, or the name found on `PATH`.
-    async fn node(&self) -> &Path {
+    pub async fn node(&self) -> &Path {
         self.node
             .get_or_init(|| async {
                 let node = self.config.node.clone();
@@ -181,8 +181,8 @@ impl Launcher {
             .await
     }
 
-    /// How to start `endpoint`'s process for `mode`, with the paths and binds a
-    /// sandboxed process sees when `sandboxed`.
+    /// How to start `endpoint`'s process for `mode`, with the paths and binds (the
+    /// policy's included) a sandboxed process sees when `sandboxed`.
     pub async fn spawn_spec(
         &self,
         endpoint: &Endpoint,
@@ -245,14 +245,7 @@ impl Launcher {
                     path.clone()
                 };
                 let assets = self.assets().await?;
-                let node = self.node().await.to_path_buf();
-                if sandboxed
-                    && !View::visible(&node)
-                    && let Some(prefix) = node.parent().and_then(Path::parent)
-                {
-                    view.folder(prefix, true);
-                }
-                spec.program = view.path(&node);
+                spec.program = self.node_in(&mut view).await;
                 spec.args = vec![view.file_in_folder(&assets.runner_mjs(), false).into()];
                 if mode == Mode::OneShot {
                     spec.args.push("--once".into());
@@ -276,7 +269,7 @@ impl Launcher {
         if sandboxed {
             spec.env = Some(sandbox_env(spec.env.take()));
         }
-        spec.binds = view.binds;
+        spec.binds = view.into_binds();
         Ok(spec)
     }
 
@@ -305,7 +298,6 @@ impl Launcher {
         run.env = spec.env.clone().unwrap_or_default();
         run.env.extend(spec.extra_env.iter().cloned());
         run.binds = spec.binds.clone();
-        run.binds.extend(policy.binds.iter().cloned());
         run.network = policy.network;
         run.limits = policy.limits;
         let child = sandbox
@@ -410,6 +402,75 @@ impl Launcher {
         Ok(entry)
     }
 
+    /// What a helper running a tool's own code sees (see [`Launcher::run_tool_helper`]).
+    pub fn view(&self) -> View {
+        View::new(self.config.isolation.is_sandboxed(), &[])
+    }
+
+    /// Run a short helper that runs a tool's own code (reading a Node module's declared
+    /// schema imports it) and prints one JSON line: in the sandbox unless unsandboxed,
+    /// with what `view` binds (the program and arguments are named through it).
+    pub async fn run_tool_helper(
+        &self,
+        tool: &str,
+        view: View,
+        program: PathBuf,
+        args: Vec<OsString>,
+    ) -> Result<Value, HelperError> {
+        let sandbox = self
+            .sandbox(tool)
+            .await
+            .map_err(|e| HelperError::Failed(e.message()))?;
+        let Some(sandbox) = sandbox else {
+            return self.run_helper(&program, &args, None).await;
+        };
+        let mut run = RunSpec::new(program.clone(), args);
+        run.env = sandbox_env(self.env.clone());
+        run.binds = view.into_binds();
+        run.limits.timeout_ms = Some(u64::try_from(HELPER_TIMEOUT.as_millis()).unwrap_or(60_000));
+        run.limits.stdout_bytes = Some(HELPER_CAP as u64);
+        let outcome = sandbox
+            .run(run, Vec::new())
+            .await
+            .map_err(|e| HelperError::Failed(format!("cannot run it in the sandbox: {e}")))?;
+        let line = outcome
+            .stdout
+            .split(|b| *b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let stderr = tail(String::from_utf8_lossy(&outcome.stderr).trim(), 1500);
+        serde_json::from_slice(line).map_err(|_| {
+            let what = if outcome.timed_out {
+                format!("did not finish within {}s", HELPER_TIMEOUT.as_secs())
+            } else if line.is_empty() {
+                "printed nothing".to_owned()
+            } else {
+                format!(
+                    "printed something that is not JSON: `{}`",
+                    excerpt(&String::from_utf8_lossy(line), 200)
+                )
+            };
+            HelperError::Failed(if stderr.is_empty() {
+                format!("`{}` {what}", program.display())
+            } else {
+                format!("`{}` {what}; stderr: {stderr}", program.display())
+            })
+        })
+    }
+
+    /// The Node executable and, in a view, where it appears (its prefix bound when it
+    /// is not under `/usr`).
+    pub async fn node_in(&self, view: &mut View) -> PathBuf {
+        let node = self.node().await.to_path_buf();
+        if view.sandboxed
+            && !View::visible(&node)
+            && let Some(prefix) = node.parent().and_then(Path::parent)
+        {
+            view.folder(prefix, true);
+        }
+        view.path(&node)
+    }
+
     /// Run a short helper that prints one JSON line on stdout, with the child
     /// environment, a timeout and an output cap.
     pub async fn run_helper(
@@ -493,12 +554,13 @@ const VISIBLE: &[&str] = &[
 
 /// What a process sees of the host: the identity on the host, read-only binds in the
 /// sandbox. Every path a spec names goes through [`View::path`].
-struct View<'a> {
+pub(crate) struct View {
     sandboxed: bool,
     /// The binds it adds.
     binds: Vec<Bind>,
-    /// The policy's own binds (paths inside them are shown through them).
-    given: &'a [Bind],
+    /// The policy's own binds: paths inside them are shown through them (an executable
+    /// inside one makes it executable).
+    given: Vec<Bind>,
 }
 
 /// Where a host folder appears in the sandbox when bound (see [`View::target`]).
@@ -506,13 +568,20 @@ pub(crate) fn sandbox_target(dir: &Path) -> PathBuf {
     View::target(dir)
 }
 
-impl<'a> View<'a> {
-    fn new(sandboxed: bool, given: &'a [Bind]) -> View<'a> {
+impl View {
+    fn new(sandboxed: bool, given: &[Bind]) -> View {
         View {
             sandboxed,
             binds: Vec::new(),
-            given,
+            given: given.to_vec(),
         }
+    }
+
+    /// Every bind: its own and the policy's.
+    fn into_binds(self) -> Vec<Bind> {
+        let mut all = self.binds;
+        all.extend(self.given);
+        all
     }
 
     /// Whether the sandbox shows `path` without a bind.
@@ -521,7 +590,8 @@ impl<'a> View<'a> {
     }
 
     /// Where a host folder appears when bound: its own path, or under `/host` when that
-    /// path is one of the sandbox's own.
+    /// path is one of the sandbox's own. The same rule for a folder and its subfolders,
+    /// so a path stays valid when its bind is replaced by one of a parent folder.
     fn target(dir: &Path) -> PathBuf {
         if RESERVED.iter().any(|r| dir.starts_with(r)) {
             Path::new(HOST_MOUNT).join(dir.strip_prefix("/").unwrap_or(dir))
@@ -531,18 +601,26 @@ impl<'a> View<'a> {
     }
 
     /// Bind a host folder read-only (`exec`: its programs may run) and return where it
-    /// appears.
+    /// appears. A folder inside a bound one is shown through it; a folder holding bound
+    /// ones replaces them (the sandbox refuses nested binds).
     fn folder(&mut self, dir: &Path, exec: bool) -> PathBuf {
         if !self.sandboxed || Self::visible(dir) {
             return dir.to_path_buf();
         }
-        if !exec && self.given.iter().any(|b| dir.starts_with(&b.source)) {
+        if let Some(bind) = self.given.iter_mut().find(|b| dir.starts_with(&b.source)) {
+            bind.exec |= exec;
             return self.path(dir);
         }
         if let Some(bind) = self.binds.iter_mut().find(|b| dir.starts_with(&b.source)) {
             bind.exec |= exec;
             return self.path(dir);
         }
+        let mut exec = exec;
+        self.binds.retain(|b| {
+            let inside = b.source.starts_with(dir);
+            exec |= inside && b.exec;
+            !inside
+        });
         let target = Self::target(dir);
         self.binds.push(Bind {
             source: dir.to_path_buf(),
@@ -554,7 +632,7 @@ impl<'a> View<'a> {
 
     /// Bind a file's folder (or the file alone, for a file at the root) and return
     /// where the file appears.
-    fn file_in_folder(&mut self, file: &Path, exec: bool) -> PathBuf {
+    pub(crate) fn file_in_folder(&mut self, file: &Path, exec: bool) -> PathBuf {
         if !self.sandboxed || Self::visible(file) {
             return file.to_path_buf();
         }
@@ -572,7 +650,7 @@ impl<'a> View<'a> {
     fn path(&self, host: &Path) -> PathBuf {
         self.binds
             .iter()
-            .chain(self.given)
+            .chain(&self.given)
             .find_map(|b| {
                 host.strip_prefix(&b.source).ok().map(|rest| {
                     if rest.as_os_str().is_empty() {
@@ -669,4 +747,65 @@ async fn cached_entry(dir: &Path) -> Option<PathBuf> {
         .ok()
         .filter(|m| m.is_file())
         .map(|_| manifest.entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_view_binds_each_folder_once_and_keeps_paths_valid() {
+        let mut view = View::new(true, &[]);
+        let runner = view.file_in_folder(Path::new("/tmp/x/cache/runners/runner.py"), false);
+        assert_eq!(runner, Path::new("/host/tmp/x/cache/runners/runner.py"));
+        // A parent folder replaces the bind inside it; the path handed out stays valid.
+        let tool = view.file_in_folder(Path::new("/tmp/x/tool.py"), false);
+        assert_eq!(tool, Path::new("/host/tmp/x/tool.py"));
+        assert_eq!(
+            view.path(Path::new("/tmp/x/cache/runners/runner.py")),
+            runner
+        );
+        assert_eq!(view.binds.len(), 1, "{:?}", view.binds);
+        // What the sandbox shows needs no bind; other folders keep their own path.
+        assert_eq!(
+            view.file_in_folder(Path::new("/bin/sh"), true),
+            Path::new("/bin/sh")
+        );
+        assert_eq!(
+            view.folder(Path::new("/opt/python"), true),
+            Path::new("/opt/python")
+        );
+        assert_eq!(view.binds.len(), 2);
+    }
+
+    #[test]
+    fn a_tool_inside_a_policy_bind_is_shown_through_it() {
+        let given = [Bind::read_only("/srv/project", "/project")];
+        let mut view = View::new(true, &given);
+        let script = view.file_in_folder(Path::new("/srv/project/tools/run.sh"), true);
+        assert_eq!(script, Path::new("/project/tools/run.sh"));
+        let binds = view.into_binds();
+        assert_eq!(binds.len(), 1, "{binds:?}");
+        assert!(binds[0].exec, "an executable inside makes it executable");
+    }
+
+    #[test]
+    fn host_paths_and_secrets_stay_out_of_a_sandboxed_env() {
+        let passed = vec![
+            ("PATH".into(), "/root/.pyenv/shims:/usr/bin".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("PYENV_ROOT".into(), "/root/.pyenv".into()),
+        ];
+        let env = sandbox_env(Some(passed));
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("PATH").as_deref(), Some("/usr/local/bin:/usr/bin:/bin"));
+        assert_eq!(get("HOME").as_deref(), Some("/work"));
+        assert_eq!(get("LANG").as_deref(), Some("C.UTF-8"));
+        assert_eq!(get("PYENV_ROOT"), None);
+        assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
+    }
 }

@@ -389,3 +389,19 @@ fn only_pool(d: &Dispatcher) -> PoolStats {
     assert_eq!(stats.len(), 1, "{stats:?}");
     stats.into_iter().next().unwrap()
 }
+
+#[tokio::test]
+async fn reading_a_node_schema_runs_the_module_in_the_sandbox() {
+    let path = fixture("peek.mjs");
+    let inferred = dispatcher(Mode::Pool)
+        .infer_node_schema(&path, Some("peek"))
+        .await
+        .unwrap();
+    assert_eq!(inferred.description, "saw no project file");
+    // Unsandboxed (the operator's choice), the same import sees the workspace.
+    let inferred = Dispatcher::new(unsandboxed(Mode::Pool))
+        .infer_node_schema(&path, Some("peek"))
+        .await
+        .unwrap();
+    assert_eq!(inferred.description, "saw the project");
+}
