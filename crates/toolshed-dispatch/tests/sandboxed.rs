@@ -405,3 +405,37 @@ async fn reading_a_node_schema_runs_the_module_in_the_sandbox() {
         .unwrap();
     assert_eq!(inferred.description, "saw the project");
 }
+
+#[tokio::test]
+async fn a_worker_whose_sandbox_hit_its_memory_limit_is_replaced() {
+    let d = dispatcher(Mode::Pool);
+    let ep = endpoint("python", "tools.py:oom_child");
+    let policy = SandboxPolicy {
+        limits: toolshed_sandbox::LimitsRequest {
+            memory_bytes: Some(96 << 20),
+            ..toolshed_sandbox::LimitsRequest::default()
+        },
+        ..SandboxPolicy::default()
+    };
+    let call = |mb: u64| {
+        d.execute(
+            &ep,
+            Request::new("oom_child", json!({"mb": mb})).policy(policy.clone()),
+        )
+    };
+    let small = call(1).await.result.unwrap();
+    assert_eq!(small["returncode"], 0, "{small}");
+    assert_eq!(
+        call(1).await.result.unwrap()["worker"],
+        small["worker"],
+        "reused"
+    );
+    // The child is killed by the OOM killer (SIGKILL); the worker itself answers.
+    let big = call(512).await.result.unwrap();
+    assert_eq!(big["returncode"], -9, "{big}");
+    let after = call(1).await.result.unwrap();
+    assert_ne!(
+        after["worker"], big["worker"],
+        "the worker that hit its limit was retired"
+    );
+}
