@@ -34,7 +34,7 @@ pub struct ServeArgs {
     /// Run subprocess tools (python:, node:, exec:) on the host, outside the sandbox.
     /// For trusted set-ups only: a tool then runs as the server's own user and can read
     /// what the server can. Named in the start-up log.
-    #[arg(long, env = UNSANDBOXED_VAR)]
+    #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
 }
 
@@ -149,5 +149,30 @@ fn server_failure(e: ServerError) -> Failure {
     Failure::Error {
         code,
         error: anyhow!("{text} [{}]", e.code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ServeArgs;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn tools_run_sandboxed_unless_the_operator_says_unsandboxed() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.unsandboxed)
+        };
+        if std::env::var_os(super::UNSANDBOXED_VAR).is_none() {
+            assert!(!parse(&[]).unwrap_or(true), "sandboxed by default");
+        }
+        assert!(parse(&["--unsandboxed"]).unwrap_or(false));
     }
 }
