@@ -6,20 +6,40 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use toolshed_core::{Handler, Tool};
-use toolshed_dispatch::{Dispatcher, Endpoint};
+use toolshed_dispatch::{Dispatcher, Endpoint, SandboxPolicy};
 
 use crate::{ImplementationError, Implementations};
 
-/// Loads tools through a [`Dispatcher`].
+/// Loads tools through a [`Dispatcher`]. Their processes run in the dispatcher's
+/// sandbox with [`DispatchImplementations::with_policy`]'s policy (by default: no
+/// network, the server's default limits, nothing of the host but the tool's folder).
 #[derive(Clone)]
 pub struct DispatchImplementations {
     dispatcher: Dispatcher,
+    policy: SandboxPolicy,
 }
 
 impl DispatchImplementations {
     /// Use this dispatcher (give it the built-ins with `Dispatcher::with_builtins`).
     pub fn new(dispatcher: Dispatcher) -> Self {
-        DispatchImplementations { dispatcher }
+        DispatchImplementations {
+            dispatcher,
+            policy: SandboxPolicy::default(),
+        }
+    }
+
+    /// Run every tool with this sandbox policy.
+    pub fn with_policy(mut self, policy: SandboxPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Show the agent's project folder read-only to its tools (on a developer's own
+    /// machine: local tools keep reading their project, and nothing else of the host).
+    pub fn with_project(mut self, dir: &Path) -> Self {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        self.policy = self.policy.project(dir);
+        self
     }
 }
 
@@ -31,7 +51,9 @@ impl Implementations for DispatchImplementations {
         let prefix = if ext == "py" { "python" } else { "node" };
         let endpoint = Endpoint::parse(&format!("{prefix}:{}", abs.display()))?;
         let inferred = self.dispatcher.infer_schema(&endpoint).await?;
-        let handler = self.dispatcher.handler(endpoint.clone(), &inferred.name);
+        let handler =
+            self.dispatcher
+                .handler_with(endpoint.clone(), &inferred.name, self.policy.clone());
         let mut b = Tool::builder(&inferred.name)
             .description(inferred.description)
             .input_schema(inferred.input_schema)
@@ -53,6 +75,8 @@ impl Implementations for DispatchImplementations {
         tool_name: &str,
     ) -> Result<Arc<dyn Handler>, ImplementationError> {
         let endpoint = Endpoint::parse(endpoint)?;
-        Ok(self.dispatcher.handler(endpoint, tool_name))
+        Ok(self
+            .dispatcher
+            .handler_with(endpoint, tool_name, self.policy.clone()))
     }
 }

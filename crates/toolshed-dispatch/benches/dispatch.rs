@@ -3,7 +3,8 @@
 //! for Node with an `.mjs` tool (plus a cached `.ts` one).
 //!
 //! Targets on 2 cores: Python cold ≤ 40 ms, warm ≤ 1 ms; Node `.mjs` cold ≤ 100 ms,
-//! warm ≤ 1 ms. Run: `cargo bench -p toolshed-dispatch --bench dispatch`.
+//! warm ≤ 1 ms. Tools run sandboxed (the default isolation). Run:
+//! `cargo bench -p toolshed-dispatch --bench dispatch`.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::{Path, PathBuf};

@@ -82,7 +82,9 @@ function resolveSpecifier(spec, from) {
   if (spec.startsWith('./') || spec.startsWith('../') || spec.startsWith('/') || spec.startsWith('file:')) {
     const path = spec.startsWith('file:') ? new URL(spec).pathname : resolve(dirname(from), spec);
     const ts = tsTarget(path);
-    if (ts) return pathToFileURL(transpile(ts)).href;
+    // Transpiled files sit side by side: a relative specifier keeps working wherever
+    // the folder is shown (in the sandbox, /tmp/x appears as /host/tmp/x).
+    if (ts) return `./${basename(transpile(ts))}`;
     if (isFile(path)) return pathToFileURL(path).href;
     for (const e of ['.js', '.mjs', '.json']) if (isFile(path + e)) return pathToFileURL(path + e).href;
     return pathToFileURL(path).href;

@@ -1,8 +1,10 @@
-//! The dispatcher's settings: interpreters, caps, pool size, cache folder, and what
-//! environment a tool process sees.
+//! The dispatcher's settings: interpreters, caps, pool rules, cache folder, what
+//! environment a tool process sees, and its isolation (the sandbox by default).
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use toolshed_sandbox::{Bind, LimitsRequest, Network, SandboxConfig};
 
 /// How a subprocess tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +71,112 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "no_proxy",
 ];
 
+/// How subprocess tools are isolated from the host. An operator's setting: no tool and
+/// no call can choose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every `python:`, `node:` and `exec:` process runs in a [`toolshed_sandbox`]
+    /// sandbox built from this configuration (once per dispatcher, on its first
+    /// subprocess call). A host that cannot sandbox fails each call with the sandbox's
+    /// error, naming the mechanism and the fix; nothing then runs unsandboxed.
+    Sandbox(Box<SandboxConfig>),
+    /// Tool processes run on the host as the runtime's own user, with only the
+    /// environment allowlist between them and the host. For trusted set-ups only
+    /// (`toolshed serve --unsandboxed`).
+    Unsandboxed,
+}
+
+impl Default for Isolation {
+    fn default() -> Self {
+        Isolation::Sandbox(Box::default())
+    }
+}
+
+impl Isolation {
+    /// Whether tool processes run in the sandbox.
+    pub fn is_sandboxed(&self) -> bool {
+        matches!(self, Isolation::Sandbox(_))
+    }
+}
+
+/// One tool's sandbox policy: its network, its limits (each clamped to the server's
+/// ceilings, [`SandboxConfig::ceilings`]) and extra read-only binds (e.g. an agent
+/// project's folder on a developer's machine). Given with
+/// [`crate::Dispatcher::handler_with`] or [`crate::Request::policy`]; ignored when the
+/// dispatcher is [`Isolation::Unsandboxed`].
+///
+/// `limits.timeout_ms` does not apply: a call's timeout is the pipeline's (or
+/// [`crate::Request::timeout`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// Outbound network access (off by default; clamped to off when the server's
+    /// [`SandboxConfig::network_allowed`] is false).
+    pub network: Network,
+    /// Limits asked for; each unset one is the server's default.
+    pub limits: LimitsRequest,
+    /// Extra read-only binds, besides the tool's own folder and the runners.
+    pub binds: Vec<Bind>,
+}
+
+impl SandboxPolicy {
+    /// The policy with this network setting.
+    pub fn network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The policy with one more read-only bind.
+    pub fn bind(mut self, bind: Bind) -> Self {
+        self.binds.push(bind);
+        self
+    }
+
+    /// The policy with a project folder shown read-only at its own path (or under
+    /// `/host` when its path is one the sandbox keeps for itself, e.g. `/tmp/p` as
+    /// `/host/tmp/p`): a tool inside it then sees its project, and its own file keeps its
+    /// path. For agent projects on a developer's machine.
+    pub fn project(self, dir: impl Into<PathBuf>) -> Self {
+        let source = dir.into();
+        let target = crate::launcher::sandbox_target(&source);
+        self.bind(Bind::read_only(source, target))
+    }
+
+    /// A key that is equal for equal policies (pools are kept per policy).
+    pub(crate) fn fingerprint(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// The rules of the warm worker pools (see [`Mode::Pool`]). A pool is kept per endpoint,
+/// tenant and sandbox policy; its workers are never shared with another pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Workers [`crate::Dispatcher::warm`] starts ahead of the first call.
+    pub warm: usize,
+    /// The most workers (idle or busy) one pool may have: a call finding them all
+    /// busy waits for one.
+    pub max_per_tool: usize,
+    /// The most workers all pools together may have: a pool at this cap takes the
+    /// slot of another pool's idle worker (retiring it), or waits.
+    pub max_total: usize,
+    /// A worker is retired after serving this many calls.
+    pub max_calls: u64,
+    /// A worker idle this long is retired (pools shrink when idle).
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            warm: 2,
+            max_per_tool: 8,
+            max_total: 64,
+            max_calls: 10_000,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
 /// Settings of a [`crate::Dispatcher`].
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -87,8 +195,10 @@ pub struct DispatcherConfig {
     /// How `exec:` tools run unless a call says otherwise. One-shot by default: a script
     /// usually answers one request and exits.
     pub exec_mode: Mode,
-    /// Workers per endpoint in pool mode.
-    pub pool_size: usize,
+    /// The rules of the warm worker pools.
+    pub pool: PoolConfig,
+    /// How tool processes are isolated: the sandbox unless the operator says otherwise.
+    pub isolation: Isolation,
     /// Bytes a call may write to stdout before it is killed.
     pub stdout_cap: usize,
     /// Bytes of stderr kept per call (the tail; older bytes are dropped and counted).
@@ -101,7 +211,9 @@ pub struct DispatcherConfig {
     /// How long a one-shot process may take to exit after its answer before it is
     /// killed (its exit code is then unknown).
     pub exit_grace: Duration,
-    /// The environment of tool processes.
+    /// The environment of tool processes. In the sandbox, host variables naming host
+    /// paths (`PATH`, `HOME`, `TMPDIR`, …) are replaced by the sandbox's own, and a tool
+    /// sees nothing else of the runtime's environment.
     pub env: ChildEnv,
 }
 
@@ -114,7 +226,8 @@ impl Default for DispatcherConfig {
             typescript_deps: default_typescript_deps(),
             mode: Mode::Pool,
             exec_mode: Mode::OneShot,
-            pool_size: 2,
+            pool: PoolConfig::default(),
+            isolation: Isolation::default(),
             stdout_cap: 1024 * 1024,
             stderr_cap: 64 * 1024,
             http_response_cap: 1024 * 1024,

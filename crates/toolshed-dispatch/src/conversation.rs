@@ -73,8 +73,6 @@ pub(crate) struct Conversation {
     /// Set once the process misbehaved or died: it must not serve again.
     broken: bool,
     answered: bool,
-    /// The worker's end-of-call marks before this call.
-    marks_before: u64,
     /// Where to leave what was seen if the conversation is dropped before it ends.
     sink: Option<DiagnosticsSink>,
 }
@@ -123,7 +121,6 @@ impl Conversation {
                 write_failed = lease.proc().send(&request).await.is_err();
             }
         }
-        let marks_before = worker.proc().marks();
         let conv = Conversation {
             worker: Some(worker),
             tool,
@@ -136,7 +133,6 @@ impl Conversation {
             grace,
             broken: write_failed,
             answered: false,
-            marks_before,
             sink,
         };
         (conv, write_failed)
@@ -283,11 +279,17 @@ impl Conversation {
                 proc.drain_stderr().await;
                 (diagnostics.stderr, diagnostics.stderr_truncated) = proc.take_stderr();
                 set_status(&mut diagnostics, proc.status());
+                set_accounting(&mut diagnostics, &proc);
             }
             Worker::Pooled(mut lease) => {
                 if healthy {
-                    // Logs written just before the answer may still be in the pipe.
-                    lease.proc().wait_marks(self.marks_before + 1).await;
+                    // Logs written just before the answer may still be in the pipe. The
+                    // count is the worker's requests, not the marks seen when this call
+                    // began: under load the mark can be counted before that look, and
+                    // waiting for one more would cost the whole drain timeout.
+                    let proc = lease.proc();
+                    let requests = proc.requests();
+                    proc.wait_marks(requests).await;
                     (diagnostics.stderr, diagnostics.stderr_truncated) = lease.proc().take_stderr();
                     lease.release();
                 } else {
@@ -296,6 +298,7 @@ impl Conversation {
                     proc.drain_stderr().await;
                     (diagnostics.stderr, diagnostics.stderr_truncated) = proc.take_stderr();
                     set_status(&mut diagnostics, proc.status());
+                    set_accounting(&mut diagnostics, proc);
                     lease.discard();
                 }
             }
@@ -356,6 +359,18 @@ fn set_status(diagnostics: &mut Diagnostics, status: Option<ExitStatus>) {
     if let Some(status) = status {
         diagnostics.exit_code = status.code();
         diagnostics.signal = status.signal();
+    }
+}
+
+/// What a sandbox measured (peak memory, CPU time, the OOM killer), for a process
+/// that ended.
+fn set_accounting(diagnostics: &mut Diagnostics, proc: &Proc) {
+    if let Some(a) = proc.accounting() {
+        diagnostics.peak_memory_bytes = a.memory_peak_bytes;
+        diagnostics.cpu_time_ms = a
+            .cpu_time
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        diagnostics.oom_killed = a.oom_killed;
     }
 }
 

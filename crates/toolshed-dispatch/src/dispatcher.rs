@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -17,24 +17,29 @@ use toolshed_core::{
     ToolContext, ToolError, ToolOutput,
 };
 
-use crate::config::{DispatcherConfig, Mode};
+use crate::config::{DispatcherConfig, Mode, SandboxPolicy};
 use crate::conversation::{Conversation, Deadline, Event, Opening, Worker};
 use crate::endpoint::Endpoint;
 use crate::error::DispatchError;
 use crate::http;
 use crate::infer::{self, InferredTool};
 use crate::launcher::Launcher;
-use crate::pool::Pool;
+use crate::pool::{PoolKey, PoolStats, Pools};
 use crate::protocol::{CallContext, encode_request};
 
 /// Runs tools at any endpoint: built-in Rust tools, Python and Node functions (one-shot
 /// or from warm worker pools), TypeScript, any executable speaking the wire protocol,
-/// and HTTP services. Cheap to clone; clones share pools and caches. Dropping the last
-/// clone kills every pooled worker.
+/// and HTTP services. Cheap to clone; clones share pools, caches and the sandbox.
+/// Dropping the last clone kills every pooled worker.
+///
+/// Every `python:`, `node:` and `exec:` process runs in the sandbox
+/// ([`crate::Isolation::Sandbox`], the default) with its tool's [`SandboxPolicy`]; warm
+/// workers are kept per endpoint, tenant and policy (the rules are in
+/// [`crate::PoolConfig`]).
 #[derive(Clone)]
 pub struct Dispatcher {
     launcher: Arc<Launcher>,
-    pools: Arc<Mutex<HashMap<Endpoint, Arc<Pool>>>>,
+    pools: Arc<Pools>,
     builtins: Arc<HashMap<String, Tool>>,
     http: reqwest::Client,
 }
@@ -65,6 +70,8 @@ pub struct Request {
     pub timeout: Option<Duration>,
     /// One-shot or pooled; `None` means the config's choice for the endpoint's kind.
     pub mode: Option<Mode>,
+    /// The tool's sandbox policy (network, limits, extra binds).
+    pub policy: SandboxPolicy,
 }
 
 impl Request {
@@ -77,7 +84,14 @@ impl Request {
             credentials: BTreeMap::new(),
             timeout: None,
             mode: None,
+            policy: SandboxPolicy::default(),
         }
+    }
+
+    /// Set the sandbox policy.
+    pub fn policy(mut self, policy: SandboxPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Set the timeout.
@@ -124,8 +138,8 @@ impl Dispatcher {
             .build()
             .unwrap_or_default();
         Dispatcher {
+            pools: Pools::new(config.pool.clone()),
             launcher: Arc::new(Launcher::new(config)),
-            pools: Arc::new(Mutex::new(HashMap::new())),
             builtins: Arc::new(HashMap::new()),
             http,
         }
@@ -153,7 +167,7 @@ impl Dispatcher {
     /// and reaped, and what it had written so far is left in the call's
     /// [`ToolContext::diagnostics`] sink.
     pub fn handler(&self, endpoint: Endpoint, tool_name: &str) -> Arc<dyn Handler> {
-        self.handler_inner(endpoint, tool_name, None)
+        self.handler_inner(endpoint, tool_name, None, SandboxPolicy::default())
     }
 
     /// [`Dispatcher::handler`] with an explicit mode.
@@ -163,7 +177,33 @@ impl Dispatcher {
         tool_name: &str,
         mode: Mode,
     ) -> Arc<dyn Handler> {
-        self.handler_inner(endpoint, tool_name, Some(mode))
+        self.handler_inner(endpoint, tool_name, Some(mode), SandboxPolicy::default())
+    }
+
+    /// [`Dispatcher::handler`] with the tool's own sandbox policy: its network, its
+    /// limits (clamped to the server's ceilings) and extra read-only binds, e.g. an
+    /// agent project's folder:
+    ///
+    /// ```no_run
+    /// use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, SandboxPolicy};
+    /// use toolshed_sandbox::{Bind, LimitsRequest, Network};
+    ///
+    /// let dispatcher = Dispatcher::new(DispatcherConfig::default());
+    /// let policy = SandboxPolicy {
+    ///     network: Network::On,
+    ///     limits: LimitsRequest { memory_bytes: Some(512 << 20), ..LimitsRequest::default() },
+    ///     binds: vec![Bind::read_only("/srv/project", "/project")],
+    /// };
+    /// let endpoint = Endpoint::parse("python:/srv/project/tools.py:lookup").unwrap();
+    /// let handler = dispatcher.handler_with(endpoint, "lookup", policy);
+    /// ```
+    pub fn handler_with(
+        &self,
+        endpoint: Endpoint,
+        tool_name: &str,
+        policy: SandboxPolicy,
+    ) -> Arc<dyn Handler> {
+        self.handler_inner(endpoint, tool_name, None, policy)
     }
 
     fn handler_inner(
@@ -171,12 +211,14 @@ impl Dispatcher {
         endpoint: Endpoint,
         tool_name: &str,
         mode: Option<Mode>,
+        policy: SandboxPolicy,
     ) -> Arc<dyn Handler> {
         Arc::new(DispatchHandler {
             dispatcher: self.clone(),
             endpoint: Arc::new(endpoint),
             tool: Arc::from(tool_name),
             mode,
+            policy: Arc::new(policy),
         })
     }
 
@@ -188,28 +230,38 @@ impl Dispatcher {
             Endpoint::Http { .. } => Ok(()),
             _ => self
                 .launcher
-                .spawn_spec(endpoint, &endpoint.to_string(), self.default_mode(endpoint))
+                .spawn_spec(
+                    endpoint,
+                    &endpoint.to_string(),
+                    self.default_mode(endpoint),
+                    self.launcher.config.isolation.is_sandboxed(),
+                    &SandboxPolicy::default(),
+                )
                 .await
                 .map(|_| ()),
         }
     }
 
-    /// Start pooled workers for `endpoint` until its pool is full; returns how many
-    /// were started. Calls then find warm workers from the first one.
+    /// Start pooled workers for `endpoint` (calls without a tenant, the default
+    /// policy) until [`crate::PoolConfig::warm`] are idle; returns how many were
+    /// started. Such calls then find warm workers from the first one.
     pub async fn warm(&self, endpoint: &Endpoint) -> Result<usize, DispatchError> {
         if !endpoint.is_subprocess() {
             return Ok(0);
         }
-        self.pool(endpoint).warm(&endpoint.to_string()).await
+        self.pool(endpoint, None, &SandboxPolicy::default())
+            .warm(&endpoint.to_string())
+            .await
+    }
+
+    /// The counts of every warm pool (idle and busy workers, started and retired).
+    pub fn pool_stats(&self) -> Vec<PoolStats> {
+        self.pools.stats()
     }
 
     /// Stop every pooled worker (idle ones now, busy ones when their call ends).
     pub fn shutdown(&self) {
-        let pools = match self.pools.lock() {
-            Ok(mut p) => std::mem::take(&mut *p),
-            Err(_) => HashMap::new(),
-        };
-        drop(pools);
+        self.pools.clear();
     }
 
     /// The Python executable tools run with (the configured name resolved once).
@@ -328,6 +380,7 @@ impl Dispatcher {
                 &request.args,
                 &request.context,
                 &request.credentials,
+                &request.policy,
                 None,
             ),
         )
@@ -387,19 +440,18 @@ impl Dispatcher {
         }
     }
 
-    fn pool(&self, endpoint: &Endpoint) -> Arc<Pool> {
-        let make = || {
-            Pool::new(
-                endpoint.clone(),
-                self.launcher.clone(),
-                self.launcher.config.pool_size,
-            )
+    fn pool(
+        &self,
+        endpoint: &Endpoint,
+        tenant: Option<&str>,
+        policy: &SandboxPolicy,
+    ) -> Arc<crate::pool::Pool> {
+        let key = PoolKey {
+            endpoint: endpoint.clone(),
+            tenant: tenant.map(str::to_owned),
+            policy: policy.fingerprint(),
         };
-        match self.pools.lock() {
-            Ok(mut pools) => pools.entry(endpoint.clone()).or_insert_with(make).clone(),
-            // A poisoned map still works as a private pool for this call.
-            Err(_) => make(),
-        }
+        self.pools.get(key, policy, &self.launcher)
     }
 
     /// Start a call: a fresh process or a pooled worker, with the request written.
@@ -412,6 +464,7 @@ impl Dispatcher {
         args: &Value,
         context: &CallContext,
         credentials: &BTreeMap<String, Secret>,
+        policy: &SandboxPolicy,
         sink: Option<DiagnosticsSink>,
     ) -> Result<Conversation, DispatchError> {
         let id = next_request_id();
@@ -427,13 +480,17 @@ impl Dispatcher {
         };
         match mode {
             Mode::OneShot => {
-                let proc = self.launcher.spawn(endpoint, tool, Mode::OneShot).await?;
+                let proc = self
+                    .launcher
+                    .spawn(endpoint, tool, Mode::OneShot, policy)
+                    .await?;
                 let (conv, _) = Conversation::start(Worker::Solo(proc), opening()).await;
                 Ok(conv)
             }
             Mode::Pool => {
-                let pool = self.pool(endpoint);
-                let lease = pool.acquire(tool).await?;
+                let tenant = context.principal.as_ref().and_then(|p| p.tenant.as_deref());
+                let pool = self.pool(endpoint, tenant, policy);
+                let lease = self.pools.acquire(&pool, tool).await?;
                 let fresh = lease.fresh;
                 let (conv, write_failed) =
                     Conversation::start(Worker::Pooled(lease), opening()).await;
@@ -445,7 +502,7 @@ impl Dispatcher {
                 if let Some(Worker::Pooled(lease)) = conv.into_worker() {
                     lease.discard();
                 }
-                let lease = pool.acquire(tool).await?;
+                let lease = self.pools.acquire(&pool, tool).await?;
                 let (conv, _) = Conversation::start(Worker::Pooled(lease), opening()).await;
                 Ok(conv)
             }
@@ -458,6 +515,7 @@ impl Dispatcher {
         endpoint: &Endpoint,
         tool: Arc<str>,
         mode: Option<Mode>,
+        policy: &SandboxPolicy,
         args: Value,
         ctx: ToolContext,
     ) -> Reply {
@@ -490,7 +548,16 @@ impl Dispatcher {
                 let mode = mode.unwrap_or_else(|| self.default_mode(endpoint));
                 let sink = Some(ctx.diagnostics().clone());
                 let conv = match self
-                    .open(endpoint, mode, &tool, &args, &context, &credentials, sink)
+                    .open(
+                        endpoint,
+                        mode,
+                        &tool,
+                        &args,
+                        &context,
+                        &credentials,
+                        policy,
+                        sink,
+                    )
                     .await
                 {
                     Ok(c) => c,
@@ -519,6 +586,7 @@ struct DispatchHandler {
     endpoint: Arc<Endpoint>,
     tool: Arc<str>,
     mode: Option<Mode>,
+    policy: Arc<SandboxPolicy>,
 }
 
 impl Handler for DispatchHandler {
@@ -527,9 +595,10 @@ impl Handler for DispatchHandler {
         let endpoint = self.endpoint.clone();
         let tool = self.tool.clone();
         let mode = self.mode;
+        let policy = self.policy.clone();
         Box::pin(async move {
             dispatcher
-                .run_handler(&endpoint, tool, mode, args, ctx)
+                .run_handler(&endpoint, tool, mode, &policy, args, ctx)
                 .await
         })
     }

@@ -53,6 +53,17 @@ pub enum DispatchError {
         #[source]
         source: std::io::Error,
     },
+    /// The sandbox refused to start the tool: the host lacks a mechanism (the message
+    /// names it and the fix), a bind or limit is invalid, or the uid pool is exhausted.
+    /// Nothing ran, and nothing runs unsandboxed instead.
+    #[error("cannot run tool {tool} in the sandbox")]
+    Sandbox {
+        /// The tool.
+        tool: String,
+        /// The sandbox's error (its own code is in `details.sandbox_code`).
+        #[source]
+        source: toolshed_sandbox::SandboxError,
+    },
     /// The call ran past its timeout; the process was killed.
     #[error("tool {tool} timed out after {ms}ms")]
     Timeout {
@@ -204,6 +215,7 @@ impl DispatchError {
             DispatchError::EndpointFileNotFound { .. } => DispatchCode::EndpointFileNotFound,
             DispatchError::UnknownBuiltin { .. } => DispatchCode::UnknownBuiltin,
             DispatchError::Spawn { .. } => DispatchCode::SpawnFailed,
+            DispatchError::Sandbox { .. } => DispatchCode::SandboxFailed,
             DispatchError::Timeout { .. } => DispatchCode::Timeout,
             DispatchError::StdoutTooLarge { .. } => DispatchCode::StdoutTooLarge,
             DispatchError::Protocol { .. } => DispatchCode::ProtocolViolation,
@@ -247,6 +259,9 @@ impl DispatchError {
             DispatchError::HttpStatus { status, .. } => {
                 details.insert("status".into(), json!(status));
             }
+            DispatchError::Sandbox { source, .. } => {
+                details.insert("sandbox_code".into(), json!(source.code().as_str()));
+            }
             _ => {}
         }
         ToolError::new(code, self.message()).with_details(Value::Object(details))
@@ -280,6 +295,8 @@ toolshed_core::wire_enum! {
         UnknownBuiltin,
         /// The interpreter or executable could not be started.
         SpawnFailed,
+        /// The sandbox refused to start the tool (`details.sandbox_code` says why).
+        SandboxFailed,
         /// The call ran past its timeout.
         Timeout,
         /// The tool wrote more to stdout than the cap.

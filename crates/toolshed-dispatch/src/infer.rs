@@ -1,6 +1,7 @@
 //! Schema inference for the registry's `push`: a Python function's schema from its
-//! signature and Google-style docstring (parsed, never imported), and a Node module's
-//! schema from what it exports beside the function.
+//! signature and Google-style docstring (parsed, never imported, on the host), and a
+//! Node module's schema from what it exports beside the function (imported, so in the
+//! sandbox like a call, unless the dispatcher is unsandboxed).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -132,16 +133,21 @@ pub(crate) async fn node(
         path.to_path_buf()
     };
     let assets = launcher.assets().await?;
-    let node = launcher.config.node.clone();
+    let runner = assets.runner_mjs();
+    let node = launcher.node().await.to_path_buf();
+    let stem = file_stem(path);
+    // Importing the module runs its top-level code: in the sandbox, like a call.
+    let mut view = launcher.view();
+    let program = launcher.node_in(&mut view).await;
     let args: Vec<OsString> = vec![
-        assets.runner_mjs().into(),
+        view.file_in_folder(&runner, false).into(),
         "--schema".into(),
-        module.into(),
+        view.file_in_folder(&module, false).into(),
         export.unwrap_or_default().into(),
-        file_stem(path).into(),
+        stem.clone().into(),
     ];
     let value = launcher
-        .run_helper(&node, &args, path.parent())
+        .run_tool_helper(&stem, view, program, args)
         .await
         .map_err(|e| match e {
             HelperError::Spawn(source) => DispatchError::Spawn {

@@ -10,8 +10,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use toolshed_sandbox::{Bind, RunSpec, Sandbox, SandboxConfig};
+
 use crate::assets::{Assets, sha256_hex, write_atomically};
-use crate::config::{ChildEnv, DispatcherConfig, Mode};
+use crate::config::{ChildEnv, DispatcherConfig, Isolation, Mode, SandboxPolicy};
 use crate::endpoint::{Endpoint, file_stem};
 use crate::error::{DispatchError, excerpt, tail};
 use crate::process::{LineRead, Proc, SpawnSpec, describe_status};
@@ -26,7 +28,11 @@ const HELPER_CAP: usize = 8 * 1024 * 1024;
 #[derive(Debug)]
 struct PythonEnv {
     executable: PathBuf,
-    sys_path: String,
+    /// The `sys.path` entries.
+    sys_path: Vec<String>,
+    /// `sys.prefix` and `sys.base_prefix` (bound in the sandbox when the interpreter is
+    /// not under `/usr`).
+    prefixes: Vec<PathBuf>,
 }
 
 /// Starts tool processes. Shared by the dispatcher and its pools.
@@ -35,6 +41,8 @@ pub(crate) struct Launcher {
     env: Option<Vec<(OsString, OsString)>>,
     assets: OnceCell<Assets>,
     python: OnceCell<PythonEnv>,
+    node: OnceCell<PathBuf>,
+    sandbox: OnceCell<Sandbox>,
     typescript: tokio::sync::Mutex<()>,
 }
 
@@ -67,6 +75,8 @@ impl Launcher {
             env,
             assets: OnceCell::new(),
             python: OnceCell::new(),
+            node: OnceCell::new(),
+            sandbox: OnceCell::new(),
             typescript: tokio::sync::Mutex::new(()),
         }
     }
@@ -90,7 +100,7 @@ impl Launcher {
         self.python
             .get_or_try_init(|| async {
                 let program = self.config.python.clone();
-                let probe = "import sys, json; print(json.dumps([sys.executable, sys.path]))";
+                let probe = "import sys, json; print(json.dumps([sys.executable, sys.path, sys.prefix, sys.base_prefix]))";
                 let value = self
                     .run_helper(&program, &[OsString::from("-c"), probe.into()], None)
                     .await
@@ -106,7 +116,7 @@ impl Launcher {
                             source: std::io::Error::other(message),
                         },
                     })?;
-                let (exe, path): (String, Vec<String>) =
+                let (exe, path, prefix, base_prefix): (String, Vec<String>, String, String) =
                     serde_json::from_value(value).map_err(|e| DispatchError::Spawn {
                         tool: tool.to_owned(),
                         program: program.display().to_string(),
@@ -117,10 +127,15 @@ impl Launcher {
                 } else {
                     PathBuf::from(exe)
                 };
-                let path: Vec<String> = path.into_iter().filter(|p| !p.is_empty()).collect();
+                let sys_path: Vec<String> = path.into_iter().filter(|p| !p.is_empty()).collect();
+                let mut prefixes = vec![PathBuf::from(base_prefix)];
+                if Path::new(&prefix) != prefixes[0] {
+                    prefixes.push(PathBuf::from(prefix));
+                }
                 Ok(PythonEnv {
                     executable,
-                    sys_path: serde_json::to_string(&path).unwrap_or_else(|_| "[]".into()),
+                    sys_path,
+                    prefixes,
                 })
             })
             .await
@@ -131,17 +146,60 @@ impl Launcher {
         Ok(self.python(tool).await?.executable.clone())
     }
 
-    /// How to start `endpoint`'s process for `mode`.
+    /// The sandbox, built on the first sandboxed start; `None` when unsandboxed.
+    async fn sandbox(&self, tool: &str) -> Result<Option<&Sandbox>, DispatchError> {
+        let Isolation::Sandbox(config) = &self.config.isolation else {
+            return Ok(None);
+        };
+        self.sandbox
+            .get_or_try_init(|| async {
+                let config = SandboxConfig::clone(config);
+                tokio::task::spawn_blocking(move || Sandbox::new(config))
+                    .await
+                    .map_err(|e| DispatchError::Io {
+                        what: "cannot start the sandbox supervisor".into(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?
+                    .map_err(|source| DispatchError::Sandbox {
+                        tool: tool.to_owned(),
+                        source,
+                    })
+            })
+            .await
+            .map(Some)
+    }
+
+    /// The Node executable: the configured path, or the name found on `PATH`.
+    pub async fn node(&self) -> &Path {
+        self.node
+            .get_or_init(|| async {
+                let node = self.config.node.clone();
+                tokio::task::spawn_blocking(move || find_program(&node).unwrap_or(node))
+                    .await
+                    .unwrap_or_else(|_| self.config.node.clone())
+            })
+            .await
+    }
+
+    /// How to start `endpoint`'s process for `mode`, with the paths and binds (the
+    /// policy's included) a sandboxed process sees when `sandboxed`.
     pub async fn spawn_spec(
         &self,
         endpoint: &Endpoint,
         tool: &str,
         mode: Mode,
+        sandboxed: bool,
+        policy: &SandboxPolicy,
     ) -> Result<SpawnSpec, DispatchError> {
-        let cwd = endpoint
-            .path()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf);
+        let mut view = View::new(sandboxed, &policy.binds);
+        let cwd = if sandboxed {
+            None
+        } else {
+            endpoint
+                .path()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
+        };
         let mut spec = SpawnSpec {
             program: PathBuf::new(),
             args: Vec::new(),
@@ -150,21 +208,35 @@ impl Launcher {
             extra_env: Vec::new(),
             watch: endpoint.path().map(Path::to_path_buf),
             marks_calls: !matches!(endpoint, Endpoint::Exec { .. }),
+            binds: Vec::new(),
         };
         match endpoint {
             Endpoint::Python { path, function } => {
                 let python = self.python(tool).await?;
                 let assets = self.assets().await?;
-                spec.program = python.executable.clone();
+                if sandboxed && !View::visible(&python.executable) {
+                    for prefix in &python.prefixes {
+                        view.folder(prefix, true);
+                    }
+                }
+                let runner = view.file_in_folder(&assets.runner_py(), false);
+                let module = view.file_in_folder(path, false);
+                spec.program = view.path(&python.executable);
                 spec.args = vec![
                     "-S".into(),
                     "-E".into(),
-                    assets.runner_py().into(),
-                    path.into(),
+                    runner.into(),
+                    module.into(),
                     function.into(),
                 ];
+                let sys_path: Vec<PathBuf> = python
+                    .sys_path
+                    .iter()
+                    .map(|p| view.path(Path::new(p)))
+                    .collect();
+                let sys_path = serde_json::to_string(&sys_path).unwrap_or_else(|_| "[]".into());
                 spec.extra_env
-                    .push(("TOOLSHED_SYS_PATH".into(), python.sys_path.clone().into()));
+                    .push(("TOOLSHED_SYS_PATH".into(), sys_path.into()));
             }
             Endpoint::Node { path, export } => {
                 let module = if endpoint.is_typescript() {
@@ -173,19 +245,19 @@ impl Launcher {
                     path.clone()
                 };
                 let assets = self.assets().await?;
-                spec.program = self.config.node.clone();
-                spec.args = vec![assets.runner_mjs().into()];
+                spec.program = self.node_in(&mut view).await;
+                spec.args = vec![view.file_in_folder(&assets.runner_mjs(), false).into()];
                 if mode == Mode::OneShot {
                     spec.args.push("--once".into());
                 }
                 spec.args.extend([
-                    module.into(),
+                    view.file_in_folder(&module, false).into(),
                     export.clone().unwrap_or_default().into(),
                     file_stem(path).into(),
                 ]);
             }
             Endpoint::Exec { path } => {
-                spec.program = path.clone();
+                spec.program = view.file_in_folder(path, true);
             }
             Endpoint::Builtin { .. } | Endpoint::Http { .. } => {
                 return Err(DispatchError::InvalidEndpoint {
@@ -194,22 +266,54 @@ impl Launcher {
                 });
             }
         }
+        if sandboxed {
+            spec.env = Some(sandbox_env(spec.env.take()));
+        }
+        spec.binds = view.into_binds();
         Ok(spec)
     }
 
-    /// Start `endpoint`'s process for `mode`.
+    /// Start `endpoint`'s process for `mode`: in the sandbox, with `policy`, unless the
+    /// dispatcher is unsandboxed.
     pub async fn spawn(
         &self,
         endpoint: &Endpoint,
         tool: &str,
         mode: Mode,
+        policy: &SandboxPolicy,
     ) -> Result<Proc, DispatchError> {
-        let spec = self.spawn_spec(endpoint, tool, mode).await?;
-        Proc::spawn(&spec, self.config.stderr_cap).map_err(|source| DispatchError::Spawn {
+        let sandbox = self.sandbox(tool).await?;
+        let spec = self
+            .spawn_spec(endpoint, tool, mode, sandbox.is_some(), policy)
+            .await?;
+        let spawn_failed = |source| DispatchError::Spawn {
             tool: tool.to_owned(),
             program: spec.program.display().to_string(),
             source,
-        })
+        };
+        let Some(sandbox) = sandbox else {
+            return Proc::spawn(&spec, self.config.stderr_cap).map_err(spawn_failed);
+        };
+        let mut run = RunSpec::new(spec.program.clone(), spec.args.clone());
+        run.env = spec.env.clone().unwrap_or_default();
+        run.env.extend(spec.extra_env.iter().cloned());
+        run.binds = spec.binds.clone();
+        run.network = policy.network;
+        run.limits = policy.limits;
+        let child = sandbox
+            .spawn(run)
+            .await
+            .map_err(|source| DispatchError::Sandbox {
+                tool: tool.to_owned(),
+                source,
+            })?;
+        Proc::sandboxed(
+            child,
+            spec.watch.as_deref(),
+            spec.marks_calls,
+            self.config.stderr_cap,
+        )
+        .map_err(spawn_failed)
     }
 
     /// The transpiled entry of a TypeScript tool: from the cache when every source it
@@ -298,6 +402,75 @@ impl Launcher {
         Ok(entry)
     }
 
+    /// What a helper running a tool's own code sees (see [`Launcher::run_tool_helper`]).
+    pub fn view(&self) -> View {
+        View::new(self.config.isolation.is_sandboxed(), &[])
+    }
+
+    /// Run a short helper that runs a tool's own code (reading a Node module's declared
+    /// schema imports it) and prints one JSON line: in the sandbox unless unsandboxed,
+    /// with what `view` binds (the program and arguments are named through it).
+    pub async fn run_tool_helper(
+        &self,
+        tool: &str,
+        view: View,
+        program: PathBuf,
+        args: Vec<OsString>,
+    ) -> Result<Value, HelperError> {
+        let sandbox = self
+            .sandbox(tool)
+            .await
+            .map_err(|e| HelperError::Failed(e.message()))?;
+        let Some(sandbox) = sandbox else {
+            return self.run_helper(&program, &args, None).await;
+        };
+        let mut run = RunSpec::new(program.clone(), args);
+        run.env = sandbox_env(self.env.clone());
+        run.binds = view.into_binds();
+        run.limits.timeout_ms = Some(u64::try_from(HELPER_TIMEOUT.as_millis()).unwrap_or(60_000));
+        run.limits.stdout_bytes = Some(HELPER_CAP as u64);
+        let outcome = sandbox
+            .run(run, Vec::new())
+            .await
+            .map_err(|e| HelperError::Failed(format!("cannot run it in the sandbox: {e}")))?;
+        let line = outcome
+            .stdout
+            .split(|b| *b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let stderr = tail(String::from_utf8_lossy(&outcome.stderr).trim(), 1500);
+        serde_json::from_slice(line).map_err(|_| {
+            let what = if outcome.timed_out {
+                format!("did not finish within {}s", HELPER_TIMEOUT.as_secs())
+            } else if line.is_empty() {
+                "printed nothing".to_owned()
+            } else {
+                format!(
+                    "printed something that is not JSON: `{}`",
+                    excerpt(&String::from_utf8_lossy(line), 200)
+                )
+            };
+            HelperError::Failed(if stderr.is_empty() {
+                format!("`{}` {what}", program.display())
+            } else {
+                format!("`{}` {what}; stderr: {stderr}", program.display())
+            })
+        })
+    }
+
+    /// The Node executable and, in a view, where it appears (its prefix bound when it
+    /// is not under `/usr`).
+    pub async fn node_in(&self, view: &mut View) -> PathBuf {
+        let node = self.node().await.to_path_buf();
+        if view.sandboxed
+            && !View::visible(&node)
+            && let Some(prefix) = node.parent().and_then(Path::parent)
+        {
+            view.folder(prefix, true);
+        }
+        view.path(&node)
+    }
+
     /// Run a short helper that prints one JSON line on stdout, with the child
     /// environment, a timeout and an output cap.
     pub async fn run_helper(
@@ -314,6 +487,7 @@ impl Launcher {
             extra_env: Vec::new(),
             watch: None,
             marks_calls: false,
+            binds: Vec::new(),
         };
         let mut proc = Proc::spawn(&spec, self.config.stderr_cap).map_err(HelperError::Spawn)?;
         drop(proc.take_stdin());
@@ -365,6 +539,187 @@ impl Launcher {
     }
 }
 
+/// The sandbox's own folders: a bind may not cover them, so a host folder under one is
+/// shown under `/host` instead (e.g. `/tmp/x` as `/host/tmp/x`).
+const RESERVED: &[&str] = &[
+    "/usr", "/proc", "/dev", "/etc", "/tmp", "/work", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+    "/libx32",
+];
+/// Where host folders under a reserved one are shown.
+const HOST_MOUNT: &str = "/host";
+/// What the sandbox already shows: `/usr` and the bin and lib links into it.
+const VISIBLE: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// What a process sees of the host: the identity on the host, read-only binds in the
+/// sandbox. Every path a spec names goes through [`View::path`].
+pub(crate) struct View {
+    sandboxed: bool,
+    /// The binds it adds.
+    binds: Vec<Bind>,
+    /// The policy's own binds: paths inside them are shown through them (an executable
+    /// inside one makes it executable).
+    given: Vec<Bind>,
+}
+
+/// Where a host folder appears in the sandbox when bound (see [`View::target`]).
+pub(crate) fn sandbox_target(dir: &Path) -> PathBuf {
+    View::target(dir)
+}
+
+impl View {
+    fn new(sandboxed: bool, given: &[Bind]) -> View {
+        View {
+            sandboxed,
+            binds: Vec::new(),
+            given: given.to_vec(),
+        }
+    }
+
+    /// Every bind: its own and the policy's.
+    fn into_binds(self) -> Vec<Bind> {
+        let mut all = self.binds;
+        all.extend(self.given);
+        all
+    }
+
+    /// Whether the sandbox shows `path` without a bind.
+    fn visible(path: &Path) -> bool {
+        VISIBLE.iter().any(|v| path.starts_with(v))
+    }
+
+    /// Where a host folder appears when bound: its own path, or under `/host` when that
+    /// path is one of the sandbox's own. The same rule for a folder and its subfolders,
+    /// so a path stays valid when its bind is replaced by one of a parent folder.
+    fn target(dir: &Path) -> PathBuf {
+        if RESERVED.iter().any(|r| dir.starts_with(r)) {
+            Path::new(HOST_MOUNT).join(dir.strip_prefix("/").unwrap_or(dir))
+        } else {
+            dir.to_path_buf()
+        }
+    }
+
+    /// Bind a host folder read-only (`exec`: its programs may run) and return where it
+    /// appears. A folder inside a bound one is shown through it; a folder holding bound
+    /// ones replaces them (the sandbox refuses nested binds).
+    fn folder(&mut self, dir: &Path, exec: bool) -> PathBuf {
+        if !self.sandboxed || Self::visible(dir) {
+            return dir.to_path_buf();
+        }
+        if let Some(bind) = self.given.iter_mut().find(|b| dir.starts_with(&b.source)) {
+            bind.exec |= exec;
+            return self.path(dir);
+        }
+        if let Some(bind) = self.binds.iter_mut().find(|b| dir.starts_with(&b.source)) {
+            bind.exec |= exec;
+            return self.path(dir);
+        }
+        let mut exec = exec;
+        self.binds.retain(|b| {
+            let inside = b.source.starts_with(dir);
+            exec |= inside && b.exec;
+            !inside
+        });
+        let target = Self::target(dir);
+        self.binds.push(Bind {
+            source: dir.to_path_buf(),
+            target: target.clone(),
+            exec,
+        });
+        target
+    }
+
+    /// Bind a file's folder (or the file alone, for a file at the root) and return
+    /// where the file appears.
+    pub(crate) fn file_in_folder(&mut self, file: &Path, exec: bool) -> PathBuf {
+        if !self.sandboxed || Self::visible(file) {
+            return file.to_path_buf();
+        }
+        match file.parent() {
+            Some(dir) if dir != Path::new("/") && !dir.as_os_str().is_empty() => {
+                self.folder(dir, exec);
+                self.path(file)
+            }
+            _ => self.folder(file, exec),
+        }
+    }
+
+    /// Where a host path appears: inside a bind, mapped; anywhere else, unchanged (and
+    /// absent in the sandbox unless the sandbox shows it).
+    fn path(&self, host: &Path) -> PathBuf {
+        self.binds
+            .iter()
+            .chain(&self.given)
+            .find_map(|b| {
+                host.strip_prefix(&b.source).ok().map(|rest| {
+                    if rest.as_os_str().is_empty() {
+                        b.target.clone()
+                    } else {
+                        b.target.join(rest)
+                    }
+                })
+            })
+            .unwrap_or_else(|| host.to_path_buf())
+    }
+}
+
+/// Host variables that name host paths or the host's user: replaced by the sandbox's.
+const HOST_SPECIFIC: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "NODE_PATH",
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+];
+
+/// The environment of a sandboxed process: the sandbox's paths and user, then the
+/// passed host variables that name no host path (locale, time zone, proxies). With
+/// [`ChildEnv::Inherit`] (`None`) the runtime's whole environment is the source.
+fn sandbox_env(passed: Option<Vec<(OsString, OsString)>>) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("HOME", "/work"),
+        ("USER", "sandbox"),
+        ("LOGNAME", "sandbox"),
+        ("TMPDIR", "/tmp"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.into(), v.into()))
+    .collect();
+    let source = passed.unwrap_or_else(|| std::env::vars_os().collect());
+    env.extend(source.into_iter().filter(|(k, _)| {
+        let k = k.to_string_lossy();
+        !HOST_SPECIFIC.contains(&k.as_ref()) && !k.starts_with("PYENV_")
+    }));
+    env
+}
+
+/// `program` as a path: itself when it has a slash, else the first match on `PATH`.
+fn find_program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return Some(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+}
+
 #[derive(Debug, Deserialize)]
 struct Manifest {
     entry: PathBuf,
@@ -392,4 +747,65 @@ async fn cached_entry(dir: &Path) -> Option<PathBuf> {
         .ok()
         .filter(|m| m.is_file())
         .map(|_| manifest.entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_view_binds_each_folder_once_and_keeps_paths_valid() {
+        let mut view = View::new(true, &[]);
+        let runner = view.file_in_folder(Path::new("/tmp/x/cache/runners/runner.py"), false);
+        assert_eq!(runner, Path::new("/host/tmp/x/cache/runners/runner.py"));
+        // A parent folder replaces the bind inside it; the path handed out stays valid.
+        let tool = view.file_in_folder(Path::new("/tmp/x/tool.py"), false);
+        assert_eq!(tool, Path::new("/host/tmp/x/tool.py"));
+        assert_eq!(
+            view.path(Path::new("/tmp/x/cache/runners/runner.py")),
+            runner
+        );
+        assert_eq!(view.binds.len(), 1, "{:?}", view.binds);
+        // What the sandbox shows needs no bind; other folders keep their own path.
+        assert_eq!(
+            view.file_in_folder(Path::new("/bin/sh"), true),
+            Path::new("/bin/sh")
+        );
+        assert_eq!(
+            view.folder(Path::new("/opt/python"), true),
+            Path::new("/opt/python")
+        );
+        assert_eq!(view.binds.len(), 2);
+    }
+
+    #[test]
+    fn a_tool_inside_a_policy_bind_is_shown_through_it() {
+        let given = [Bind::read_only("/srv/project", "/project")];
+        let mut view = View::new(true, &given);
+        let script = view.file_in_folder(Path::new("/srv/project/tools/run.sh"), true);
+        assert_eq!(script, Path::new("/project/tools/run.sh"));
+        let binds = view.into_binds();
+        assert_eq!(binds.len(), 1, "{binds:?}");
+        assert!(binds[0].exec, "an executable inside makes it executable");
+    }
+
+    #[test]
+    fn host_paths_and_secrets_stay_out_of_a_sandboxed_env() {
+        let passed = vec![
+            ("PATH".into(), "/root/.pyenv/shims:/usr/bin".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("PYENV_ROOT".into(), "/root/.pyenv".into()),
+        ];
+        let env = sandbox_env(Some(passed));
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("PATH").as_deref(), Some("/usr/local/bin:/usr/bin:/bin"));
+        assert_eq!(get("HOME").as_deref(), Some("/work"));
+        assert_eq!(get("LANG").as_deref(), Some("C.UTF-8"));
+        assert_eq!(get("PYENV_ROOT"), None);
+        assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
+    }
 }

@@ -11,7 +11,14 @@
 //! | `http(s)://…` | a JSON POST of `{"tool", "args", "context"}` |
 //!
 //! Subprocess tools speak newline-delimited JSON ([`protocol`]), either one process per
-//! call ([`Mode::OneShot`]) or from a warm pool of long-lived workers ([`Mode::Pool`]).
+//! call ([`Mode::OneShot`]) or from a warm pool of long-lived workers ([`Mode::Pool`],
+//! kept per endpoint, tenant and policy under the rules of [`PoolConfig`]). Every such
+//! process runs in the sandbox of `toolshed-sandbox` ([`Isolation::Sandbox`], the
+//! default), with its tool's [`SandboxPolicy`] (network, limits clamped to the server's
+//! ceilings, extra read-only binds); it sees `/usr`, its own folder and the runners
+//! read-only, a scratch `/work`, and an environment with no secret of the runtime's. A
+//! host that cannot sandbox fails the call (`SANDBOX_FAILED`); running unsandboxed is the
+//! operator's explicit [`Isolation::Unsandboxed`].
 //! stdout and stderr are capped, a process that floods stdout, breaks the protocol or
 //! outlives its timeout is killed with its whole process group and reaped, and every
 //! failure is an error result, never a panic or a stuck caller. What the process left
@@ -80,9 +87,10 @@ mod pool;
 mod process;
 pub mod protocol;
 
-pub use config::{ChildEnv, DispatcherConfig, Mode};
+pub use config::{ChildEnv, DispatcherConfig, Isolation, Mode, PoolConfig, SandboxPolicy};
 pub use dispatcher::{Dispatcher, Execution, Request};
 pub use endpoint::Endpoint;
 pub use error::{DispatchCode, DispatchError};
 pub use infer::{InferredTool, infer_node_schema, infer_python_schema};
+pub use pool::PoolStats;
 pub use protocol::CallContext;

@@ -1,12 +1,17 @@
-//! One tool process: spawning in its own process group, capped stdout lines, a stderr
-//! tail collected in the background, and killing and reaping, so no process leaves a
-//! stray child or a zombie behind. The lowest layer of the dispatcher: the launcher
-//! starts processes, the pool keeps them, a conversation talks to one.
+//! One tool process, on the host or in a sandbox: capped stdout lines, a stderr tail
+//! collected in the background, and killing and reaping, so no process leaves a stray
+//! child or a zombie behind. The lowest layer of the dispatcher: the launcher starts
+//! processes, the pool keeps them, a conversation talks to one.
 //!
-//! The group is killed before the leader is reaped, on every path: while the leader is
-//! an unreaped zombie its pid cannot be reused, so signalling the group can only reach
-//! the tool's own processes. Whatever the tool left running (a background child) dies
-//! with it, also when the tool itself exited cleanly.
+//! A host process runs in its own process group. The group is killed before the leader
+//! is reaped, on every path: while the leader is an unreaped zombie its pid cannot be
+//! reused, so signalling the group can only reach the tool's own processes. Whatever
+//! the tool left running (a background child) dies with it, also when the tool itself
+//! exited cleanly.
+//!
+//! A sandboxed process ([`SandboxedChild`]) is pid 1 of its own pid namespace, in its
+//! own cgroup: killing it (or dropping it) freezes and kills everything of its sandbox,
+//! so the same guarantee holds there without process groups.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -16,10 +21,11 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use toolshed_sandbox::{Accounting, Exit, ExitReport, SandboxedChild};
 
 use crate::error::tail;
 
@@ -47,6 +53,8 @@ pub(crate) struct SpawnSpec {
     /// Whether the process writes [`CALL_END_MARK`] to stderr before each answer (the
     /// Python and Node runners do; an `exec:` tool does not).
     pub marks_calls: bool,
+    /// What a sandboxed process sees of the host (read-only binds).
+    pub binds: Vec<toolshed_sandbox::Bind>,
 }
 
 /// A source file's identity at one moment: a changed stamp means the file changed.
@@ -93,23 +101,39 @@ impl Tail {
     }
 }
 
+/// A tool process's stdin.
+pub(crate) type ProcStdin = Box<dyn AsyncWrite + Send + Unpin>;
+type ProcStdout = Box<dyn AsyncRead + Send + Unpin>;
+
+/// What runs the tool: a host process or a sandbox.
+enum Backing {
+    Host {
+        child: Option<Child>,
+        pid: u32,
+        /// The process's pidfd, to wait for its exit without reaping it (Linux 5.4+;
+        /// without it, what a tool that exited on its own left running is not killed).
+        pidfd: Option<Arc<OwnedFd>>,
+    },
+    Sandboxed(Box<SandboxedChild>),
+}
+
 /// A running tool process.
 pub(crate) struct Proc {
-    child: Option<Child>,
-    pid: u32,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    backing: Backing,
+    stdin: Option<ProcStdin>,
+    stdout: BufReader<ProcStdout>,
     stderr: Arc<Mutex<Tail>>,
     stderr_eof: watch::Receiver<bool>,
     stderr_task: Option<JoinHandle<()>>,
     /// How many end-of-call marks stderr has carried.
     marks: watch::Receiver<u64>,
     marks_calls: bool,
-    /// The process's pidfd, to wait for its exit without reaping it (Linux 5.4+; without
-    /// it, what a tool that exited on its own left running is not killed).
-    pidfd: Option<Arc<OwnedFd>>,
+    /// Requests written with [`Proc::send`].
+    requests: u64,
     /// Set once the process is reaped (only this type reaps it).
     status: Option<ExitStatus>,
+    /// What a sandboxed process used, once it ended.
+    ended: Option<Accounting>,
     /// The watched source's stamp when this process started.
     pub stamp: Option<FileStamp>,
 }
@@ -139,11 +163,54 @@ impl Proc {
         let pidfd = raw_pid(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
             .map(Arc::new);
-        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+        let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(std::io::Error::other("the child's stdio was not piped"));
         };
+        let backing = Backing::Host {
+            child: Some(child),
+            pid,
+            pidfd,
+        };
+        Ok(Proc::assemble(
+            backing,
+            (Box::new(stdin), Box::new(stdout), stderr),
+            stderr_cap,
+            spec.marks_calls,
+            stamp,
+        ))
+    }
+
+    /// Wrap a started sandbox: `watch` is the source file whose change retires it.
+    pub fn sandboxed(
+        mut child: SandboxedChild,
+        watch: Option<&std::path::Path>,
+        marks_calls: bool,
+        stderr_cap: usize,
+    ) -> std::io::Result<Proc> {
+        let stamp = watch.and_then(FileStamp::of);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(std::io::Error::other("the sandbox's stdio was not piped"));
+        };
+        Ok(Proc::assemble(
+            Backing::Sandboxed(Box::new(child)),
+            (Box::new(stdin), Box::new(stdout), stderr),
+            stderr_cap,
+            marks_calls,
+            stamp,
+        ))
+    }
+
+    fn assemble<E: AsyncRead + Send + Unpin + 'static>(
+        backing: Backing,
+        (stdin, stdout, mut stderr): (ProcStdin, ProcStdout, E),
+        stderr_cap: usize,
+        marks_calls: bool,
+        stamp: Option<FileStamp>,
+    ) -> Proc {
         let tail = Arc::new(Mutex::new(Tail::default()));
         let (eof_tx, eof_rx) = watch::channel(false);
         let (marks_tx, marks_rx) = watch::channel(0_u64);
@@ -173,20 +240,40 @@ impl Proc {
             }
             let _ = eof_tx.send(true);
         });
-        Ok(Proc {
-            child: Some(child),
-            pid,
+        Proc {
+            backing,
             stdin: Some(stdin),
             stdout: BufReader::with_capacity(64 * 1024, stdout),
             stderr: tail,
             stderr_eof: eof_rx,
             stderr_task: Some(stderr_task),
             marks: marks_rx,
-            marks_calls: spec.marks_calls,
-            pidfd,
+            marks_calls,
+            requests: 0,
             status: None,
+            ended: None,
             stamp,
-        })
+        }
+    }
+
+    /// What a sandboxed process has used so far (the cgroup's counters), or used in
+    /// all once it ended. `None` on the host.
+    pub fn accounting(&self) -> Option<Accounting> {
+        match &self.backing {
+            Backing::Sandboxed(child) => Some(self.ended.unwrap_or_else(|| child.accounting())),
+            Backing::Host { .. } => None,
+        }
+    }
+
+    /// The requests written with [`Proc::send`] so far.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Record how a sandbox ended.
+    fn ended(&mut self, report: &ExitReport) {
+        self.status = Some(exit_status(report.exit));
+        self.ended = Some(report.accounting);
     }
 
     /// Write one request line.
@@ -195,12 +282,13 @@ impl Proc {
             .stdin
             .as_mut()
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        self.requests += 1;
         stdin.write_all(line).await?;
         stdin.flush().await
     }
 
     /// Take stdin, to write from elsewhere or to close it (end-of-file for the tool).
-    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+    pub fn take_stdin(&mut self) -> Option<ProcStdin> {
         self.stdin.take()
     }
 
@@ -237,25 +325,45 @@ impl Proc {
 
     /// Whether the process has exited (then it is reaped, its group killed first).
     pub fn has_exited(&mut self) -> bool {
-        if self.status.is_some() || self.child.is_none() {
+        if self.status.is_some() {
             return true;
         }
-        let Some(pid) = raw_pid(self.pid) else {
+        let (child, pid) = match &mut self.backing {
+            Backing::Sandboxed(child) => {
+                return match child.try_exit() {
+                    Some(exit) => {
+                        self.status = Some(exit_status(exit));
+                        true
+                    }
+                    None => false,
+                };
+            }
+            Backing::Host { child: None, .. } => return true,
+            Backing::Host {
+                child: Some(child),
+                pid,
+                ..
+            } => (child, *pid),
+        };
+        let Some(raw) = raw_pid(pid) else {
             return true;
         };
         // Asked without reaping, so the group can still be killed safely.
         let options = rustix::process::WaitIdOptions::EXITED
             | rustix::process::WaitIdOptions::NOHANG
             | rustix::process::WaitIdOptions::NOWAIT;
-        match rustix::process::waitid(rustix::process::WaitId::Pid(pid), options) {
+        match rustix::process::waitid(rustix::process::WaitId::Pid(raw), options) {
             Ok(None) => false,
             Ok(Some(_)) => {
-                self.reap_now();
+                kill_group(pid);
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.status = Some(status);
+                }
                 true
             }
             // Not (or no longer) our child to wait on: nothing to kill safely.
             Err(_) => {
-                if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                if let Ok(Some(status)) = child.try_wait() {
                     self.status = Some(status);
                 }
                 true
@@ -269,7 +377,17 @@ impl Proc {
         if self.status.is_some() {
             return self.status;
         }
-        match self.pidfd.clone() {
+        let (child, pidfd) = match &mut self.backing {
+            Backing::Sandboxed(child) => {
+                // A wait cut short kills the sandbox (the caller kills it next anyway).
+                if let Ok(report) = tokio::time::timeout(grace, child.wait()).await {
+                    self.ended(&report);
+                }
+                return self.status;
+            }
+            Backing::Host { child, pidfd, .. } => (child, pidfd.clone()),
+        };
+        match pidfd {
             Some(fd) => {
                 // waitid blocks, so it waits on a blocking thread; one still waiting after
                 // the grace returns once the process is killed.
@@ -279,7 +397,7 @@ impl Proc {
                 }
             }
             None => {
-                let child = self.child.as_mut()?;
+                let child = child.as_mut()?;
                 if let Ok(Ok(status)) = tokio::time::timeout(grace, child.wait()).await {
                     self.status = Some(status);
                 }
@@ -288,31 +406,34 @@ impl Proc {
         self.status
     }
 
-    /// Kill the process group and reap the process.
+    /// Kill the process group (or everything of the sandbox) and reap the process.
     pub async fn kill(&mut self) {
         if self.status.is_some() {
             return;
         }
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.start_kill();
+        match &mut self.backing {
+            Backing::Sandboxed(child) => {
+                let report = child.kill().await;
+                self.ended(&report);
+            }
+            Backing::Host { child, .. } => {
+                if let Some(child) = child.as_mut() {
+                    let _ = child.start_kill();
+                }
+                self.reap().await;
+            }
         }
-        self.reap().await;
     }
 
     /// Kill the group (the unreaped leader still holds its id), then reap the leader.
     async fn reap(&mut self) {
-        kill_group(self.pid);
-        if let Some(child) = self.child.as_mut()
+        let Backing::Host { child, pid, .. } = &mut self.backing else {
+            return;
+        };
+        kill_group(*pid);
+        if let Some(child) = child.as_mut()
             && let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), child.wait()).await
         {
-            self.status = Some(status);
-        }
-    }
-
-    /// [`Proc::reap`] for a leader known to have exited, without waiting.
-    fn reap_now(&mut self) {
-        kill_group(self.pid);
-        if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
             self.status = Some(status);
         }
     }
@@ -322,15 +443,12 @@ impl Proc {
         let _ = tokio::time::timeout(STDERR_DRAIN, self.stderr_eof.wait_for(|eof| *eof)).await;
     }
 
-    /// How many calls this process has marked as ended on stderr.
-    pub fn marks(&self) -> u64 {
-        *self.marks.borrow()
-    }
-
     /// Wait (briefly) until stderr has carried `count` end-of-call marks, i.e. until
     /// everything a call logged before its answer is collected. A process that writes no
     /// marks (an `exec:` tool) only gets one turn for its reader.
     pub async fn wait_marks(&mut self, count: u64) {
+        // Every request answered cleanly ends with one mark: the `count`th mark is the
+        // end of the `count`th request, whenever this is called.
         if self.marks_calls {
             let _ = tokio::time::timeout(STDERR_DRAIN, self.marks.wait_for(|m| *m >= count)).await;
         } else {
@@ -379,14 +497,18 @@ impl Drop for Proc {
         if let Some(task) = self.stderr_task.take() {
             task.abort();
         }
-        let Some(mut child) = self.child.take() else {
+        // A sandbox dropped here kills everything in it (its own drop).
+        let Backing::Host { child, pid, .. } = &mut self.backing else {
+            return;
+        };
+        let Some(mut child) = child.take() else {
             return;
         };
         if self.status.is_some() {
             return;
         }
         // Not reaped yet (exited or not), so the group id is still the tool's.
-        kill_group(self.pid);
+        kill_group(*pid);
         let _ = child.start_kill();
         // Reap it so no zombie stays behind; without a runtime, tokio's orphan reaper
         // gets it later.
@@ -395,6 +517,14 @@ impl Drop for Proc {
                 let _ = child.wait().await;
             });
         }
+    }
+}
+
+/// The wait status of a sandbox's exit, as the host's.
+fn exit_status(exit: Exit) -> ExitStatus {
+    match exit {
+        Exit::Code(code) => ExitStatus::from_raw((code & 0xff) << 8),
+        Exit::Signal(signal) => ExitStatus::from_raw(signal & 0x7f),
     }
 }
 

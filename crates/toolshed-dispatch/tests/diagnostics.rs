@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 use toolshed_core::{CallOutcome, ErrorCode, RunContext, ToolCall};
-use toolshed_dispatch::{Endpoint, Mode};
+use toolshed_dispatch::{Dispatcher, Endpoint, Mode};
 
 async fn call(mode: Mode, target: &str, args: serde_json::Value, timeout: Duration) -> CallOutcome {
     let d = dispatcher(mode);
@@ -120,7 +120,8 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
         let mut perms = std::fs::metadata(&script).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
         std::fs::set_permissions(&script, perms).unwrap();
-        let d = dispatcher(mode);
+        // Unsandboxed: the script writes its pids beside itself.
+        let d = Dispatcher::new(unsandboxed(mode));
         let ep = Endpoint::parse(&format!("exec:{}", script.display())).unwrap();
         let out = pipeline(vec![tool(&d, "drip", ep, Duration::from_secs(2))])
             .call(&RunContext::ephemeral(), ToolCall::new("drip", json!({})))

@@ -20,7 +20,7 @@ async fn a_shell_script_speaks_the_protocol() {
             let result = run.result.unwrap();
             assert_eq!(result["shell"], true, "{mode:?}");
             assert!(result["request_bytes"].as_u64().unwrap() > 50);
-            pids.push(result["pid"].as_u64().unwrap());
+            pids.push(result["worker"].as_u64().unwrap());
             assert_eq!(run.partials, vec![json!({"step": 1})]);
             assert!(
                 run.diagnostics.stderr.contains("shell tool got request r"),

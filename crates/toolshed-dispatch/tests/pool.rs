@@ -1,5 +1,6 @@
-//! Warm worker pools: reuse, a crashed worker replaced, a changed file picked up,
-//! several calls at once on a pool of two.
+//! Warm worker pools (sandboxed): reuse, a crashed worker replaced, a changed file picked
+//! up, several calls at once on a pool of two. Workers are told apart by the identity
+//! the tool draws once per process (`worker`): in the sandbox every worker is pid 1.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -14,7 +15,7 @@ use toolshed_dispatch::{Endpoint, Mode, Request};
 
 async fn pid_of(d: &toolshed_dispatch::Dispatcher, ep: &Endpoint) -> u64 {
     let run = d.execute(ep, Request::new("pid", json!({}))).await;
-    run.result.unwrap()["pid"].as_u64().unwrap()
+    run.result.unwrap()["worker"].as_u64().unwrap()
 }
 
 #[tokio::test]
@@ -60,7 +61,9 @@ async fn a_timed_out_worker_is_killed_and_replaced() {
         timed_out.result.unwrap_err().message,
         "tool pid timed out after 500ms"
     );
-    assert!(!exists(first as u32), "the worker was killed and reaped");
+    let stats = d.pool_stats();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert!(stats[0].retired >= 1, "the worker was retired: {stats:?}");
     let after = pid_of(&d, &ep).await;
     assert_ne!(after, first);
     assert_eq!(pid_of(&d, &ep).await, after, "the replacement is reused");
@@ -68,7 +71,9 @@ async fn a_timed_out_worker_is_killed_and_replaced() {
 
 #[tokio::test]
 async fn several_calls_at_once_share_two_workers() {
-    let d = dispatcher(Mode::Pool);
+    let mut config = config(Mode::Pool);
+    config.pool.max_per_tool = 2;
+    let d = toolshed_dispatch::Dispatcher::new(config);
     let ep = endpoint("python", "tools.py:pid");
     assert_eq!(d.warm(&ep).await.unwrap(), 2);
     let pipeline = pipeline(vec![tool(&d, "pid", ep, Duration::from_secs(30))]);
@@ -79,7 +84,10 @@ async fn several_calls_at_once_share_two_workers() {
         .into_iter()
         .map(|o| o.result.unwrap())
         .collect();
-    let mut pids: Vec<u64> = results.iter().map(|r| r["pid"].as_u64().unwrap()).collect();
+    let mut pids: Vec<u64> = results
+        .iter()
+        .map(|r| r["worker"].as_u64().unwrap())
+        .collect();
     pids.sort_unstable();
     pids.dedup();
     assert_eq!(pids.len(), 2, "two workers served six calls: {results:?}");
@@ -88,7 +96,7 @@ async fn several_calls_at_once_share_two_workers() {
         for b in &results[i + 1..] {
             let ((s1, e1), (s2, e2)) = (span(a), span(b));
             let overlap = s1 < e2 && s2 < e1;
-            if a["pid"] == b["pid"] {
+            if a["worker"] == b["worker"] {
                 assert!(!overlap, "one request at a time per worker: {a} {b}");
             }
         }
@@ -96,7 +104,7 @@ async fn several_calls_at_once_share_two_workers() {
     let parallel = results.iter().enumerate().any(|(i, a)| {
         results[i + 1..].iter().any(|b| {
             let ((s1, e1), (s2, e2)) = (span(a), span(b));
-            a["pid"] != b["pid"] && s1 < e2 && s2 < e1
+            a["worker"] != b["worker"] && s1 < e2 && s2 < e1
         })
     });
     assert!(

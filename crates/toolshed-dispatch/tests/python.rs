@@ -446,7 +446,8 @@ async fn the_tool_gets_its_context_and_only_its_declared_credentials() {
 #[tokio::test]
 async fn a_tool_past_its_timeout_is_killed_with_its_children() {
     for mode in [Mode::OneShot, Mode::Pool] {
-        let d = dispatcher(mode);
+        // Unsandboxed: the tool writes its host pids to a host file.
+        let d = Dispatcher::new(unsandboxed(mode));
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pids");
         let slow = tool(
@@ -476,7 +477,8 @@ async fn a_tool_past_its_timeout_is_killed_with_its_children() {
 #[tokio::test]
 async fn a_stream_that_hangs_is_killed_when_the_pipeline_gives_up() {
     for mode in [Mode::OneShot, Mode::Pool] {
-        let d = dispatcher(mode);
+        // Unsandboxed: the tool writes its host pids to a host file.
+        let d = Dispatcher::new(unsandboxed(mode));
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pids");
         let pipeline = pipeline(vec![tool(
@@ -502,7 +504,8 @@ async fn execute_enforces_its_timeout() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pids");
-        let d = dispatcher(mode);
+        // Unsandboxed: the tool writes its host pids to a host file.
+        let d = Dispatcher::new(unsandboxed(mode));
         let run = d
             .execute(
                 &endpoint("python", "tools.py:sleepy"),

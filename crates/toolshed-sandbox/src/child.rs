@@ -192,6 +192,17 @@ fn setup_and_exec(
     plan: &ChildPlan,
     pointers: &Pointers,
 ) -> Result<std::convert::Infallible, Failed> {
+    // 0. Die with the supervisor while waiting too: EOF on the go socket cannot tell,
+    //    since this child holds a copy of every fd the supervisor had when it cloned (the
+    //    socket's other end included, and those of other sandboxes starting at once). A
+    //    supervisor that exits between the clone and "go" (a runtime shut down while a
+    //    warm worker starts) would otherwise leave the child waiting forever. Step 2
+    //    clears it; step 3 sets it again.
+    at(
+        Step::ParentDeath,
+        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)),
+    )?;
+
     // 1. Wait until the parent has written the uid and gid maps and set the rlimits.
     //    EOF: it gave up.
     let sync = sys::borrow(plan.sync);

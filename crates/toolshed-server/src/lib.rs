@@ -74,7 +74,9 @@ pub struct ServerConfig {
     /// The first admin's password, used only when the database has no users. `None`:
     /// a random one is generated and reported in [`Seeded`].
     pub admin_password: Option<String>,
-    /// How subprocess and HTTP tools run.
+    /// How subprocess and HTTP tools run. Its `isolation` is the sandbox by default;
+    /// [`toolshed_dispatch::Isolation::Unsandboxed`] is the operator's explicit choice
+    /// (`toolshed serve --unsandboxed`), warned about at start-up.
     pub dispatcher: DispatcherConfig,
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
@@ -188,6 +190,14 @@ impl Server {
     /// the stdlib tools), and bind the address.
     pub async fn open(mut config: ServerConfig) -> Result<Server, ServerError> {
         check_sandbox_settings(&mut config)?;
+        // One set of sandbox settings per server: unless the caller gave the dispatcher
+        // its own, the tools it runs get the execute route's defaults, ceilings and
+        // operator opt-ins, so `--sandbox-max-memory-mb` bounds every tool too.
+        if let toolshed_dispatch::Isolation::Sandbox(c) = &mut config.dispatcher.isolation
+            && **c == toolshed_sandbox::SandboxConfig::default()
+        {
+            **c = config.sandbox.config.clone();
+        }
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;
@@ -203,6 +213,16 @@ impl Server {
         };
         let tokens = Tokens::new(secret.as_bytes(), &config.issuer, config.token_ttl)
             .map_err(ServerError::Auth)?;
+        match &config.dispatcher.isolation {
+            toolshed_dispatch::Isolation::Unsandboxed => tracing::warn!(
+                isolation = "unsandboxed",
+                "subprocess tools (python:, node:, exec:) run UNSANDBOXED on this host, as the server's own user: the operator chose it (--unsandboxed / TOOLSHED_UNSANDBOXED=1)"
+            ),
+            toolshed_dispatch::Isolation::Sandbox(_) => tracing::info!(
+                isolation = "sandbox",
+                "subprocess tools (python:, node:, exec:) run in the sandbox"
+            ),
+        }
         let dispatcher =
             Dispatcher::new(config.dispatcher.clone()).with_builtins(toolshed_stdlib::tools());
         let listener = tokio::net::TcpListener::bind(config.addr)

@@ -49,7 +49,7 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
 async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
     let dispatcher =
         Dispatcher::new(DispatcherConfig::default()).with_builtins(toolshed_stdlib::tools());
-    let implementations = DispatchImplementations::new(dispatcher.clone());
+    let implementations = DispatchImplementations::new(dispatcher.clone()).with_project(dir);
     let lookup = |name: &str| std::env::var(name).ok();
     // The registry step of the resolver chain, only when a server is configured.
     let registry = if Client::configured() {

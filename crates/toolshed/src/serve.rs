@@ -47,7 +47,15 @@ pub struct ServeArgs {
     /// reported in `clamped`).
     #[arg(long, env = "TOOLSHED_SANDBOX_NO_NETWORK")]
     sandbox_no_network: bool,
+    /// Run subprocess tools (python:, node:, exec:) on the host, outside the sandbox.
+    /// For trusted set-ups only: a tool then runs as the server's own user and can read
+    /// what the server can. Named in the start-up log.
+    #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    unsandboxed: bool,
 }
+
+/// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
+pub const UNSANDBOXED_VAR: &str = "TOOLSHED_UNSANDBOXED";
 
 /// Open, seed and run the server. The first line on stdout is always
 /// `toolshed registry listening on http://ADDR`.
@@ -61,6 +69,9 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.request_timeout = Duration::from_secs(s);
     }
     sandbox_settings(&args, &mut config.sandbox)?;
+    if args.unsandboxed {
+        config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
+    }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
     let shutdown = shutdown_signal()?;
@@ -205,5 +216,30 @@ fn server_failure(e: ServerError) -> Failure {
     Failure::Error {
         code,
         error: anyhow!("{text} [{}]", e.code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ServeArgs;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn tools_run_sandboxed_unless_the_operator_says_unsandboxed() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.unsandboxed)
+        };
+        if std::env::var_os(super::UNSANDBOXED_VAR).is_none() {
+            assert!(!parse(&[]).unwrap_or(true), "sandboxed by default");
+        }
+        assert!(parse(&["--unsandboxed"]).unwrap_or(false));
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolshed_core::{Pipeline, Tool, ToolSet};
-use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, Mode};
+use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, Isolation, Mode};
 
 /// The absolute path of a fixture.
 pub fn fixture(name: &str) -> PathBuf {
@@ -31,13 +31,23 @@ pub fn cache_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The test configuration: a private cache and the given mode.
+/// The test configuration: a private cache and the given mode, tools sandboxed (the
+/// default).
 pub fn config(mode: Mode) -> DispatcherConfig {
     DispatcherConfig {
         cache_dir: cache_dir(),
         mode,
         exec_mode: mode,
         ..DispatcherConfig::default()
+    }
+}
+
+/// [`config`] with tools run on the host, as an operator may choose: for the tests of
+/// the host-process path (process groups, pids written to host files).
+pub fn unsandboxed(mode: Mode) -> DispatcherConfig {
+    DispatcherConfig {
+        isolation: Isolation::Unsandboxed,
+        ..config(mode)
     }
 }
 
