@@ -626,6 +626,7 @@ impl View {
             source: dir.to_path_buf(),
             target: target.clone(),
             exec,
+            writable: false,
         });
         target
     }
