@@ -283,6 +283,8 @@ fn writer_thread(
 const CHECKPOINT_PAGES: i32 = 1000;
 /// WAL pages after which a commit under load asks the checkpointer thread to copy.
 const LOADED_CHECKPOINT_PAGES: i32 = 64;
+/// Commits under load between two requests for a checkpoint.
+const LOADED_COMMITS_PER_CHECKPOINT: u32 = 32;
 /// Prepared statements kept on the write connection (every one the writer has).
 const WRITER_STATEMENT_CACHE: usize = 64;
 /// WAL pages after which the writer checkpoints by itself: a backstop for when the
@@ -333,6 +335,7 @@ fn start_checkpoints(
         CHECKPOINT_PAGES
     };
     let kick = spawned.map(|_| kick);
+    let loaded_commits = std::sync::atomic::AtomicU32::new(0);
     let hooked = writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
         if counters.pending() <= 1 {
             if pages >= CHECKPOINT_PAGES {
@@ -344,11 +347,17 @@ fn start_checkpoints(
                 wanted.store(true, Ordering::Release);
             }
         } else if pages >= LOADED_CHECKPOINT_PAGES
+            && loaded_commits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(LOADED_COMMITS_PER_CHECKPOINT)
             && let Some(kick) = &kick
         {
-            // Under load, copy early and often: a checkpointer that keeps up lets the
-            // WAL start over between two batches. One asked for and not started yet is
-            // enough.
+            // Under load, copy every `LOADED_COMMITS_PER_CHECKPOINT` commits: often
+            // enough that the WAL stays small, rarely enough that the checkpointer's
+            // copying and fsyncs do not take the writer's core and disk (asked for at
+            // every commit past 64 pages, it used a third of the CPU and cost 20 % of
+            // the 64-run throughput; measured in BENCHMARKS.md). One asked for and not
+            // started yet is enough.
             let _ = kick.try_send(());
         }
         if pages >= backstop {
