@@ -347,7 +347,15 @@ pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, Strin
             // The pipeline owns the timeout; a tool that declares none gets the
             // dispatcher's.
             spec.timeout = Some(spec.timeout.unwrap_or(dispatcher.config().default_timeout));
-            dispatcher.handler(endpoint, &name)
+            // The sandbox gives the network only to a tool that declares it
+            // (`network_access: true`), and only where the server allows it at all.
+            let network = if spec.meta.network_access {
+                toolshed_sandbox::Network::On
+            } else {
+                toolshed_sandbox::Network::Off
+            };
+            let policy = toolshed_dispatch::SandboxPolicy::default().network(network);
+            dispatcher.handler_with(endpoint, &name, policy)
         }
     };
     Tool::from_spec(spec, handler).map_err(|e| format!("cannot be built ({e})"))

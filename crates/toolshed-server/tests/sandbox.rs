@@ -742,3 +742,53 @@ async fn invalid_sandbox_settings_refuse_to_start_naming_the_field() {
     let source = std::error::Error::source(&e).unwrap().to_string();
     assert!(source.contains("defaults.memory_bytes"), "{source}");
 }
+
+/// A registered subprocess tool gets the network only when it declares
+/// `network_access: true`: its sandbox then has the user-mode stack's interface beside
+/// its own loopback; without it, only loopback. (Loopback of the host stays unreachable
+/// either way: `a_host_loopback_listener_is_unreachable_with_the_network_off_or_on`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_tool_gets_the_network_only_when_it_declares_it() {
+    let s = TestServer::start().await;
+    let d = Some(s.deployer.as_str());
+    let py = s.write(
+        "interfaces.py",
+        "def interfaces() -> dict:\n    \"\"\"The network interfaces this process sees.\"\"\"\n    with open('/proc/net/dev') as f:\n        lines = f.read().splitlines()[2:]\n    return {'interfaces': sorted(l.split(':')[0].strip() for l in lines)}\n",
+    );
+    for (name, network_access) in [("net-on", true), ("net-off", false)] {
+        let body = json!({
+            "name": name,
+            "description": "list interfaces",
+            "endpoint": format!("python:{py}:interfaces"),
+            "network_access": network_access,
+        });
+        let (status, answer) = s
+            .call("POST", "/api/v1/registry/tools", d, Some(body))
+            .await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let interfaces = |answer: &Value| -> Vec<String> {
+        answer["data"]["output"]["interfaces"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no interfaces in {answer}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (status, on) = s
+        .call("POST", "/api/v1/registry/tools/net-on/execute", d, None)
+        .await;
+    assert_eq!(status, 200, "{on}");
+    let on = interfaces(&on);
+    assert!(on.iter().any(|i| i == "lo"), "{on:?}");
+    assert!(
+        on.len() > 1,
+        "network_access: true gives an outbound interface: {on:?}"
+    );
+    let (status, off) = s
+        .call("POST", "/api/v1/registry/tools/net-off/execute", d, None)
+        .await;
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(interfaces(&off), vec!["lo".to_owned()]);
+    s.stop().await;
+}
