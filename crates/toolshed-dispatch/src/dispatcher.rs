@@ -145,6 +145,16 @@ impl Dispatcher {
         }
     }
 
+    /// The same dispatcher running its sandboxed tools in `sandbox`, a supervisor its
+    /// caller already built (the server shares its own), instead of building one from
+    /// [`crate::Isolation::Sandbox`]'s settings on the first subprocess call. Ignored
+    /// when the isolation is [`crate::Isolation::Unsandboxed`] or a sandbox was already
+    /// built.
+    pub fn with_sandbox(self, sandbox: toolshed_sandbox::Sandbox) -> Self {
+        self.launcher.share_sandbox(sandbox);
+        self
+    }
+
     /// The same dispatcher with `builtin:` endpoints resolving to these tools (by name).
     pub fn with_builtins(mut self, tools: Vec<Tool>) -> Self {
         let map = tools

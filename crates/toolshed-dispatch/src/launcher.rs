@@ -146,7 +146,14 @@ impl Launcher {
         Ok(self.python(tool).await?.executable.clone())
     }
 
-    /// The sandbox, built on the first sandboxed start; `None` when unsandboxed.
+    /// Use this sandbox rather than building one (see `Dispatcher::with_sandbox`).
+    pub fn share_sandbox(&self, sandbox: Sandbox) {
+        // Already set means already built or shared: the first one stays.
+        let _ = self.sandbox.set(sandbox);
+    }
+
+    /// The sandbox, built on the first sandboxed start (unless one was shared); `None`
+    /// when unsandboxed.
     async fn sandbox(&self, tool: &str) -> Result<Option<&Sandbox>, DispatchError> {
         let Isolation::Sandbox(config) = &self.config.isolation else {
             return Ok(None);

@@ -193,10 +193,12 @@ impl Server {
         // One set of sandbox settings per server: unless the caller gave the dispatcher
         // its own, the tools it runs get the execute route's defaults, ceilings and
         // operator opt-ins, so `--sandbox-max-memory-mb` bounds every tool too.
+        let mut shares_settings = false;
         if let toolshed_dispatch::Isolation::Sandbox(c) = &mut config.dispatcher.isolation
             && **c == toolshed_sandbox::SandboxConfig::default()
         {
             **c = config.sandbox.config.clone();
+            shares_settings = true;
         }
         let journal = toolshed_journal::open(&config.database_url)
             .await
@@ -223,15 +225,20 @@ impl Server {
                 "subprocess tools (python:, node:, exec:) run in the sandbox"
             ),
         }
-        let dispatcher =
+        let sandbox = sandbox::SandboxHandle::open(&config.sandbox);
+        let mut dispatcher =
             Dispatcher::new(config.dispatcher.clone()).with_builtins(toolshed_stdlib::tools());
+        if shares_settings && let sandbox::SandboxHandle::Ready(s) = &sandbox {
+            // One supervisor for the route and the tools: one set of host checks,
+            // cgroup folders and network namespaces made ahead, not two.
+            dispatcher = dispatcher.with_sandbox(s.clone());
+        }
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| ServerError::Listen {
                 addr: config.addr,
                 source,
             })?;
-        let sandbox = sandbox::SandboxHandle::open(&config.sandbox);
         let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox);
         let seeded = seed(&state).await?;
         Ok(Server {
