@@ -133,28 +133,19 @@ const SECRET: &str = "s3cret-admin-password-do-not-leak";
 fn a_tool_cannot_read_the_servers_secrets_from_its_environment() {
     // Setting a variable of this process would need `unsafe`: the test runs itself again
     // with the server's secrets in its environment.
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "secrets_in_the_environment",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TOOLSHED_SECRETS_CHILD", "1")
-        .env("TOOLSHED_ADMIN_PASSWORD", SECRET)
-        .env("TOOLSHED_JWT_SECRET", SECRET)
-        .env(
-            "TOOLSHED_DATABASE_URL",
-            format!("postgres://u:{SECRET}@db/toolshed"),
-        )
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let (passed, text) = toolshed_testkit::rerun_alone(
+        "secrets_in_the_environment",
+        [
+            ("TOOLSHED_SECRETS_CHILD", "1".to_owned()),
+            ("TOOLSHED_ADMIN_PASSWORD", SECRET.to_owned()),
+            ("TOOLSHED_JWT_SECRET", SECRET.to_owned()),
+            (
+                "TOOLSHED_DATABASE_URL",
+                format!("postgres://u:{SECRET}@db/toolshed"),
+            ),
+        ],
     );
-    assert!(out.status.success(), "{text}");
+    assert!(passed, "{text}");
     assert!(text.contains("1 passed"), "the child test ran: {text}");
 }
 

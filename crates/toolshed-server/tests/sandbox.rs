@@ -378,17 +378,8 @@ fn code_cannot_read_the_servers_environment() {
             .block_on(environment_in_the_child());
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([SECRETS_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(PASSWORD_VAR, PASSWORD)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the child failed:\n{text}");
+    let (passed, text) = toolshed_testkit::rerun_alone(SECRETS_TEST, [(PASSWORD_VAR, PASSWORD)]);
+    assert!(passed, "the child failed:\n{text}");
     assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
 }
 

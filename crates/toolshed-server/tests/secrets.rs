@@ -39,18 +39,9 @@ fn a_credential_appears_in_no_answer_crumb_row_or_log() {
         runtime.block_on(in_the_child());
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CREDENTIAL, SECRET)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (passed, text) = toolshed_testkit::rerun_alone(NAME, [(CREDENTIAL, SECRET)]);
     let shown = text.replace(SECRET, "<THE SECRET>");
-    assert!(out.status.success(), "the child failed:\n{shown}");
+    assert!(passed, "the child failed:\n{shown}");
     assert!(text.contains("1 passed"), "the child ran no test:\n{shown}");
     assert!(
         !text.contains(SECRET),
