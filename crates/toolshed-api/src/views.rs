@@ -56,7 +56,7 @@ pub struct ToolDetail {
     #[schema(value_type = Object)]
     pub schema_definition: Value,
     /// The output JSON Schema, if declared (null otherwise).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>, nullable)]
     pub output_schema: Value,
     /// The whole definition, in `tool.yaml` form.
     #[schema(value_type = Object)]
@@ -149,7 +149,7 @@ pub struct ExecuteView {
     /// `completed`, or `parked` when the call waits for an approval or an answer.
     pub status: ExecuteStatus,
     /// The tool's result (null on error or when parked).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub output: Value,
     /// Protocol lines the tool's process printed (subprocess tools).
     pub stdout: String,
@@ -172,7 +172,7 @@ pub struct ExecuteView {
     /// Wall time of the call in milliseconds.
     pub duration_ms: f64,
     /// The tool's error result, or null.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
     /// The run recording this execution (`GET /api/v1/runs/{id}`).
     pub run_id: String,
@@ -278,7 +278,7 @@ pub struct RunView {
     /// The session.
     pub session_id: String,
     /// Who the run acts for.
-    #[schema(value_type = Option<crate::schema::PrincipalSchema>)]
+    #[schema(value_type = Option<crate::schema::PrincipalSchema>, nullable)]
     pub principal: Option<Principal>,
     /// The principal's tenant.
     pub tenant: Option<String>,
@@ -350,7 +350,7 @@ pub struct Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HumanAnswer {
     /// The answer.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub value: Value,
     /// Who answered.
     pub by: String,
@@ -382,10 +382,10 @@ pub struct CallView {
     /// Durable starts of a keyed call.
     pub attempts: u32,
     /// The result, once `completed`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Value)]
     pub result: Option<Value>,
     /// The error result, once `failed`.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
     /// The call's duration in milliseconds, once final.
     pub duration_ms: Option<f64>,
@@ -415,10 +415,10 @@ pub struct ResumedCall {
     /// The tool.
     pub tool: String,
     /// The result (null on error).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Value)]
     pub output: Option<Value>,
     /// The error result, or null.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
 }
 
@@ -577,7 +577,7 @@ pub struct SandboxExecutionView {
     /// Why the run failed, or null.
     pub error: Option<String>,
     /// `output` decoded (null when there is none).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub output_value: Value,
     /// `python`, `node`, `bash`, or `exec` for a registered executable.
     pub language: String,

@@ -31,6 +31,7 @@ pub const REGISTRY_AGENT: &str = "registry";
 
 /// Listing filters.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ToolQuery {
     /// Only this type: `function`, `mcp` or `api`.
@@ -39,9 +40,11 @@ pub struct ToolQuery {
     pub source: Option<String>,
     /// Only names starting with this.
     pub q: Option<String>,
-    /// The page, from 1.
+    /// The page, from 1 (default 1).
+    #[param(minimum = 1)]
     pub page: Option<u32>,
-    /// Items per page (default 20, at most 500).
+    /// Items per page, 1 to 500 (default 20).
+    #[param(minimum = 1, maximum = 500)]
     pub per_page: Option<u32>,
 }
 
@@ -111,8 +114,8 @@ pub async fn list_tools(
             tool_type: q.tool_type,
             source: q.source,
             name_prefix: q.q,
-            page: q.page.unwrap_or(1),
-            per_page: q.per_page.unwrap_or(0),
+            page: page_of(q.page)?,
+            per_page: per_page_of(q.per_page)?,
         })
         .await?;
     Ok(Json(views::paged(page, |t| views::tool_summary(&t))))
@@ -420,13 +423,31 @@ pub async fn register_agent(
     ))
 }
 
+/// The `page` parameter: from 1, default 1.
+pub fn page_of(page: Option<u32>) -> Result<u32, ApiError> {
+    crate::extract::bounded("page", page, 1, 1..=u32::MAX)
+}
+
+/// The `per_page` parameter: 1 to [`toolshed_registry::MAX_PER_PAGE`], default 20.
+pub fn per_page_of(per_page: Option<u32>) -> Result<u32, ApiError> {
+    crate::extract::bounded(
+        "per_page",
+        per_page,
+        20,
+        1..=toolshed_registry::MAX_PER_PAGE,
+    )
+}
+
 /// Paging of agents.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
-    /// The page, from 1.
+    /// The page, from 1 (default 1).
+    #[param(minimum = 1)]
     pub page: Option<u32>,
-    /// Items per page (default 20, at most 500).
+    /// Items per page, 1 to 500 (default 20).
+    #[param(minimum = 1, maximum = 500)]
     pub per_page: Option<u32>,
 }
 
@@ -442,7 +463,7 @@ pub async fn list_agents(
     auth.require(Role::Viewer)?;
     let page = state
         .registry()
-        .list_agents(q.page.unwrap_or(1), q.per_page.unwrap_or(0))
+        .list_agents(page_of(q.page)?, per_page_of(q.per_page)?)
         .await?;
     Ok(Json(views::paged(page, views::agent)))
 }
