@@ -27,9 +27,10 @@ pub struct NewUserBody {
     /// At least 8 characters.
     #[schema(min_length = 8)]
     pub password: String,
-    /// `viewer`, `deployer` or `admin`.
+    /// `viewer`, `deployer`, `admin` or `owner` (an owner is added only by an owner).
     pub role: String,
-    /// The tenant (default `default`).
+    /// The tenant (default: the caller's). An admin adds users to its own tenant only;
+    /// an owner to any.
     #[serde(default)]
     pub tenant: Option<String>,
 }

@@ -40,6 +40,9 @@ pub struct ToolSummary {
     pub version: Option<String>,
     /// The registry revision (1, then +1 per update).
     pub revision: u32,
+    /// The tenant that owns it (its first registrant's): only that tenant's users (or
+    /// the organisation's owner) may update or delete it. Everyone reads and executes it.
+    pub tenant: String,
     /// When it was registered.
     pub created_at: String,
     /// When this revision was written.
@@ -88,7 +91,8 @@ pub enum AgentStatus {
 }
 
 /// What a user may do: a viewer reads, a deployer also registers and executes tools
-/// and decides approvals, an admin also manages users.
+/// and decides approvals, an admin also manages its tenant's users, an owner manages
+/// every tenant.
 #[derive(
     Debug,
     Clone,
@@ -110,8 +114,10 @@ pub enum Role {
     Viewer,
     /// Also registers and executes tools and decides approvals.
     Deployer,
-    /// Also manages users.
+    /// Also manages the users of its own tenant.
     Admin,
+    /// The organisation's role: manages every tenant's users, tools and agents.
+    Owner,
 }
 
 toolshed_core::wire_enum! {
@@ -193,6 +199,9 @@ pub struct AgentView {
     pub framework: String,
     /// Its state.
     pub status: AgentStatus,
+    /// The tenant that owns it (its first registrant's): only that tenant's users (or
+    /// the organisation's owner) may register it again.
+    pub tenant: String,
     /// The registry tools it uses (the usage graph's edges).
     pub tool_ids: Vec<String>,
     /// Its agent.yaml as JSON.

@@ -21,6 +21,7 @@ use crate::Json;
 use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
+use crate::tenancy::{scope_of, tenant_of};
 use crate::tools::{
     Registration, complete_registration, find_by_name, find_tool, new_tool, parse_registration,
 };
@@ -74,7 +75,7 @@ pub async fn create_tool(
     }
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    let new = new_tool(&reg, &claims.sub)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
     Ok((
@@ -159,14 +160,25 @@ pub async fn update_tool(
 ) -> Result<Json<Data<ToolDetail>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     let current = find_tool(state.registry().as_ref(), &id).await?;
+    let scope = scope_of(claims);
+    // Refused before any work on the body (completing it may run the code to infer a
+    // schema); the store checks again in the transaction that writes.
+    if !scope.allows(&current.tenant) {
+        return Err(toolshed_registry::RegistryError::NotOwner {
+            what: "tool",
+            name: current.name,
+            owner: current.tenant,
+        }
+        .into());
+    }
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    let new = new_tool(&reg, &claims.sub)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state
         .registry()
-        .update_tool(&current.id, new, expected)
+        .update_tool(&current.id, new, expected, &scope)
         .await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, revision = record.revision, by = %claims.sub, "tool updated");
@@ -190,7 +202,10 @@ pub async fn delete_tool(
 ) -> Result<Json<Data<ToolSummary>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     let current = find_tool(state.registry().as_ref(), &id).await?;
-    let record = state.registry().delete_tool(&current.id).await?;
+    let record = state
+        .registry()
+        .delete_tool(&current.id, &scope_of(claims))
+        .await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool deleted");
     Ok(Json(Data {
@@ -412,7 +427,8 @@ pub async fn register_agent(
             definition: body,
             tool_ids,
             created_by: claims.sub.clone(),
-        })
+            tenant: tenant_of(claims).to_owned(),
+        }, &scope_of(claims))
         .await?;
     tracing::info!(agent = %record.name, id = %record.id, by = %claims.sub, "agent registered");
     Ok((
