@@ -18,7 +18,10 @@ fn tokens() -> Tokens {
 #[test]
 fn roles_are_ordered_and_parsed() {
     assert!(Role::Viewer < Role::Deployer && Role::Deployer < Role::Admin);
-    assert!(Role::Admin < Role::Owner, "the organisation's owner is above every admin");
+    assert!(
+        Role::Admin < Role::Owner,
+        "the organisation's owner is above every admin"
+    );
     assert_eq!("Deployer".parse::<Role>().unwrap(), Role::Deployer);
     for role in [Role::Viewer, Role::Deployer, Role::Admin, Role::Owner] {
         assert_eq!(role.as_str().parse::<Role>().unwrap(), role);

@@ -13,8 +13,8 @@ use toolshed_store::{Executor, Param, Row};
 use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, Page,
-    RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord,
-    ToolStatus, ToolUsage, UserRecord,
+    RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolStatus,
+    ToolUsage, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.

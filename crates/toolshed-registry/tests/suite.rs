@@ -193,7 +193,11 @@ fn conflict_message(result: Result<impl std::fmt::Debug, RegistryError>) -> Stri
 }
 
 #[track_caller]
-fn not_owner(result: Result<impl std::fmt::Debug, RegistryError>, what: &str, owner: &str) -> String {
+fn not_owner(
+    result: Result<impl std::fmt::Debug, RegistryError>,
+    what: &str,
+    owner: &str,
+) -> String {
     match result {
         Err(e @ RegistryError::NotOwner { .. }) => {
             assert_eq!(e.code(), RegistryCode::NotOwner);
@@ -470,7 +474,8 @@ async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {
                 created_by: "bob".into(),
                 ..tool("convert")
             },
-            Some(1), &home(),
+            Some(1),
+            &home(),
         )
         .await
         .unwrap();
@@ -489,7 +494,8 @@ async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {
                 definition: json!({"name": "convert", "rev": 3}),
                 ..tool("convert")
             },
-            None, &home(),
+            None,
+            &home(),
         )
         .await
         .unwrap();
@@ -517,15 +523,27 @@ async fn stale_revisions_and_renames_conflict(store: Arc<dyn RegistryStore>) {
         .await
         .unwrap();
 
-    let message = conflict_message(store.update_tool(&a.id, tool("alpha"), Some(1), &home()).await);
+    let message = conflict_message(
+        store
+            .update_tool(&a.id, tool("alpha"), Some(1), &home())
+            .await,
+    );
     assert_eq!(
         message,
         "tool `alpha` is at revision 2, not 1: reload it and try again"
     );
-    conflict_message(store.update_tool(&a.id, tool("alpha"), Some(7), &home()).await);
+    conflict_message(
+        store
+            .update_tool(&a.id, tool("alpha"), Some(7), &home())
+            .await,
+    );
 
     // Renaming onto another active tool's name.
-    let message = conflict_message(store.update_tool(&a.id, tool("beta"), Some(2), &home()).await);
+    let message = conflict_message(
+        store
+            .update_tool(&a.id, tool("beta"), Some(2), &home())
+            .await,
+    );
     assert!(
         message.contains("a tool named `beta` is already registered"),
         "{message}"
@@ -570,7 +588,9 @@ async fn delete_frees_the_name_and_keeps_the_versions(store: Arc<dyn RegistrySto
     assert_not_found(store.tool_usage(&v1.id).await, "tool", &v1.id);
     assert_not_found(store.delete_tool(&v1.id, &home()).await, "tool", &v1.id);
     assert_not_found(
-        store.update_tool(&v1.id, tool("scraper"), None, &home()).await,
+        store
+            .update_tool(&v1.id, tool("scraper"), None, &home())
+            .await,
         "tool",
         &v1.id,
     );
@@ -650,10 +670,13 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
 
     // Registering the name again: same id, same creation time, edges replaced.
     let again = store
-        .upsert_agent(NewAgent {
-            framework: "crewai".into(),
-            ..agent("support-bot", &[&t3.id])
-        }, &home())
+        .upsert_agent(
+            NewAgent {
+                framework: "crewai".into(),
+                ..agent("support-bot", &[&t3.id])
+            },
+            &home(),
+        )
         .await
         .unwrap();
     assert_eq!(again.id, a.id);
@@ -692,19 +715,28 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     assert_not_found(store.get_agent("new-bot").await, "agent", "new-bot");
 
     // No tools at all is fine.
-    let empty = store.upsert_agent(agent("idle-bot", &[]), &home()).await.unwrap();
+    let empty = store
+        .upsert_agent(agent("idle-bot", &[]), &home())
+        .await
+        .unwrap();
     assert!(empty.tool_ids.is_empty());
     assert_eq!(store.get_agent(&empty.id).await.unwrap(), empty);
 
     // An agent named like another agent's id: the id wins.
-    let lookalike = store.upsert_agent(agent(&b.id, &[]), &home()).await.unwrap();
+    let lookalike = store
+        .upsert_agent(agent(&b.id, &[]), &home())
+        .await
+        .unwrap();
     assert_eq!(store.get_agent(&b.id).await.unwrap().name, "billing-bot");
     assert_eq!(store.get_agent(&lookalike.id).await.unwrap(), lookalike);
 }
 
 async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore>) {
     let old = store.create_tool(tool("lookup")).await.unwrap();
-    let bot = store.upsert_agent(agent("bot", &[&old.id]), &home()).await.unwrap();
+    let bot = store
+        .upsert_agent(agent("bot", &[&old.id]), &home())
+        .await
+        .unwrap();
     // An update keeps the id, so the edge holds.
     store
         .update_tool(&old.id, tool("lookup"), None, &home())
@@ -719,7 +751,9 @@ async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore
     store.delete_tool(&old.id, &home()).await.unwrap();
     assert_not_found(store.tool_usage(&old.id).await, "tool", &old.id);
     assert_not_found(
-        store.upsert_agent(agent("other", &[&old.id]), &home()).await,
+        store
+            .upsert_agent(agent("other", &[&old.id]), &home())
+            .await,
         "tool",
         &old.id,
     );
@@ -733,7 +767,10 @@ async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore
     let new = store.create_tool(tool("lookup")).await.unwrap();
     assert!(store.tool_usage(&new.id).await.unwrap().is_empty());
     // …until the agent is registered again against it.
-    let bot2 = store.upsert_agent(agent("bot", &[&new.id]), &home()).await.unwrap();
+    let bot2 = store
+        .upsert_agent(agent("bot", &[&new.id]), &home())
+        .await
+        .unwrap();
     assert_eq!(bot2.id, bot.id);
     assert_eq!(bot2.tool_ids, std::slice::from_ref(&new.id));
     let usage = store.tool_usage(&new.id).await.unwrap();
@@ -786,7 +823,13 @@ async fn agents_page_by_name(store: Arc<dyn RegistryStore>) {
 
 async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.count_users().await.unwrap(), 0);
-    assert!(store.list_users(&TenantScope::All).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_users(&TenantScope::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let admin = store.create_user(user("admin", "admin")).await.unwrap();
     assert_eq!(admin.role, toolshed_auth::Role::Admin);
     assert_eq!(admin.tenant, "acme");
@@ -861,7 +904,10 @@ async fn another_tenants_tool_cannot_be_updated_or_deleted(store: Arc<dyn Regist
     assert_eq!(mine.tenant, HOME);
     assert_eq!(store.get_tool(&mine.id).await.unwrap().tenant, HOME);
     // Reads are organisation-wide: listing and finding show the owner to everyone.
-    assert_eq!(store.list_tools(&filter()).await.unwrap().items[0].tenant, HOME);
+    assert_eq!(
+        store.list_tools(&filter()).await.unwrap().items[0].tenant,
+        HOME
+    );
 
     // Another tenant's update and delete are refused, naming the owner; nothing changes.
     let theirs = NewTool {
@@ -876,7 +922,10 @@ async fn another_tenants_tool_cannot_be_updated_or_deleted(store: Arc<dyn Regist
         "tool",
         HOME,
     );
-    assert!(message.contains("tool `lookup` belongs to tenant `acme`"), "{message}");
+    assert!(
+        message.contains("tool `lookup` belongs to tenant `acme`"),
+        "{message}"
+    );
     not_owner(
         store
             .update_tool(&mine.id, theirs.clone(), Some(1), &of("globex"))
@@ -884,7 +933,11 @@ async fn another_tenants_tool_cannot_be_updated_or_deleted(store: Arc<dyn Regist
         "tool",
         HOME,
     );
-    not_owner(store.delete_tool(&mine.id, &of("globex")).await, "tool", HOME);
+    not_owner(
+        store.delete_tool(&mine.id, &of("globex")).await,
+        "tool",
+        HOME,
+    );
     assert_eq!(store.get_tool(&mine.id).await.unwrap(), mine);
     assert_eq!(store.tool_versions(&mine.id).await.unwrap().len(), 1);
 
@@ -920,12 +973,19 @@ async fn another_tenants_tool_cannot_be_updated_or_deleted(store: Arc<dyn Regist
         .await
         .unwrap();
     assert_eq!(other.tenant, "globex");
-    not_owner(store.delete_tool(&other.id, &home()).await, "tool", "globex");
+    not_owner(
+        store.delete_tool(&other.id, &home()).await,
+        "tool",
+        "globex",
+    );
     let gone = store
         .delete_tool(&other.id, &TenantScope::All)
         .await
         .unwrap();
-    assert_eq!((gone.status, gone.tenant.as_str()), (ToolStatus::Deleted, "globex"));
+    assert_eq!(
+        (gone.status, gone.tenant.as_str()),
+        (ToolStatus::Deleted, "globex")
+    );
     store.delete_tool(&mine.id, &home()).await.unwrap();
 }
 
@@ -949,16 +1009,19 @@ async fn another_tenants_agent_cannot_be_overwritten(store: Arc<dyn RegistryStor
         "agent",
         HOME,
     );
-    assert!(message.contains("agent `support-bot` belongs to tenant `acme`"), "{message}");
+    assert!(
+        message.contains("agent `support-bot` belongs to tenant `acme`"),
+        "{message}"
+    );
     assert_eq!(store.get_agent("support-bot").await.unwrap(), mine);
     assert_eq!(store.tool_usage(&t.id).await.unwrap().len(), 1);
 
     // Its own tenant, and a scope of every tenant, replace it; the owner stays.
-    let again = store
-        .upsert_agent(theirs.clone(), &home())
-        .await
-        .unwrap();
-    assert_eq!((again.id.as_str(), again.tenant.as_str()), (mine.id.as_str(), HOME));
+    let again = store.upsert_agent(theirs.clone(), &home()).await.unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.tenant.as_str()),
+        (mine.id.as_str(), HOME)
+    );
     let by_owner = store
         .upsert_agent(agent("support-bot", &[&t.id]), &TenantScope::All)
         .await
@@ -1002,8 +1065,14 @@ async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
     let names = |users: Vec<toolshed_registry::UserRecord>| -> Vec<String> {
         users.into_iter().map(|u| u.username).collect()
     };
-    assert_eq!(names(store.list_users(&home()).await.unwrap()), ["ann", "root"]);
-    assert_eq!(names(store.list_users(&of("globex")).await.unwrap()), ["gus"]);
+    assert_eq!(
+        names(store.list_users(&home()).await.unwrap()),
+        ["ann", "root"]
+    );
+    assert_eq!(
+        names(store.list_users(&of("globex")).await.unwrap()),
+        ["gus"]
+    );
     assert!(store.list_users(&of("initech")).await.unwrap().is_empty());
     assert_eq!(
         names(store.list_users(&TenantScope::All).await.unwrap()),
@@ -1024,7 +1093,10 @@ async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
     assert!(store.get_user("root").await.unwrap().is_some());
     store.delete_user("gus", &of("globex")).await.unwrap();
     store.delete_user("root", &TenantScope::All).await.unwrap();
-    assert_eq!(names(store.list_users(&TenantScope::All).await.unwrap()), ["ann"]);
+    assert_eq!(
+        names(store.list_users(&TenantScope::All).await.unwrap()),
+        ["ann"]
+    );
 }
 
 // ---- errors ----
@@ -1032,7 +1104,11 @@ async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
 async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
     let id = uuid::Uuid::now_v7().to_string();
     assert_not_found(store.get_tool(&id).await, "tool", &id);
-    assert_not_found(store.update_tool(&id, tool("x"), None, &home()).await, "tool", &id);
+    assert_not_found(
+        store.update_tool(&id, tool("x"), None, &home()).await,
+        "tool",
+        &id,
+    );
     assert_not_found(
         store.update_tool(&id, tool("x"), Some(1), &home()).await,
         "tool",
@@ -1043,7 +1119,11 @@ async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
     assert_not_found(store.tool_usage(&id).await, "tool", &id);
     assert_not_found(store.get_agent(&id).await, "agent", &id);
     assert_not_found(store.get_agent("no-agent").await, "agent", "no-agent");
-    assert_not_found(store.upsert_agent(agent("a", &[&id]), &home()).await, "tool", &id);
+    assert_not_found(
+        store.upsert_agent(agent("a", &[&id]), &home()).await,
+        "tool",
+        &id,
+    );
     assert_not_found(
         store.update_user("ghost", None, None).await,
         "user",
@@ -1178,10 +1258,13 @@ async fn json_definitions_round_trip(store: Arc<dyn RegistryStore>) {
         definition
     );
     let a = store
-        .upsert_agent(NewAgent {
-            definition: definition.clone(),
-            ..agent("weird-agent", &[&created.id])
-        }, &home())
+        .upsert_agent(
+            NewAgent {
+                definition: definition.clone(),
+                ..agent("weird-agent", &[&created.id])
+            },
+            &home(),
+        )
         .await
         .unwrap();
     assert_eq!(store.get_agent(&a.id).await.unwrap().definition, definition);
@@ -1372,7 +1455,10 @@ mod sqlite_only {
 
         let t = a.create_tool(tool("shared")).await.unwrap();
         assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
-        let updated = b.update_tool(&t.id, tool("shared"), Some(1), &home()).await.unwrap();
+        let updated = b
+            .update_tool(&t.id, tool("shared"), Some(1), &home())
+            .await
+            .unwrap();
         assert_eq!(a.get_tool(&t.id).await.unwrap(), updated);
         conflict_message(a.update_tool(&t.id, tool("shared"), Some(1), &home()).await);
 
@@ -1493,7 +1579,10 @@ mod sqlite_only {
         let store = sqlite_at(&path).await.unwrap();
         assert_eq!(store.applied_migrations(), [3]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
-        assert_eq!(store.tool_versions("t1").await.unwrap()[0].tenant, "default");
+        assert_eq!(
+            store.tool_versions("t1").await.unwrap()[0].tenant,
+            "default"
+        );
         assert_eq!(store.get_agent("bot").await.unwrap().tenant, "default");
         let roles: Vec<(String, String)> = store
             .list_users(&TenantScope::All)

@@ -30,19 +30,19 @@ mod tests {
     /// Claims as the server's tokens carry them (made by signing and verifying one, so
     /// they have every field a real token has).
     fn claims(role: Role, tenant: Option<&str>) -> Claims {
-        let tokens = toolshed_auth::Tokens::new(
-            &[7u8; 32],
-            "toolshed",
-            std::time::Duration::from_secs(60),
-        )
-        .expect("a valid secret");
+        let tokens =
+            toolshed_auth::Tokens::new(&[7u8; 32], "toolshed", std::time::Duration::from_secs(60))
+                .expect("a valid secret");
         let token = tokens.issue("u", role, tenant).expect("signed");
         tokens.verify(&token).expect("verified")
     }
 
     #[test]
     fn owners_reach_every_tenant_and_everyone_else_their_own() {
-        assert_eq!(scope_of(&claims(Role::Owner, Some("acme"))), TenantScope::All);
+        assert_eq!(
+            scope_of(&claims(Role::Owner, Some("acme"))),
+            TenantScope::All
+        );
         for role in [Role::Viewer, Role::Deployer, Role::Admin] {
             assert_eq!(
                 scope_of(&claims(role, Some("acme"))),

@@ -84,7 +84,12 @@ async fn a_cross_tenant_put_is_refused_and_changes_nothing() {
     // Reads are organisation-wide: acme sees the tool and its owner, and may run it.
     assert_eq!(tool(&s, &acme, "clock").await["tenant"], "default");
     let (status, answer) = s
-        .call("POST", "/api/v1/registry/tools/clock/execute", Some(&acme), None)
+        .call(
+            "POST",
+            "/api/v1/registry/tools/clock/execute",
+            Some(&acme),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
 
@@ -147,7 +152,12 @@ async fn a_cross_tenant_delete_is_refused_and_the_tool_stays() {
     let after = tool(&s, &s.deployer, "clock").await;
     assert_eq!(after["status"], "active", "{after}");
     let (status, answer) = s
-        .call("POST", "/api/v1/registry/tools/clock/execute", Some(&s.deployer), None)
+        .call(
+            "POST",
+            "/api/v1/registry/tools/clock/execute",
+            Some(&s.deployer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "the tool still runs: {answer}");
 
@@ -163,11 +173,21 @@ async fn a_cross_tenant_delete_is_refused_and_the_tool_stays() {
         .await;
     assert_not_owner(status, &answer, "tool `acme-clock`", "acme");
     let (status, answer) = s
-        .call("DELETE", "/api/v1/registry/tools/acme-clock", Some(&acme), None)
+        .call(
+            "DELETE",
+            "/api/v1/registry/tools/acme-clock",
+            Some(&acme),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
     let (status, answer) = s
-        .call("DELETE", "/api/v1/registry/tools/clock", Some(&s.deployer), None)
+        .call(
+            "DELETE",
+            "/api/v1/registry/tools/clock",
+            Some(&s.deployer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
     s.stop().await;
@@ -268,11 +288,18 @@ async fn an_admin_creating_a_user_in_another_tenant_is_refused() {
         )
         .await;
     assert_eq!(status, 403, "{answer}");
-    assert_eq!(answer["error"]["details"]["fields"][0]["field"], "role", "{answer}");
+    assert_eq!(
+        answer["error"]["details"]["fields"][0]["field"], "role",
+        "{answer}"
+    );
     // No `mole` exists anywhere.
     let (_, users) = s.call("GET", "/api/v1/users", Some(&s.admin), None).await;
     assert!(
-        !users["data"].as_array().unwrap().iter().any(|u| u["username"] == "mole"),
+        !users["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["username"] == "mole"),
         "{users}"
     );
 
@@ -329,7 +356,12 @@ async fn an_owner_creates_users_in_any_tenant() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|u| (u["username"].as_str().unwrap(), u["tenant"].as_str().unwrap()))
+        .map(|u| {
+            (
+                u["username"].as_str().unwrap(),
+                u["tenant"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         tenants,
@@ -379,7 +411,12 @@ async fn an_admin_lists_and_removes_only_its_own_tenants_users() {
         "another tenant's user reads as unknown"
     );
     let (status, _) = s
-        .call("POST", "/api/v1/registry/tools/get_current_time/execute", Some(&s.deployer), None)
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            Some(&s.deployer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "dee still works");
 
@@ -409,7 +446,12 @@ async fn a_client_claiming_source_stdlib_is_refused_naming_the_field() {
         "endpoint": "builtin:get_current_time", "source": "stdlib"});
     for token in [&s.deployer, &s.admin] {
         let (status, answer) = s
-            .call("POST", "/api/v1/registry/tools", Some(token), Some(fake.clone()))
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(token),
+                Some(fake.clone()),
+            )
             .await;
         assert_eq!(status, 422, "{answer}");
         assert_eq!(answer["error"]["code"], "INVALID_BODY", "{answer}");
@@ -503,10 +545,16 @@ async fn two_tenants_executing_one_tool_never_share_a_worker() {
     let default_1 = worker(s.deployer.clone()).await;
     let default_2 = worker(s.deployer.clone()).await;
     // The pool is warm: the default tenant's second call reuses its worker.
-    assert_eq!(default_1, default_2, "a warm worker serves its own tenant again");
+    assert_eq!(
+        default_1, default_2,
+        "a warm worker serves its own tenant again"
+    );
     let acme_1 = worker(acme.clone()).await;
     let acme_2 = worker(acme.clone()).await;
-    assert_ne!(acme_1.0, default_1.0, "acme got the default tenant's worker");
+    assert_ne!(
+        acme_1.0, default_1.0,
+        "acme got the default tenant's worker"
+    );
     assert_eq!(acme_1, acme_2, "acme's warm worker serves acme again");
     // And the default tenant still gets its own, never acme's.
     let default_3 = worker(s.deployer.clone()).await;

@@ -101,7 +101,8 @@ async fn list(database_url: &str, json_out: bool) -> Result<(), Failure> {
     let store = open(database_url).await?;
     let users = store
         .list_users(&toolshed_registry::TenantScope::All)
-        .await.map_err(registry_failure)?;
+        .await
+        .map_err(registry_failure)?;
     if json_out {
         print_json(&Value::Array(users.iter().map(user_json).collect()));
         return Ok(());

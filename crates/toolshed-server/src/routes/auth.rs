@@ -10,9 +10,9 @@ use toolshed_api::{ApiCode, Data, ErrorEnvelope, FieldProblem};
 use toolshed_auth::Role;
 use toolshed_registry::NewUser;
 
+use crate::Json;
 use crate::error::ApiError;
 use crate::extract::{Auth, Body};
-use crate::Json;
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
 

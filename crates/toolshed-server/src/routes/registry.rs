@@ -421,14 +421,17 @@ pub async fn register_agent(
     }
     let record = state
         .registry()
-        .upsert_agent(NewAgent {
-            name: file.name.clone(),
-            framework: file.framework.clone().unwrap_or_default(),
-            definition: body,
-            tool_ids,
-            created_by: claims.sub.clone(),
-            tenant: tenant_of(claims).to_owned(),
-        }, &scope_of(claims))
+        .upsert_agent(
+            NewAgent {
+                name: file.name.clone(),
+                framework: file.framework.clone().unwrap_or_default(),
+                definition: body,
+                tool_ids,
+                created_by: claims.sub.clone(),
+                tenant: tenant_of(claims).to_owned(),
+            },
+            &scope_of(claims),
+        )
         .await?;
     tracing::info!(agent = %record.name, id = %record.id, by = %claims.sub, "agent registered");
     Ok((
