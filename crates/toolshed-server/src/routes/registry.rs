@@ -148,7 +148,8 @@ pub async fn get_tool(
     responses(
         (status = 200, body = Data<ToolDetail>),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-        (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or the tool is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope),
         (status = 409, description = "Stale revision or name taken", body = ErrorEnvelope),
         (status = 413, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope),
     ))]
@@ -192,7 +193,8 @@ pub async fn update_tool(
     params(("id" = String, Path, description = "The tool id, or its name")),
     responses(
         (status = 200, body = Data<ToolSummary>),
-        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or the tool is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope),
     ))]
 pub async fn delete_tool(
@@ -392,7 +394,8 @@ pub async fn execute_tool(
     responses(
         (status = 201, body = Data<AgentView>),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-        (status = 403, body = ErrorEnvelope), (status = 413, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or an agent of this name is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
+        (status = 413, body = ErrorEnvelope),
         (status = 422, body = ErrorEnvelope),
     ))]
 pub async fn register_agent(
