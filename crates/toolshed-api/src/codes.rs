@@ -69,6 +69,10 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 422: a tool's dependencies (`implementation.dependencies`, `requirements.txt`,
+        /// `package.json`) could not be installed; the message names the package and
+        /// the installer's error.
+        DependencyInstallFailed,
     }
 }
 
@@ -95,7 +99,8 @@ impl ApiCode {
             | ApiCode::InvalidRole
             | ApiCode::WeakPassword
             | ApiCode::InvalidAnswer
-            | ApiCode::NotSandboxable => 422,
+            | ApiCode::NotSandboxable
+            | ApiCode::DependencyInstallFailed => 422,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable

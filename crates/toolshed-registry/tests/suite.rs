@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolshed_registry::{
-    AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, RegistryCode,
+    AgentStatus, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser, RegistryCode,
     RegistryError, RegistryStore, SqlRegistry, ToolFilter, ToolStatus,
 };
 
@@ -110,6 +110,8 @@ suite!(
     settings_are_initialised_once,
     json_definitions_round_trip,
     sandbox_executions_are_recorded_and_read_per_tenant,
+    every_revision_keeps_its_own_uploaded_code,
+    an_archive_is_stored_once_per_hash,
 );
 
 // ---- helpers ----
@@ -128,6 +130,7 @@ fn tool_of(name: &str, tool_type: &str, source: &str) -> NewTool {
         version: Some("1.0.0".to_owned()),
         definition: json!({"spec_version": "v1", "name": name, "description": format!("the {name} tool")}),
         created_by: "admin".to_owned(),
+        code: None,
     }
 }
 
@@ -1554,4 +1557,89 @@ mod postgres_only {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
+}
+
+// ---- uploaded code ----
+
+fn code(text: &str) -> NewCode {
+    let archive = format!("archive of {text}").into_bytes();
+    NewCode {
+        sha256: format!("{:0>64}", text.len()),
+        files: 1,
+        archive,
+    }
+}
+
+async fn every_revision_keeps_its_own_uploaded_code(store: Arc<dyn RegistryStore>) {
+    let one = code("def f(): return 1");
+    let two = code("def f(): return 2 # longer");
+    let v1 = store
+        .create_tool(NewTool {
+            code: Some(one.clone()),
+            ..tool("coded")
+        })
+        .await
+        .unwrap();
+    assert_eq!(v1.code, Some(one.reference()));
+    let v2 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                code: Some(two.clone()),
+                ..tool("coded")
+            },
+            Some(1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(v2.code, Some(two.reference()));
+    // A revision without code says so; the earlier ones keep theirs.
+    let v3 = store.update_tool(&v1.id, tool("coded"), None).await.unwrap();
+    assert_eq!(v3.code, None);
+    let read = store.get_tool(&v1.id).await.unwrap();
+    assert_eq!(read.code, None);
+    let versions = store.tool_versions(&v1.id).await.unwrap();
+    let codes: Vec<_> = versions.iter().map(|v| v.code.clone()).collect();
+    assert_eq!(codes, [Some(one.reference()), Some(two.reference()), None]);
+    assert_eq!(store.code_archive(&one.sha256).await.unwrap(), one.archive);
+    assert_eq!(store.code_archive(&two.sha256).await.unwrap(), two.archive);
+    // Reads by name and listings carry the code too.
+    let v4 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                code: Some(one.clone()),
+                ..tool("coded")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let by_name = store.find_tool_by_name("coded").await.unwrap().unwrap();
+    assert_eq!(by_name.code, v4.code);
+    let page = store.list_tools(&ToolFilter::default()).await.unwrap();
+    assert_eq!(page.items[0].code, Some(one.reference()));
+}
+
+async fn an_archive_is_stored_once_per_hash(store: Arc<dyn RegistryStore>) {
+    let shared = code("shared code");
+    let a = store
+        .create_tool(NewTool {
+            code: Some(shared.clone()),
+            ..tool("a")
+        })
+        .await
+        .unwrap();
+    // The same hash from another tool: stored once, both point at it.
+    let b = store
+        .create_tool(NewTool {
+            code: Some(shared.clone()),
+            ..tool("b")
+        })
+        .await
+        .unwrap();
+    assert_eq!(a.code, b.code);
+    assert_eq!(store.code_archive(&shared.sha256).await.unwrap(), shared.archive);
+    let missing = store.code_archive(&"f".repeat(64)).await.unwrap_err();
+    assert_eq!(missing.code(), RegistryCode::NotFound);
 }
