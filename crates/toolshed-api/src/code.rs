@@ -185,6 +185,12 @@ pub fn check_archive(bytes: &[u8], limits: &CodeLimits) -> Result<Vec<CodeFile>,
         let raw = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let kind = entry.header().entry_type();
+        // `./`, the folder itself, as `tar -C DIR .` writes it first.
+        if kind == tar::EntryType::Directory
+            && raw.split(|b| *b == b'/').all(|p| p.is_empty() || p == b".")
+        {
+            continue;
+        }
         let path = clean_path(&raw, limits)?;
         match kind {
             tar::EntryType::Directory => {
@@ -338,6 +344,20 @@ mod tests {
         assert_eq!(sha256_hex(&one), sha256_hex(&two));
         let back = check_archive(&one, &CodeLimits::default()).unwrap();
         assert_eq!(back, vec![files[1].clone(), files[0].clone()]);
+    }
+
+    #[test]
+    fn a_leading_dot_folder_is_the_code_itself() {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut dir = tar::Header::new_gnu();
+        dir.set_entry_type(tar::EntryType::Directory);
+        dir.set_size(0);
+        builder.append_data(&mut dir, "./", &[][..]).unwrap();
+        let mut f = tar::Header::new_gnu();
+        f.set_size(2);
+        builder.append_data(&mut f, "./a.py", &b"x\n"[..]).unwrap();
+        let files = check_archive(&builder.into_inner().unwrap(), &CodeLimits::default()).unwrap();
+        assert_eq!(files[0].path, "a.py");
     }
 
     #[test]
