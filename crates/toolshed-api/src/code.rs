@@ -204,7 +204,11 @@ pub fn check_archive(bytes: &[u8], limits: &CodeLimits) -> Result<Vec<CodeFile>,
             tar::EntryType::Symlink | tar::EntryType::Link => {
                 return Err(problem(format!(
                     "`{shown}` is a {}link; links are refused (one could point outside the code): put the file itself in the archive",
-                    if kind == tar::EntryType::Link { "hard " } else { "sym" }
+                    if kind == tar::EntryType::Link {
+                        "hard "
+                    } else {
+                        "sym"
+                    }
                 )));
             }
             other => {

@@ -13,9 +13,9 @@ use toolshed_store::{Executor, Param, Row};
 
 use crate::sql;
 use crate::{
-    AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser, Page,
-    RegistryError, Result, SandboxExecutionRecord, ToolFilter, ToolRecord, ToolStatus, ToolUsage,
-    UserRecord,
+    AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution,
+    NewTool, NewUser, Page, RegistryError, Result, SandboxExecutionRecord, ToolFilter, ToolRecord,
+    ToolStatus, ToolUsage, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -766,41 +766,6 @@ fn execution_from_row(row: &Row) -> Result<SandboxExecutionRecord> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paging_defaults_and_caps() {
-        assert_eq!(
-            Paging::new(0, 0),
-            Paging {
-                page: 1,
-                per_page: 20
-            }
-        );
-        assert_eq!(Paging::new(3, 10_000).per_page, MAX_PER_PAGE);
-        assert_eq!(Paging::new(3, 10).offset(), 20);
-        assert_eq!(
-            Paging::new(u32::MAX, MAX_PER_PAGE).offset(),
-            i64::from(u32::MAX - 1) * 500
-        );
-    }
-
-    #[test]
-    fn prefix_bounds() {
-        assert_eq!(prefix_upper_bound("abc").as_deref(), Some("abd"));
-        assert_eq!(prefix_upper_bound("").as_deref(), None);
-        assert_eq!(
-            prefix_upper_bound("a\u{10FFFF}").as_deref(),
-            Some("b"),
-            "a maximal last character is dropped and the one before incremented"
-        );
-        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"));
-        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
-    }
-}
-
 // ---- uploaded code ----
 
 /// Store a revision's uploaded code: the archive once per hash (a second upload of the
@@ -887,4 +852,39 @@ pub(crate) async fn code_archive(db: &mut dyn Executor, sha256: &str) -> Result<
     base64::engine::general_purpose::STANDARD
         .decode(text.as_bytes())
         .map_err(|e| RegistryError::Backend(format!("code {sha256} is corrupt: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_defaults_and_caps() {
+        assert_eq!(
+            Paging::new(0, 0),
+            Paging {
+                page: 1,
+                per_page: 20
+            }
+        );
+        assert_eq!(Paging::new(3, 10_000).per_page, MAX_PER_PAGE);
+        assert_eq!(Paging::new(3, 10).offset(), 20);
+        assert_eq!(
+            Paging::new(u32::MAX, MAX_PER_PAGE).offset(),
+            i64::from(u32::MAX - 1) * 500
+        );
+    }
+
+    #[test]
+    fn prefix_bounds() {
+        assert_eq!(prefix_upper_bound("abc").as_deref(), Some("abd"));
+        assert_eq!(prefix_upper_bound("").as_deref(), None);
+        assert_eq!(
+            prefix_upper_bound("a\u{10FFFF}").as_deref(),
+            Some("b"),
+            "a maximal last character is dropped and the one before incremented"
+        );
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+    }
 }

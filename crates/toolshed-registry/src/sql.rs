@@ -278,9 +278,8 @@ pub(crate) const INSERT_CODE: Sql = Sql::same(
 );
 
 /// Attach an archive to a revision. ?1 tool id, ?2 revision, ?3 sha256.
-pub(crate) const INSERT_TOOL_CODE: Sql = Sql::same(
-    "INSERT INTO registry_tool_code (tool_id, revision, sha256) VALUES (?1, ?2, ?3)",
-);
+pub(crate) const INSERT_TOOL_CODE: Sql =
+    Sql::same("INSERT INTO registry_tool_code (tool_id, revision, sha256) VALUES (?1, ?2, ?3)");
 
 /// The code of a revision: hash, size, files. ?1 tool id, ?2 revision.
 pub(crate) const TOOL_CODE: Sql = Sql::same(

@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolshed_registry::{
-    AgentStatus, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser, RegistryCode,
-    RegistryError, RegistryStore, SqlRegistry, ToolFilter, ToolStatus,
+    AgentStatus, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser,
+    RegistryCode, RegistryError, RegistryStore, SqlRegistry, ToolFilter, ToolStatus,
 };
 
 // ---- harness ----
@@ -1594,7 +1594,10 @@ async fn every_revision_keeps_its_own_uploaded_code(store: Arc<dyn RegistryStore
         .unwrap();
     assert_eq!(v2.code, Some(two.reference()));
     // A revision without code says so; the earlier ones keep theirs.
-    let v3 = store.update_tool(&v1.id, tool("coded"), None).await.unwrap();
+    let v3 = store
+        .update_tool(&v1.id, tool("coded"), None)
+        .await
+        .unwrap();
     assert_eq!(v3.code, None);
     let read = store.get_tool(&v1.id).await.unwrap();
     assert_eq!(read.code, None);
@@ -1639,7 +1642,10 @@ async fn an_archive_is_stored_once_per_hash(store: Arc<dyn RegistryStore>) {
         .await
         .unwrap();
     assert_eq!(a.code, b.code);
-    assert_eq!(store.code_archive(&shared.sha256).await.unwrap(), shared.archive);
+    assert_eq!(
+        store.code_archive(&shared.sha256).await.unwrap(),
+        shared.archive
+    );
     let missing = store.code_archive(&"f".repeat(64)).await.unwrap_err();
     assert_eq!(missing.code(), RegistryCode::NotFound);
 }

@@ -122,9 +122,7 @@ impl CodeCache {
             limits: settings.limits,
             roots,
             npm: settings.npm.clone().unwrap_or_else(|| "npm".into()),
-            install_timeout: settings
-                .install_timeout
-                .unwrap_or(Duration::from_secs(300)),
+            install_timeout: settings.install_timeout.unwrap_or(Duration::from_secs(300)),
             busy: Mutex::new(HashMap::new()),
         })
     }
@@ -188,10 +186,14 @@ impl CodeCache {
         let stored = |what: String| {
             ApiError::new(
                 ApiCode::InvalidDefinition,
-                format!("the stored code {} {what}; push the tool again", code.sha256),
+                format!(
+                    "the stored code {} {what}; push the tool again",
+                    code.sha256
+                ),
             )
         };
-        check_sha256(&code.sha256, &archive).map_err(|_| stored("does not match its hash".into()))?;
+        check_sha256(&code.sha256, &archive)
+            .map_err(|_| stored("does not match its hash".into()))?;
         // Stored code passed these limits once; a server with smaller ones still runs it.
         let limits = CodeLimits {
             max_archive_bytes: u64::MAX,
@@ -386,7 +388,7 @@ impl CodeCache {
                     || stderr.contains(&format!("{name}@"))
                     || stderr.contains(&format!("/{name} "))
             })
-            .or_else(|| match set.packages.as_slice() {
+            .or(match set.packages.as_slice() {
                 [one] => Some(one),
                 _ => None,
             });
@@ -494,10 +496,9 @@ fn dependency_set(
                     }
                     match check_package(language, line) {
                         Ok(p) => packages.push(p),
-                        Err(why) => problems.push(FieldProblem::new(
-                            format!("code.{shown}:{}", n + 1),
-                            why,
-                        )),
+                        Err(why) => {
+                            problems.push(FieldProblem::new(format!("code.{shown}:{}", n + 1), why))
+                        }
                     }
                 }
             }
@@ -675,9 +676,7 @@ fn split_target<'a>(kind: &str, rest: &'a str) -> (&'a str, Option<&'a str>) {
         return (rest, None);
     }
     match rest.rsplit_once(':') {
-        Some((path, target)) if !target.contains('/') && !target.is_empty() => {
-            (path, Some(target))
-        }
+        Some((path, target)) if !target.contains('/') && !target.is_empty() => (path, Some(target)),
         _ => (rest, None),
     }
 }
@@ -767,12 +766,14 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
 fn write_tree(dir: &Path, target: &Path, files: &[CodeFile]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+
     let tmp = dir.join(format!(".tmp-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir(&tmp)?;
     let result = (|| {
         for f in files {
             // The paths were checked (relative, no `..`, no links in the archive), and
-            // the folder is new, so nothing on the way is a link.
+            // the folder is new, so nothing on the way is a link; `create_new` (O_EXCL)
+            // never follows one at the end either.
             let path = tmp.join(&f.path);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)?;
@@ -781,7 +782,6 @@ fn write_tree(dir: &Path, target: &Path, files: &[CodeFile]) -> std::io::Result<
                 .write(true)
                 .create_new(true)
                 .mode(if f.executable { 0o755 } else { 0o644 })
-                .custom_flags(libc_o_nofollow())
                 .open(&path)?;
             out.write_all(&f.content)?;
             out.sync_all()?;
@@ -807,11 +807,6 @@ fn write_tree(dir: &Path, target: &Path, files: &[CodeFile]) -> std::io::Result<
             Err(e)
         }
     }
-}
-
-/// `O_NOFOLLOW` (Linux's value), without a libc dependency.
-fn libc_o_nofollow() -> i32 {
-    0o400000
 }
 
 /// Drop the write bits of a tree (tools see it read-only anyway; this keeps the
@@ -866,7 +861,13 @@ mod tests {
         for ok in ["left-pad", "left-pad@1.3.0", "@scope/pkg@^1.2.0"] {
             assert!(npm_requirement(ok), "{ok}");
         }
-        for bad in ["git+ssh://x", "x@file:../y", "x@github:a/b", "X", "x@http://e"] {
+        for bad in [
+            "git+ssh://x",
+            "x@file:../y",
+            "x@github:a/b",
+            "X",
+            "x@http://e",
+        ] {
             assert!(!npm_requirement(bad), "{bad}");
         }
         assert_eq!(package_name("six==1.16.0"), "six");
@@ -884,7 +885,12 @@ mod tests {
         let (ep, rel, _) = code_endpoint("python:pkg/tool.py:run", Some(&files), root).unwrap();
         assert_eq!(ep, "python:/cache/abc/pkg/tool.py:run");
         assert_eq!(rel, "pkg/tool.py");
-        for bad in ["python:/etc/x.py", "python:../x.py", "python:other.py", "builtin:x"] {
+        for bad in [
+            "python:/etc/x.py",
+            "python:../x.py",
+            "python:other.py",
+            "builtin:x",
+        ] {
             assert!(code_endpoint(bad, Some(&files), root).is_err(), "{bad}");
         }
     }

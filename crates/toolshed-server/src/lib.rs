@@ -253,8 +253,8 @@ impl Server {
             })?;
         let code = code::CodeCache::open(&config.code, &config.dispatcher.cache_dir)
             .map_err(ServerError::CodeSettings)?;
-        let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox)
-            .with_code(code);
+        let state =
+            AppState::new(config, journal, registry, tokens, dispatcher, sandbox).with_code(code);
         let seeded = seed(&state).await?;
         Ok(Server {
             state,

@@ -112,9 +112,13 @@ impl AppState {
     /// and its dependencies installed (each once per hash), a host path checked
     /// against the tool roots again.
     pub async fn runnable(&self, record: &ToolRecord) -> Result<toolshed_core::Tool, ApiError> {
-        let env =
-            crate::tools::run_env(self.dispatcher(), self.code()?, self.registry().as_ref(), record)
-                .await?;
+        let env = crate::tools::run_env(
+            self.dispatcher(),
+            self.code()?,
+            self.registry().as_ref(),
+            record,
+        )
+        .await?;
         crate::tools::build_tool(self.dispatcher(), record, &env)
     }
 

@@ -216,10 +216,21 @@ pub async fn complete_registration(
 ) -> Result<Registration, ApiError> {
     if reg.code.is_some() {
         resolve_upload(dispatcher, cache, &mut reg).await?;
-    } else if reg.file.endpoint.as_deref().and_then(crate::code::split_kind).is_some() {
+    } else if reg
+        .file
+        .endpoint
+        .as_deref()
+        .and_then(crate::code::split_kind)
+        .is_some()
+    {
         host_path(cache, claims, &mut reg)?;
     }
-    let Some(text) = reg.run_env.endpoint.clone().or_else(|| reg.file.endpoint.clone()) else {
+    let Some(text) = reg
+        .run_env
+        .endpoint
+        .clone()
+        .or_else(|| reg.file.endpoint.clone())
+    else {
         return Ok(reg);
     };
     let endpoint =
@@ -238,30 +249,30 @@ pub async fn complete_registration(
                 ),
             ));
         }
-        Endpoint::Python { .. } | Endpoint::Node { .. } => {
-            if reg.file.input_schema.is_none() || reg.infer_description {
-                let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
-                    ApiError::field(
-                        "schema_definition",
-                        format!("none given and inferring it failed: {e}"),
-                    )
-                })?;
-                if reg.file.input_schema.is_none() {
-                    reg.file.input_schema = Some(inferred.input_schema);
-                    if reg.file.output_schema.is_none() {
-                        reg.file.output_schema = inferred.output_schema;
-                    }
+        Endpoint::Python { .. } | Endpoint::Node { .. }
+            if reg.file.input_schema.is_none() || reg.infer_description =>
+        {
+            let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
+                ApiError::field(
+                    "schema_definition",
+                    format!("none given and inferring it failed: {e}"),
+                )
+            })?;
+            if reg.file.input_schema.is_none() {
+                reg.file.input_schema = Some(inferred.input_schema);
+                if reg.file.output_schema.is_none() {
+                    reg.file.output_schema = inferred.output_schema;
                 }
-                if reg.infer_description {
-                    if inferred.description.trim().is_empty() {
-                        return Err(ApiError::field(
-                            "description",
-                            "none given and the code has no docstring; give a description",
-                        ));
-                    }
-                    reg.file.description = inferred.description;
-                    reg.infer_description = false;
+            }
+            if reg.infer_description {
+                if inferred.description.trim().is_empty() {
+                    return Err(ApiError::field(
+                        "description",
+                        "none given and the code has no docstring; give a description",
+                    ));
                 }
+                reg.file.description = inferred.description;
+                reg.infer_description = false;
             }
         }
         _ => {}

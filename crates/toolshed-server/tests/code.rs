@@ -27,7 +27,13 @@ fn archive(files: &[(&str, &str)]) -> Vec<u8> {
 
 /// A tar with one raw entry: the name's bytes as given (no checks), its type, its data,
 /// and a link target for links.
-fn raw_entry(builder: &mut tar::Builder<Vec<u8>>, name: &[u8], kind: tar::EntryType, data: &[u8], link: Option<&str>) {
+fn raw_entry(
+    builder: &mut tar::Builder<Vec<u8>>,
+    name: &[u8],
+    kind: tar::EntryType,
+    data: &[u8],
+    link: Option<&str>,
+) {
     let mut header = tar::Header::new_old();
     header.as_old_mut().name[..name.len()].copy_from_slice(name);
     header.set_entry_type(kind);
@@ -40,7 +46,10 @@ fn raw_entry(builder: &mut tar::Builder<Vec<u8>>, name: &[u8], kind: tar::EntryT
     builder.append(&header, data).unwrap();
 }
 
-fn raw_archive(entries: &[(&[u8], tar::EntryType, &[u8], Option<&str>)]) -> Vec<u8> {
+/// One raw entry: its name's bytes, its type, its data, a link target.
+type RawEntry<'a> = (&'a [u8], tar::EntryType, &'a [u8], Option<&'a str>);
+
+fn raw_archive(entries: &[RawEntry<'_>]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
     for (name, kind, data, link) in entries {
         raw_entry(&mut builder, name, *kind, data, *link);
@@ -152,7 +161,12 @@ async fn each_revision_keeps_its_own_code_and_downloads_it_byte_for_byte() {
         assert_eq!(data["paths"], json!(["adder.py"]));
     }
     let (status, versions) = s
-        .call("GET", "/api/v1/registry/tools/adder/versions", Some(&s.viewer), None)
+        .call(
+            "GET",
+            "/api/v1/registry/tools/adder/versions",
+            Some(&s.viewer),
+            None,
+        )
         .await;
     assert_eq!(status, 200);
     let shas: Vec<&Value> = versions["data"]
@@ -163,11 +177,21 @@ async fn each_revision_keeps_its_own_code_and_downloads_it_byte_for_byte() {
         .collect();
     assert_eq!(shas, [&json!(sha(&one)), &json!(sha(&two))]);
     let (status, none) = s
-        .call("GET", "/api/v1/registry/tools/adder/code?revision=9", Some(&s.viewer), None)
+        .call(
+            "GET",
+            "/api/v1/registry/tools/adder/code?revision=9",
+            Some(&s.viewer),
+            None,
+        )
         .await;
     assert_eq!(status, 404, "{none}");
     let (status, builtin) = s
-        .call("GET", "/api/v1/registry/tools/get_current_time/code", Some(&s.viewer), None)
+        .call(
+            "GET",
+            "/api/v1/registry/tools/get_current_time/code",
+            Some(&s.viewer),
+            None,
+        )
         .await;
     assert_eq!(status, 404, "{builtin}");
     s.stop().await;
@@ -178,9 +202,15 @@ async fn a_package_with_a_manifest_runs_with_its_own_modules() {
     let s = TestServer::start().await;
     let bytes = archive(&[
         ("tool.yaml", "name: greeter\n"),
-        ("greeter/main.py", "from helpers.words import hello\n\ndef greet(name: str) -> str:\n    \"\"\"Greet.\"\"\"\n    return hello(name)\n"),
+        (
+            "greeter/main.py",
+            "from helpers.words import hello\n\ndef greet(name: str) -> str:\n    \"\"\"Greet.\"\"\"\n    return hello(name)\n",
+        ),
         ("greeter/helpers/__init__.py", ""),
-        ("greeter/helpers/words.py", "def hello(name):\n    return f\"hello, {name}\"\n"),
+        (
+            "greeter/helpers/words.py",
+            "def hello(name):\n    return f\"hello, {name}\"\n",
+        ),
     ]);
     let (status, answer) = register(
         &s,
@@ -205,7 +235,10 @@ async fn a_package_with_a_manifest_runs_with_its_own_modules() {
     .await;
     assert_eq!(status, 422, "{answer}");
     let m = answer["error"]["message"].as_str().unwrap();
-    assert!(m.contains("endpoint") && m.contains("nope.py") && m.contains("greeter/main.py"), "{m}");
+    assert!(
+        m.contains("endpoint") && m.contains("nope.py") && m.contains("greeter/main.py"),
+        "{m}"
+    );
     s.stop().await;
 }
 
@@ -234,7 +267,10 @@ async fn an_archive_with_path_traversal_is_refused_naming_the_entry() {
         let bytes = raw_archive(&[(name, tar::EntryType::Regular, payload, None)]);
         let m = refused(&s, code(&bytes)).await;
         let shown = String::from_utf8_lossy(name);
-        assert!(m.contains("code.archive_base64") && m.contains(&*shown), "{m}");
+        assert!(
+            m.contains("code.archive_base64") && m.contains(&*shown),
+            "{m}"
+        );
         assert!(m.contains("relative") || m.contains(".."), "{m}");
     }
     // Nothing was written outside the code cache.
@@ -247,8 +283,18 @@ async fn an_archive_with_path_traversal_is_refused_naming_the_entry() {
 async fn an_archive_with_a_symlink_hard_link_or_device_is_refused() {
     let s = TestServer::start().await;
     let cases: [(&[u8], tar::EntryType, Option<&str>, &str); 4] = [
-        (b"evil.py", tar::EntryType::Symlink, Some("/etc/shadow"), "symlink"),
-        (b"evil.py", tar::EntryType::Link, Some("../../etc/passwd"), "hard link"),
+        (
+            b"evil.py",
+            tar::EntryType::Symlink,
+            Some("/etc/shadow"),
+            "symlink",
+        ),
+        (
+            b"evil.py",
+            tar::EntryType::Link,
+            Some("../../etc/passwd"),
+            "hard link",
+        ),
         (b"evil.py", tar::EntryType::Char, None, "character device"),
         (b"evil.py", tar::EntryType::Fifo, None, "FIFO"),
     ];
@@ -280,7 +326,10 @@ async fn oversized_archives_files_and_file_counts_are_refused() {
     // One file over the per-file cap.
     let huge = "#".repeat(9 * 1024);
     let m = refused(&s, code(&archive(&[("evil.py", &huge)]))).await;
-    assert!(m.contains("`evil.py`") && m.contains("8192 per file"), "{m}");
+    assert!(
+        m.contains("`evil.py`") && m.contains("8192 per file"),
+        "{m}"
+    );
     // Too many files.
     let six: Vec<(String, &str)> = (0..6).map(|i| (format!("f{i}.py"), "x = 1\n")).collect();
     let six_refs: Vec<(&str, &str)> = six.iter().map(|(p, t)| (p.as_str(), *t)).collect();
@@ -300,11 +349,18 @@ async fn duplicate_paths_a_wrong_hash_and_bad_base64_are_refused_naming_the_fiel
     assert!(m.contains("appears twice"), "{m}");
 
     let good = archive(&[("evil.py", V1)]);
-    let m = refused(&s, json!({"archive_base64": b64(&good), "sha256": "0".repeat(64)})).await;
+    let m = refused(
+        &s,
+        json!({"archive_base64": b64(&good), "sha256": "0".repeat(64)}),
+    )
+    .await;
     assert!(m.contains("code.sha256") && m.contains(&sha(&good)), "{m}");
 
     let m = refused(&s, json!({"archive_base64": "not base64!!"})).await;
-    assert!(m.contains("code.archive_base64") && m.contains("base64"), "{m}");
+    assert!(
+        m.contains("code.archive_base64") && m.contains("base64"),
+        "{m}"
+    );
 
     let m = refused(&s, json!({"archive": "x"})).await;
     assert!(m.contains("code"), "{m}");
@@ -437,7 +493,10 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
     let s = TestServer::start().await;
     let tool = "import six\n\ndef kind(x: str) -> str:\n    \"\"\"Say what six thinks.\"\"\"\n    return six.__version__ + ':' + str(isinstance(x, six.string_types))\n";
     // requirements.txt beside the code.
-    let bytes = archive(&[("kind.py", tool), ("requirements.txt", "# pinned\nsix==1.16.0\n")]);
+    let bytes = archive(&[
+        ("kind.py", tool),
+        ("requirements.txt", "# pinned\nsix==1.16.0\n"),
+    ]);
     let (status, answer) = register(
         &s,
         &s.deployer,
@@ -445,7 +504,10 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
     )
     .await;
     assert_eq!(status, 201, "{answer}");
-    assert_eq!(execute(&s, "kind", json!({"x": "a"})).await, json!("1.16.0:True"));
+    assert_eq!(
+        execute(&s, "kind", json!({"x": "a"})).await,
+        json!("1.16.0:True")
+    );
     let deps = s.dir.path().join("cache/code/deps");
     let installed = || {
         std::fs::read_dir(&deps)
@@ -465,7 +527,10 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
     )
     .await;
     assert_eq!(status, 201, "{answer}");
-    assert_eq!(execute(&s, "kind2", json!({"x": "b"})).await, json!("1.16.0:True"));
+    assert_eq!(
+        execute(&s, "kind2", json!({"x": "b"})).await,
+        json!("1.16.0:True")
+    );
     assert_eq!(installed(), 1);
     // The tool sees the installed folder read-only.
     s.stop().await;
@@ -474,7 +539,13 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
 #[tokio::test]
 async fn a_dependency_that_cannot_be_installed_is_named() {
     let s = TestServer::start().await;
-    let bytes = archive(&[("t.py", V1), ("requirements.txt", "six==1.16.0\nno-such-package-toolshed-test-0x7f==9.9.9\n")]);
+    let bytes = archive(&[
+        ("t.py", V1),
+        (
+            "requirements.txt",
+            "six==1.16.0\nno-such-package-toolshed-test-0x7f==9.9.9\n",
+        ),
+    ]);
     let (status, answer) = register(
         &s,
         &s.deployer,
@@ -484,9 +555,18 @@ async fn a_dependency_that_cannot_be_installed_is_named() {
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["error"]["code"], "DEPENDENCY_INSTALL_FAILED");
     let m = answer["error"]["message"].as_str().unwrap();
-    assert!(m.contains("no-such-package-toolshed-test-0x7f==9.9.9"), "{m}");
+    assert!(
+        m.contains("no-such-package-toolshed-test-0x7f==9.9.9"),
+        "{m}"
+    );
     // A requirement that would fetch from elsewhere is refused before any install.
-    let bytes = archive(&[("t.py", V1), ("requirements.txt", "--index-url http://evil.invalid/simple\nsix\n")]);
+    let bytes = archive(&[
+        ("t.py", V1),
+        (
+            "requirements.txt",
+            "--index-url http://evil.invalid/simple\nsix\n",
+        ),
+    ]);
     let (status, answer) = register(
         &s,
         &s.deployer,
@@ -495,6 +575,9 @@ async fn a_dependency_that_cannot_be_installed_is_named() {
     .await;
     assert_eq!(status, 422, "{answer}");
     let m = answer["error"]["message"].as_str().unwrap();
-    assert!(m.contains("requirements.txt:1") && m.contains("--index-url"), "{m}");
+    assert!(
+        m.contains("requirements.txt:1") && m.contains("--index-url"),
+        "{m}"
+    );
     s.stop().await;
 }

@@ -635,9 +635,8 @@ impl HttpRegistry {
             };
             let files = toolshed_api::code::check_archive(&archive, &limits)
                 .map_err(|e| bad(e.to_string()))?;
-            write_code(&dir, &files).map_err(|e| {
-                bad(format!("cannot be written to {} ({e})", dir.display()))
-            })?;
+            write_code(&dir, &files)
+                .map_err(|e| bad(format!("cannot be written to {} ({e})", dir.display())))?;
         }
         for prefix in ["python:", "node:", "exec:"] {
             if let Some(rest) = endpoint.strip_prefix(prefix) {
@@ -650,7 +649,10 @@ impl HttpRegistry {
 
 /// Write checked files under a temporary folder beside `dir`, then rename it into place
 /// (a folder that exists is complete).
-fn write_code(dir: &std::path::Path, files: &[toolshed_api::code::CodeFile]) -> std::io::Result<()> {
+fn write_code(
+    dir: &std::path::Path,
+    files: &[toolshed_api::code::CodeFile],
+) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let parent = dir.parent().unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(parent)?;

@@ -15,12 +15,12 @@ use serde_json::{Map, Value, json};
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, InferredTool};
 
+use toolshed_api::code::{CodeFile, build_archive};
 use toolshed_api::requests::{AnswerBody, ExecuteBody, ReasonBody};
 use toolshed_api::views::{
-    AnswerView, CodeDownload, DecisionView, ExecuteStatus, ExecuteView, Gate, ResumeView, ToolDetail,
-    ToolSummary, UsageView,
+    AnswerView, CodeDownload, DecisionView, ExecuteStatus, ExecuteView, Gate, ResumeView,
+    ToolDetail, ToolSummary, UsageView,
 };
-use toolshed_api::code::{CodeFile, build_archive};
 use toolshed_api::{ApiCode, Data, Paged};
 
 use crate::client::{Answer, Client};
@@ -393,10 +393,9 @@ async fn code_body(
         }
         None => {
             let folder = path.parent().unwrap_or(Path::new("."));
-            let file_name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .ok_or_else(|| Failure::bad_input(anyhow!("{}: not a file name", path.display())))?;
+            let file_name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                Failure::bad_input(anyhow!("{}: not a file name", path.display()))
+            })?;
             let mut relative = format!("{kind}:{file_name}");
             if let Some(f) = &function_part(&endpoint_text, kind) {
                 relative.push(':');
@@ -488,7 +487,11 @@ fn package_files(root: &Path) -> Result<Vec<CodeFile>, Failure> {
                 return Err(Failure::bad_input(anyhow!(
                     "{} is a {}; the server takes regular files and folders only: copy the file itself there, or move it out of the package",
                     entry.path().display(),
-                    if kind.is_symlink() { "symlink" } else { "special file" }
+                    if kind.is_symlink() {
+                        "symlink"
+                    } else {
+                        "special file"
+                    }
                 )));
             }
         }
@@ -734,8 +737,7 @@ async fn pull(
         .map(|r| vec![("revision", r.to_string())])
         .unwrap_or_default();
     let url = client.url(&tool_path(name, &["code"]), &query);
-    let answer: Answer<Data<CodeDownload>> =
-        client.send(Method::GET, url, None::<&Value>).await?;
+    let answer: Answer<Data<CodeDownload>> = client.send(Method::GET, url, None::<&Value>).await?;
     let d = &answer.body.data;
     let bad_answer = |why: String| Failure::Error {
         code: EXIT_INTERNAL,

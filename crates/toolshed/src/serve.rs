@@ -56,7 +56,12 @@ pub struct ServeArgs {
     /// endpoints naming a path on this server (repeatable; `TOOLSHED_TOOL_ROOTS` takes
     /// a `:`-separated list). Without one, no host path is accepted and tools upload
     /// their code.
-    #[arg(long = "tool-root", value_name = "DIR", env = "TOOLSHED_TOOL_ROOTS", value_delimiter = ':')]
+    #[arg(
+        long = "tool-root",
+        value_name = "DIR",
+        env = "TOOLSHED_TOOL_ROOTS",
+        value_delimiter = ':'
+    )]
     tool_roots: Vec<std::path::PathBuf>,
     /// The folder of uploaded code and installed dependencies (default: `code/` in the
     /// cache folder, `$TOOLSHED_CACHE_DIR` or `~/.cache/toolshed`).
@@ -255,5 +260,25 @@ mod tests {
             assert!(!parse(&[]).unwrap_or(true), "sandboxed by default");
         }
         assert!(parse(&["--unsandboxed"]).unwrap_or(false));
+    }
+
+    #[test]
+    fn tool_roots_repeat_and_none_is_the_default() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.tool_roots)
+                .unwrap_or_default()
+        };
+        if std::env::var_os("TOOLSHED_TOOL_ROOTS").is_none() {
+            assert!(parse(&[]).is_empty(), "no host path by default");
+        }
+        assert_eq!(
+            parse(&["--tool-root", "/srv/a", "--tool-root", "/srv/b"]),
+            [std::path::PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
+        assert_eq!(
+            parse(&["--tool-root", "/srv/a:/srv/b"]),
+            [std::path::PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
     }
 }

@@ -451,7 +451,10 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     // path, and the detail carries the code's hash and size.
     assert_eq!(tool["endpoint"], "python:order_lookup.py");
     assert_eq!(tool["code"]["files"], 1);
-    assert_eq!(tool["code"]["size_bytes"].as_u64().map(|n| n > 0), Some(true));
+    assert_eq!(
+        tool["code"]["size_bytes"].as_u64().map(|n| n > 0),
+        Some(true)
+    );
     assert_eq!(tool["source"], "cli");
     assert_eq!(tool["description"], "Look up an order by ID.");
     let schema = &tool["schema_definition"];
@@ -970,7 +973,11 @@ fn push_from_a_second_folder_runs_on_a_server_started_elsewhere() {
         "the pusher's path is nowhere in the tool: {tool}"
     );
     let o = sh.run(&["registry", "tool", "show", "adder"]);
-    assert!(stdout(&o).contains("code         sha256 "), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("code         sha256 "),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
@@ -986,7 +993,11 @@ fn a_new_push_is_a_new_revision_and_the_old_one_keeps_its_code() {
     write(&work, "adder.py", ADDER_V2);
     let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stdout(&o).starts_with("updated adder to revision 2"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("updated adder to revision 2"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(run_output(&sh, "adder", r#"{"x": 1}"#), "3");
     let versions = sh.json(&["registry", "tool", "versions", "adder", "--json"]);
     let shas: Vec<String> = versions
@@ -1019,9 +1030,10 @@ fn pull_returns_the_exact_bytes() {
     sh.login_admin();
     let work = sh.home.path().join("work");
     // CRLF line ends, non-ASCII text, trailing blanks, no final newline: kept as sent.
-    let body = "def odd():\r\n    \"\"\"Odd: \u{e9} \u{fc} \u{6f22}.\"\"\"\r\n    return 1   \r\n# end\t"
-        .as_bytes()
-        .to_vec();
+    let body =
+        "def odd():\r\n    \"\"\"Odd: \u{e9} \u{fc} \u{6f22}.\"\"\"\r\n    return 1   \r\n# end\t"
+            .as_bytes()
+            .to_vec();
     let py = work.join("odd.py");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(&py, &body).unwrap();
@@ -1040,7 +1052,14 @@ fn pull_returns_the_exact_bytes() {
     assert_eq!(std::fs::read(&out).unwrap(), body);
     assert_eq!(answer["paths"], json!(["odd.py"]));
     // Pulling again does not overwrite.
-    let o = sh.run(&["registry", "tool", "pull", "odd", "--output", out.to_str().unwrap()]);
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "pull",
+        "odd",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("not overwritten"), "{}", stderr(&o));
 }
@@ -1061,7 +1080,11 @@ fn a_package_folder_with_a_manifest_and_a_pypi_dependency_is_pushed_run_and_pull
         "src/main.py",
         "import six\nfrom helpers import label\n\ndef kind(x: str) -> str:\n    \"\"\"Say what six thinks.\"\"\"\n    return label(six.__version__, isinstance(x, six.string_types))\n",
     );
-    write(&pkg, "src/helpers.py", "def label(v, ok):\n    return f\"six {v}: {ok}\"\n");
+    write(
+        &pkg,
+        "src/helpers.py",
+        "def label(v, ok):\n    return f\"six {v}: {ok}\"\n",
+    );
     write(&pkg, "requirements.txt", "six==1.16.0\n");
     // Never part of a package: hidden folders and caches.
     write(&pkg, ".git/config", "[core]\n");
@@ -1071,12 +1094,27 @@ fn a_package_folder_with_a_manifest_and_a_pypi_dependency_is_pushed_run_and_pull
     let tool = sh.json(&["registry", "tool", "show", "six-kind", "--json"]);
     assert_eq!(tool["endpoint"], "python:src/main.py:kind");
     assert_eq!(tool["code"]["files"], 4);
-    assert_eq!(run_output(&sh, "six-kind", r#"{"x": "a"}"#), "six 1.16.0: True");
+    assert_eq!(
+        run_output(&sh, "six-kind", r#"{"x": "a"}"#),
+        "six 1.16.0: True"
+    );
 
     let out = sh.home.path().join("pulled");
-    let o = sh.run(&["registry", "tool", "pull", "six-kind", "--output", out.to_str().unwrap()]);
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "pull",
+        "six-kind",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    for f in ["tool.yaml", "src/main.py", "src/helpers.py", "requirements.txt"] {
+    for f in [
+        "tool.yaml",
+        "src/main.py",
+        "src/helpers.py",
+        "requirements.txt",
+    ] {
         assert_eq!(
             std::fs::read(out.join(f)).unwrap(),
             std::fs::read(pkg.join(f)).unwrap(),
