@@ -1160,7 +1160,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2]);
+        assert_eq!(a.applied_migrations(), [1, 2, 4]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1267,7 +1267,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (2)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (4)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1398,7 +1398,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 4]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1422,8 +1422,10 @@ mod postgres_only {
                 [
                     "registry_agent_tools",
                     "registry_agents",
+                    "registry_code",
                     "registry_sandbox_executions",
                     "registry_settings",
+                    "registry_tool_code",
                     "registry_tool_versions",
                     "registry_tools",
                     "registry_users",
@@ -1449,7 +1451,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2]);
-                assert_eq!(registry.applied_migrations(), [1, 2]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 4]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

@@ -581,3 +581,47 @@ async fn a_dependency_that_cannot_be_installed_is_named() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn node_dependencies_from_package_json_are_installed_from_npm_and_required() {
+    let s = TestServer::start().await;
+    let tool = "const leftPad = require('left-pad');\nmodule.exports = function pad({ text }) { return leftPad(text, 5, '*'); };\n";
+    let bytes = archive(&[
+        ("pad.cjs", tool),
+        (
+            "package.json",
+            r#"{"name": "pad", "dependencies": {"left-pad": "1.3.0"}}"#,
+        ),
+    ]);
+    let (status, answer) = register(
+        &s,
+        &s.deployer,
+        json!({"name": "pad", "description": "pads", "endpoint": "node:pad.cjs", "code": code(&bytes),
+               "schema_definition": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(
+        execute(&s, "pad", json!({"text": "ab"})).await,
+        json!("***ab")
+    );
+    // A dependency that would come from elsewhere than the registry is refused.
+    let bytes = archive(&[
+        ("pad.cjs", tool),
+        (
+            "package.json",
+            r#"{"dependencies": {"left-pad": "git+https://evil.invalid/x.git"}}"#,
+        ),
+    ]);
+    let (status, answer) = register(
+        &s,
+        &s.deployer,
+        json!({"name": "pad2", "description": "pads", "endpoint": "node:pad.cjs", "code": code(&bytes),
+               "schema_definition": {"type": "object"}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    let m = answer["error"]["message"].as_str().unwrap();
+    assert!(m.contains("code.package.json.dependencies.left-pad"), "{m}");
+    s.stop().await;
+}
