@@ -72,6 +72,10 @@ toolshed_core::wire_enum! {
         /// 403: the tool or agent belongs to another tenant (the message names it): only
         /// its tenant's users, or the organisation's owner, may change it.
         NotOwner,
+        /// 422: a tool's dependencies (`implementation.dependencies`, `requirements.txt`,
+        /// `package.json`) could not be installed; the message names the package and
+        /// the installer's error.
+        DependencyInstallFailed,
     }
 }
 
@@ -98,7 +102,8 @@ impl ApiCode {
             | ApiCode::InvalidRole
             | ApiCode::WeakPassword
             | ApiCode::InvalidAnswer
-            | ApiCode::NotSandboxable => 422,
+            | ApiCode::NotSandboxable
+            | ApiCode::DependencyInstallFailed => 422,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable

@@ -12,6 +12,8 @@
 //!   to do, in `docs/errors.md`).
 //! - [`views`]: the resources (tools, agents, users, runs, calls, executions).
 //! - [`requests`]: the request bodies.
+//! - [`code`]: the archive of uploaded tool code, built and checked the same way on
+//!   both sides.
 //!
 //! ```
 //! use toolshed_api::{ApiCode, Data, ErrorEnvelope, views::Health};
@@ -28,6 +30,7 @@
 //! assert_eq!(err.error.code.status(), Some(404));
 //! ```
 
+pub mod code;
 mod codes;
 pub mod envelope;
 pub mod requests;

@@ -60,6 +60,22 @@ pub struct ToolRegistration {
     pub source: Option<String>,
     /// Updates only: the revision you last saw; a different current revision is 409.
     pub expected_revision: Option<u32>,
+    /// The tool's code, uploaded: the endpoint then names a file inside it
+    /// (`python:order_lookup.py:order_lookup`, `node:src/index.mjs`, `exec:bin/tool`).
+    pub code: Option<CodeUpload>,
+}
+
+/// Uploaded code: an uncompressed tar of regular files and folders (relative paths; no
+/// links, devices, `..` or duplicates), base64-encoded. `requirements.txt` and
+/// `package.json` at its root are installed by the server, once per content hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeUpload {
+    /// The tar archive, base64 (standard alphabet, padded).
+    pub archive_base64: String,
+    /// The SHA-256 of the decoded archive (hex); when given, the server checks it.
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 /// What to execute with.

@@ -66,6 +66,38 @@ pub struct ToolDetail {
     pub definition: Value,
     /// Who registered (or last updated) it.
     pub created_by: String,
+    /// The uploaded code this revision runs (null for a built-in, HTTP or host-path
+    /// tool); fetch it with `GET /api/v1/registry/tools/{id}/code`.
+    #[serde(default)]
+    pub code: Option<CodeView>,
+}
+
+/// The uploaded code of a tool revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CodeView {
+    /// The SHA-256 of the code's archive (hex): its content address.
+    pub sha256: String,
+    /// The archive's size in bytes.
+    pub size_bytes: u64,
+    /// How many files it holds.
+    pub files: u32,
+}
+
+/// A revision's code, to download: the archive (base64 of an uncompressed tar) and
+/// what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CodeDownload {
+    /// The tool id.
+    pub tool_id: String,
+    /// The revision whose code this is.
+    pub revision: u32,
+    /// Its hash, size and file count.
+    #[serde(flatten)]
+    pub code: CodeView,
+    /// The files' paths inside the archive, sorted.
+    pub paths: Vec<String>,
+    /// The archive, base64 (standard alphabet, padded).
+    pub archive_base64: String,
 }
 
 /// One agent using a tool.

@@ -116,6 +116,11 @@ pub struct SandboxPolicy {
     pub limits: LimitsRequest,
     /// Extra read-only binds, besides the tool's own folder and the runners.
     pub binds: Vec<Bind>,
+    /// Folders of installed dependencies, shown read-only and searched before the
+    /// interpreter's own: a Python tool's `sys.path` (after the tool's folder), a Node
+    /// tool's `NODE_PATH` (a `node_modules` folder; `require` honours it, ESM `import`
+    /// of a bare name does not).
+    pub libraries: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -139,6 +144,13 @@ impl SandboxPolicy {
         let source = dir.into();
         let target = crate::launcher::sandbox_target(&source);
         self.bind(Bind::read_only(source, target))
+    }
+
+    /// The policy with one more folder of installed dependencies (see
+    /// [`SandboxPolicy::libraries`]).
+    pub fn library(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.libraries.push(dir.into());
+        self
     }
 
     /// A key that is equal for equal policies (pools are kept per policy).

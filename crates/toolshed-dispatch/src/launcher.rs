@@ -217,6 +217,11 @@ impl Launcher {
             marks_calls: !matches!(endpoint, Endpoint::Exec { .. }),
             binds: Vec::new(),
         };
+        let libraries: Vec<PathBuf> = policy
+            .libraries
+            .iter()
+            .map(|dir| view.folder(dir, false))
+            .collect();
         match endpoint {
             Endpoint::Python { path, function } => {
                 let python = self.python(tool).await?;
@@ -236,10 +241,10 @@ impl Launcher {
                     module.into(),
                     function.into(),
                 ];
-                let sys_path: Vec<PathBuf> = python
-                    .sys_path
+                let sys_path: Vec<PathBuf> = libraries
                     .iter()
-                    .map(|p| view.path(Path::new(p)))
+                    .cloned()
+                    .chain(python.sys_path.iter().map(|p| view.path(Path::new(p))))
                     .collect();
                 let sys_path = serde_json::to_string(&sys_path).unwrap_or_else(|_| "[]".into());
                 spec.extra_env
@@ -256,6 +261,11 @@ impl Launcher {
                 spec.args = vec![view.file_in_folder(&assets.runner_mjs(), false).into()];
                 if mode == Mode::OneShot {
                     spec.args.push("--once".into());
+                }
+                if let Ok(node_path) = std::env::join_paths(&libraries)
+                    && !libraries.is_empty()
+                {
+                    spec.extra_env.push(("NODE_PATH".into(), node_path));
                 }
                 spec.args.extend([
                     view.file_in_folder(&module, false).into(),

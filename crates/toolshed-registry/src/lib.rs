@@ -28,6 +28,7 @@
 //!         definition: serde_json::json!({"spec_version": "v1", "name": "order-lookup", "description": "Look up an order"}),
 //!         created_by: "admin".into(),
 //!         tenant: "default".into(),
+//!         code: None,
 //!     })
 //!     .await?;
 //! assert_eq!(tool.revision, 1);
@@ -265,6 +266,10 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
 
     /// A sandbox execution of `tenant` by id. Unknown, or another tenant's: `NotFound`.
     async fn sandbox_execution(&self, id: &str, tenant: &str) -> Result<SandboxExecutionRecord>;
+
+    /// The archive stored under `sha256` (uploaded code of some revision); `NotFound`
+    /// when none is.
+    async fn code_archive(&self, sha256: &str) -> Result<Vec<u8>>;
 
     /// A tenant's sandbox executions, newest first, one page (`page`/`per_page` as in
     /// [`ToolFilter`]).

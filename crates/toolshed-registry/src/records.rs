@@ -48,6 +48,45 @@ pub struct NewTool {
     /// The tenant of the user registering it: the owner of a new tool. An update keeps
     /// the stored owner (it never changes); who may make it is [`TenantScope`]'s rule.
     pub tenant: String,
+    /// The uploaded code this revision runs, if any (its endpoint then names a file
+    /// inside it).
+    #[serde(default)]
+    pub code: Option<NewCode>,
+}
+
+/// Uploaded code to store with a revision: the archive (checked by the caller) and its
+/// content address. An archive already stored under the hash is not stored again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewCode {
+    /// The SHA-256 of `archive` (hex).
+    pub sha256: String,
+    /// How many files the archive holds.
+    pub files: u32,
+    /// The archive's bytes.
+    pub archive: Vec<u8>,
+}
+
+impl NewCode {
+    /// What a record says of this code.
+    pub fn reference(&self) -> CodeRef {
+        CodeRef {
+            sha256: self.sha256.clone(),
+            size_bytes: self.archive.len() as u64,
+            files: self.files,
+        }
+    }
+}
+
+/// The code a revision runs: its hash, size and file count (the archive itself is read
+/// with `RegistryStore::code_archive`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeRef {
+    /// The SHA-256 of the archive (hex).
+    pub sha256: String,
+    /// The archive's size in bytes.
+    pub size_bytes: u64,
+    /// How many files it holds.
+    pub files: u32,
 }
 
 /// Whose tools, agents and users a change may touch: one tenant's (an admin's, a
@@ -111,6 +150,9 @@ pub struct ToolRecord {
     pub created_at_ms: i64,
     /// When this revision was written (milliseconds since the Unix epoch).
     pub updated_at_ms: i64,
+    /// The uploaded code this revision runs, if any.
+    #[serde(default)]
+    pub code: Option<CodeRef>,
 }
 
 /// Which tools to list.

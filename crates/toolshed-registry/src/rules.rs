@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine;
 use toolshed_auth::Role;
 use toolshed_store::sql::Query;
 use toolshed_store::time::now_ms;
@@ -12,9 +13,9 @@ use toolshed_store::{Executor, Param, Row};
 
 use crate::sql;
 use crate::{
-    AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, Page,
-    RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolStatus,
-    ToolUsage, UserRecord,
+    AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution,
+    NewTool, NewUser, Page, RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter,
+    ToolRecord, ToolStatus, ToolUsage, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -217,6 +218,7 @@ pub(crate) async fn create_tool(db: &mut dyn Executor, new: NewTool) -> Result<T
     }
     db.run(&sql::SNAPSHOT_VERSION, &[id.as_str().into()])
         .await?;
+    attach_code(db, &id, 1, new.code.as_ref()).await?;
     Ok(record(id, new, 1, now, now))
 }
 
@@ -260,6 +262,7 @@ pub(crate) async fn update_tool(
         .await
         .map_err(|e| unique_or(e, || name_taken(&update.name, None, &caller)))?;
     db.run(&sql::SNAPSHOT_VERSION, &[id.into()]).await?;
+    attach_code(db, id, revision, update.code.as_ref()).await?;
     Ok(record(
         id.to_owned(),
         update,
@@ -286,6 +289,7 @@ fn record(id: String, tool: NewTool, revision: u32, created: i64, updated: i64) 
         tenant: tool.tenant,
         created_at_ms: created,
         updated_at_ms: updated,
+        code: tool.code.as_ref().map(NewCode::reference),
     }
 }
 
@@ -419,6 +423,8 @@ fn tool_from_row(row: &Row) -> Result<ToolRecord> {
         created_at_ms: row.get(11)?,
         updated_at_ms: row.get(12)?,
         tenant: row.get(13)?,
+        // Filled in by `with_code` (the code lives in its own tables).
+        code: None,
         id,
     })
 }
@@ -845,6 +851,94 @@ fn execution_from_row(row: &Row) -> Result<SandboxExecutionRecord> {
         },
         created_at_ms: row.get(13)?,
     })
+}
+
+// ---- uploaded code ----
+
+/// Store a revision's uploaded code: the archive once per hash (a second upload of the
+/// same bytes stores nothing), then the revision's link to it, in the caller's
+/// transaction.
+pub(crate) async fn attach_code(
+    db: &mut dyn Executor,
+    tool_id: &str,
+    revision: u32,
+    code: Option<&NewCode>,
+) -> Result<()> {
+    let Some(code) = code else {
+        return Ok(());
+    };
+    let archive = base64::engine::general_purpose::STANDARD.encode(&code.archive);
+    db.run(
+        &sql::INSERT_CODE,
+        &[
+            code.sha256.as_str().into(),
+            (code.archive.len() as i64).into(),
+            i64::from(code.files).into(),
+            archive.into(),
+            now_ms().into(),
+        ],
+    )
+    .await?;
+    db.run(
+        &sql::INSERT_TOOL_CODE,
+        &[tool_id.into(), revision.into(), code.sha256.as_str().into()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The code a revision runs, if it has uploaded code.
+pub(crate) async fn code_ref(
+    db: &mut dyn Executor,
+    tool_id: &str,
+    revision: u32,
+) -> Result<Option<CodeRef>> {
+    let Some(row) = db
+        .row(&sql::TOOL_CODE, &[tool_id.into(), revision.into()])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let size: i64 = row.get(1)?;
+    let files: i64 = row.get(2)?;
+    Ok(Some(CodeRef {
+        sha256: row.get(0)?,
+        size_bytes: u64::try_from(size).unwrap_or(0),
+        files: u32::try_from(files).unwrap_or(0),
+    }))
+}
+
+/// A record with its code filled in.
+pub(crate) async fn with_code(db: &mut dyn Executor, mut tool: ToolRecord) -> Result<ToolRecord> {
+    tool.code = code_ref(db, &tool.id, tool.revision).await?;
+    Ok(tool)
+}
+
+/// Records with their code filled in.
+pub(crate) async fn all_with_code(
+    db: &mut dyn Executor,
+    tools: Vec<ToolRecord>,
+) -> Result<Vec<ToolRecord>> {
+    let mut out = Vec::with_capacity(tools.len());
+    for t in tools {
+        out.push(with_code(db, t).await?);
+    }
+    Ok(out)
+}
+
+/// A stored archive's bytes.
+pub(crate) async fn code_archive(db: &mut dyn Executor, sha256: &str) -> Result<Vec<u8>> {
+    let row = db
+        .row(&sql::CODE_ARCHIVE, &[sha256.into()])
+        .await?
+        .ok_or_else(|| RegistryError::NotFound {
+            what: "code",
+            id: sha256.to_owned(),
+        })?;
+    let text: String = row.get(0)?;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_bytes())
+        .map_err(|e| RegistryError::Backend(format!("code {sha256} is corrupt: {e}")))
 }
 
 #[cfg(test)]

@@ -292,3 +292,26 @@ pub(crate) const LIST_EXECUTIONS: Sql = Sql::same(concat!(
      ORDER BY created_at_ms DESC, id DESC LIMIT ?2 OFFSET ?3) e ON TRUE \
      ORDER BY e.created_at_ms DESC, e.id DESC"
 ));
+
+// ---- uploaded code ----
+
+/// Store an archive under its hash unless one is stored. ?1 sha256, ?2 size, ?3 files,
+/// ?4 archive (base64), ?5 now.
+pub(crate) const INSERT_CODE: Sql = Sql::same(
+    "INSERT INTO registry_code (sha256, size_bytes, files, archive, created_at_ms) \
+     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (sha256) DO NOTHING",
+);
+
+/// Attach an archive to a revision. ?1 tool id, ?2 revision, ?3 sha256.
+pub(crate) const INSERT_TOOL_CODE: Sql =
+    Sql::same("INSERT INTO registry_tool_code (tool_id, revision, sha256) VALUES (?1, ?2, ?3)");
+
+/// The code of a revision: hash, size, files. ?1 tool id, ?2 revision.
+pub(crate) const TOOL_CODE: Sql = Sql::same(
+    "SELECT c.sha256, c.size_bytes, c.files FROM registry_tool_code t \
+     JOIN registry_code c ON c.sha256 = t.sha256 WHERE t.tool_id = ?1 AND t.revision = ?2",
+);
+
+/// An archive by hash. ?1 sha256.
+pub(crate) const CODE_ARCHIVE: Sql =
+    Sql::same("SELECT archive FROM registry_code WHERE sha256 = ?1");

@@ -35,6 +35,11 @@ static MIGRATIONS: Migrations = Migrations {
             sqlite: include_str!("../migrations/sqlite/0003_tenants.sql"),
             postgres: include_str!("../migrations/postgres/0003_tenants.sql"),
         },
+        Migration {
+            version: 4,
+            sqlite: include_str!("../migrations/sqlite/0004_code.sql"),
+            postgres: include_str!("../migrations/postgres/0004_code.sql"),
+        },
     ],
 };
 
@@ -92,9 +97,10 @@ impl RegistryStore for SqlRegistry {
         self.db
             .read(move |db| {
                 Box::pin(async move {
-                    rules::active_tool(db, &id)
+                    let tool = rules::active_tool(db, &id)
                         .await?
-                        .ok_or_else(|| rules::tool_not_found(&id))
+                        .ok_or_else(|| rules::tool_not_found(&id))?;
+                    rules::with_code(db, tool).await
                 })
             })
             .await
@@ -103,14 +109,27 @@ impl RegistryStore for SqlRegistry {
     async fn find_tool_by_name(&self, name: &str) -> Result<Option<ToolRecord>> {
         let name = name.to_owned();
         self.db
-            .read(move |db| Box::pin(async move { rules::active_tool_by_name(db, &name).await }))
+            .read(move |db| {
+                Box::pin(async move {
+                    match rules::active_tool_by_name(db, &name).await? {
+                        Some(t) => Ok(Some(rules::with_code(db, t).await?)),
+                        None => Ok(None),
+                    }
+                })
+            })
             .await
     }
 
     async fn list_tools(&self, filter: &ToolFilter) -> Result<Page<ToolRecord>> {
         let filter = filter.clone();
         self.db
-            .read(move |db| Box::pin(async move { rules::list_tools(db, &filter).await }))
+            .read(move |db| {
+                Box::pin(async move {
+                    let mut page = rules::list_tools(db, &filter).await?;
+                    page.items = rules::all_with_code(db, page.items).await?;
+                    Ok(page)
+                })
+            })
             .await
     }
 
@@ -134,14 +153,24 @@ impl RegistryStore for SqlRegistry {
     async fn tool_versions(&self, id: &str) -> Result<Vec<ToolRecord>> {
         let id = id.to_owned();
         self.db
-            .read(move |db| Box::pin(async move { rules::tool_versions(db, &id).await }))
+            .read(move |db| {
+                Box::pin(async move {
+                    let versions = rules::tool_versions(db, &id).await?;
+                    rules::all_with_code(db, versions).await
+                })
+            })
             .await
     }
 
     async fn delete_tool(&self, id: &str, scope: &TenantScope) -> Result<ToolRecord> {
         let (id, scope) = (id.to_owned(), scope.clone());
         self.db
-            .write(move |db| Box::pin(async move { rules::delete_tool(db, &id, &scope).await }))
+            .write(move |db| {
+                Box::pin(async move {
+                    let tool = rules::delete_tool(db, &id, &scope).await?;
+                    rules::with_code(db, tool).await
+                })
+            })
             .await
     }
 
@@ -251,6 +280,13 @@ impl RegistryStore for SqlRegistry {
         let (id, tenant) = (id.to_owned(), tenant.to_owned());
         self.db
             .read(move |db| Box::pin(async move { rules::execution(db, &id, &tenant).await }))
+            .await
+    }
+
+    async fn code_archive(&self, sha256: &str) -> Result<Vec<u8>> {
+        let sha256 = sha256.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::code_archive(db, &sha256).await }))
             .await
     }
 

@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use toolshed_registry::{
-    AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, RegistryCode,
-    RegistryError, RegistryStore, SqlRegistry, TenantScope, ToolFilter, ToolStatus,
+    AgentStatus, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser,
+    RegistryCode, RegistryError, RegistryStore, SqlRegistry, TenantScope, ToolFilter, ToolStatus,
 };
 
 // ---- harness ----
@@ -113,6 +113,8 @@ suite!(
     another_tenants_tool_cannot_be_updated_or_deleted,
     another_tenants_agent_cannot_be_overwritten,
     users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant,
+    every_revision_keeps_its_own_uploaded_code,
+    an_archive_is_stored_once_per_hash,
 );
 
 // ---- helpers ----
@@ -140,6 +142,7 @@ fn tool_of(name: &str, tool_type: &str, source: &str) -> NewTool {
         definition: json!({"spec_version": "v1", "name": name, "description": format!("the {name} tool")}),
         created_by: "admin".to_owned(),
         tenant: HOME.to_owned(),
+        code: None,
     }
 }
 
@@ -1449,7 +1452,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2, 3]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3, 4]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1577,7 +1580,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = sqlite_at(&path).await.unwrap();
-        assert_eq!(store.applied_migrations(), [3]);
+        assert_eq!(store.applied_migrations(), [3, 4]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
         assert_eq!(
             store.tool_versions("t1").await.unwrap()[0].tenant,
@@ -1633,7 +1636,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (3)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (4)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1764,7 +1767,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1788,8 +1791,10 @@ mod postgres_only {
                 [
                     "registry_agent_tools",
                     "registry_agents",
+                    "registry_code",
                     "registry_sandbox_executions",
                     "registry_settings",
+                    "registry_tool_code",
                     "registry_tool_versions",
                     "registry_tools",
                     "registry_users",
@@ -1855,7 +1860,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2]);
-                assert_eq!(registry.applied_migrations(), [1, 2, 3]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));
@@ -1963,4 +1968,97 @@ mod postgres_only {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
+}
+
+// ---- uploaded code ----
+
+fn code(text: &str) -> NewCode {
+    let archive = format!("archive of {text}").into_bytes();
+    NewCode {
+        sha256: format!("{:0>64}", text.len()),
+        files: 1,
+        archive,
+    }
+}
+
+async fn every_revision_keeps_its_own_uploaded_code(store: Arc<dyn RegistryStore>) {
+    let one = code("def f(): return 1");
+    let two = code("def f(): return 2 # longer");
+    let v1 = store
+        .create_tool(NewTool {
+            code: Some(one.clone()),
+            ..tool("coded")
+        })
+        .await
+        .unwrap();
+    assert_eq!(v1.code, Some(one.reference()));
+    let v2 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                code: Some(two.clone()),
+                ..tool("coded")
+            },
+            Some(1),
+            &home(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(v2.code, Some(two.reference()));
+    // A revision without code says so; the earlier ones keep theirs.
+    let v3 = store
+        .update_tool(&v1.id, tool("coded"), None, &home())
+        .await
+        .unwrap();
+    assert_eq!(v3.code, None);
+    let read = store.get_tool(&v1.id).await.unwrap();
+    assert_eq!(read.code, None);
+    let versions = store.tool_versions(&v1.id).await.unwrap();
+    let codes: Vec<_> = versions.iter().map(|v| v.code.clone()).collect();
+    assert_eq!(codes, [Some(one.reference()), Some(two.reference()), None]);
+    assert_eq!(store.code_archive(&one.sha256).await.unwrap(), one.archive);
+    assert_eq!(store.code_archive(&two.sha256).await.unwrap(), two.archive);
+    // Reads by name and listings carry the code too.
+    let v4 = store
+        .update_tool(
+            &v1.id,
+            NewTool {
+                code: Some(one.clone()),
+                ..tool("coded")
+            },
+            None,
+            &home(),
+        )
+        .await
+        .unwrap();
+    let by_name = store.find_tool_by_name("coded").await.unwrap().unwrap();
+    assert_eq!(by_name.code, v4.code);
+    let page = store.list_tools(&ToolFilter::default()).await.unwrap();
+    assert_eq!(page.items[0].code, Some(one.reference()));
+}
+
+async fn an_archive_is_stored_once_per_hash(store: Arc<dyn RegistryStore>) {
+    let shared = code("shared code");
+    let a = store
+        .create_tool(NewTool {
+            code: Some(shared.clone()),
+            ..tool("a")
+        })
+        .await
+        .unwrap();
+    // The same hash from another tool: stored once, both point at it.
+    let b = store
+        .create_tool(NewTool {
+            code: Some(shared.clone()),
+            ..tool("b")
+        })
+        .await
+        .unwrap();
+    assert_eq!(a.code, b.code);
+    assert_eq!(
+        store.code_archive(&shared.sha256).await.unwrap(),
+        shared.archive
+    );
+    let missing = store.code_archive(&"f".repeat(64)).await.unwrap_err();
+    assert_eq!(missing.code(), RegistryCode::NotFound);
 }

@@ -37,6 +37,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use axum::Json;
 
+pub mod code;
 mod error;
 mod extract;
 pub mod routes;
@@ -82,6 +83,9 @@ pub struct ServerConfig {
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
     pub sandbox: sandbox::SandboxSettings,
+    /// Uploaded code (the cache folder, the upload caps) and the operator's tool roots
+    /// for host-path endpoints.
+    pub code: code::CodeSettings,
 }
 
 impl ServerConfig {
@@ -98,6 +102,7 @@ impl ServerConfig {
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
+            code: code::CodeSettings::default(),
         }
     }
 }
@@ -132,6 +137,10 @@ pub enum ServerError {
     /// sandbox's routes answer 503.
     #[error("invalid sandbox settings")]
     SandboxSettings(#[source] toolshed_sandbox::SandboxError),
+    /// The code cache folder or a tool root cannot be used (the message says which and
+    /// why).
+    #[error("invalid code settings: {0}")]
+    CodeSettings(String),
 }
 
 impl ServerError {
@@ -145,6 +154,7 @@ impl ServerError {
             ServerError::Listen { .. } => ServerCode::ListenFailed,
             ServerError::Seed(_) => ServerCode::SeedFailed,
             ServerError::SandboxSettings(_) => ServerCode::SandboxSettings,
+            ServerError::CodeSettings(_) => ServerCode::CodeSettings,
         }
     }
 }
@@ -167,6 +177,8 @@ toolshed_core::wire_enum! {
         SeedFailed,
         /// The sandbox settings are invalid.
         SandboxSettings,
+        /// The code cache folder or a tool root cannot be used.
+        CodeSettings,
     }
 }
 
@@ -240,7 +252,10 @@ impl Server {
                 addr: config.addr,
                 source,
             })?;
-        let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox);
+        let code = code::CodeCache::open(&config.code, &config.dispatcher.cache_dir)
+            .map_err(ServerError::CodeSettings)?;
+        let state =
+            AppState::new(config, journal, registry, tokens, dispatcher, sandbox).with_code(code);
         let seeded = seed(&state).await?;
         Ok(Server {
             state,
@@ -385,6 +400,7 @@ async fn seed_stdlib(
                 definition,
                 created_by: "toolshed".into(),
                 tenant: DEFAULT_TENANT.into(),
+                code: None,
             })
             .await
         {

@@ -156,8 +156,14 @@ impl Prepared {
     /// calls its function with the input's fields as keyword arguments, `node:` its
     /// export with `(input, ctx)`, `exec:` gets one wire-protocol request line. Its
     /// declared timeout and `network_access` apply unless the request sets them.
-    pub(crate) fn tool(record: &ToolRecord, input: &Value) -> Result<Prepared, ApiError> {
-        let Some(text) = record.endpoint.as_deref() else {
+    /// `endpoint` is the endpoint as this server runs it (uploaded code's file in the
+    /// code cache), when it differs from the stored one.
+    pub(crate) fn tool(
+        record: &ToolRecord,
+        endpoint: Option<&str>,
+        input: &Value,
+    ) -> Result<Prepared, ApiError> {
+        let Some(text) = endpoint.or(record.endpoint.as_deref()) else {
             return Err(not_sandboxable(record, "has no endpoint"));
         };
         let endpoint = Endpoint::parse(text).map_err(|e| {

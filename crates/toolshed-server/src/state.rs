@@ -12,6 +12,7 @@ use toolshed_registry::{RegistryStore, ToolRecord};
 use toolshed_runtime::Runtime;
 
 use crate::ServerConfig;
+use crate::code::CodeCache;
 use crate::error::ApiError;
 use crate::sandbox::SandboxHandle;
 use crate::tools::{build_runtime, find_tool};
@@ -46,6 +47,7 @@ struct Inner {
     prepared: Cache<String, Arc<Prepared>>,
     verified: Cache<String, Claims>,
     sandbox: SandboxHandle,
+    code: Option<Arc<CodeCache>>,
 }
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
@@ -83,8 +85,41 @@ impl AppState {
                     .time_to_live(VERIFIED_TTL)
                     .build(),
                 sandbox,
+                code: None,
             }),
         }
+    }
+
+    /// The same state with this code cache (set once, by `Server::open`).
+    pub(crate) fn with_code(mut self, code: CodeCache) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.code = Some(Arc::new(code));
+        }
+        self
+    }
+
+    /// The code cache: uploaded code, dependency installs, tool roots.
+    pub(crate) fn code(&self) -> Result<&CodeCache, ApiError> {
+        self.inner.code.as_deref().ok_or_else(|| {
+            ApiError::internal(
+                "no code cache",
+                std::io::Error::other("the state was built without one"),
+            )
+        })
+    }
+
+    /// A stored tool as the runtime executes it: uploaded code written to the cache
+    /// and its dependencies installed (each once per hash), a host path checked
+    /// against the tool roots again.
+    pub async fn runnable(&self, record: &ToolRecord) -> Result<toolshed_core::Tool, ApiError> {
+        let env = crate::tools::run_env(
+            self.dispatcher(),
+            self.code()?,
+            self.registry().as_ref(),
+            record,
+        )
+        .await?;
+        crate::tools::build_tool(self.dispatcher(), record, &env)
     }
 
     /// The sandbox of the execute route, or the 503 saying why this host has none.
@@ -144,7 +179,8 @@ impl AppState {
             return Ok(p);
         }
         let record = find_tool(self.registry().as_ref(), id_or_name).await?;
-        let runtime = build_runtime(self.dispatcher(), self.journal(), &record)?;
+        let tool = self.runnable(&record).await?;
+        let runtime = build_runtime(self.journal(), tool)?;
         let prepared = Arc::new(Prepared { record, runtime });
         let cache = &self.inner.prepared;
         cache.insert(prepared.record.id.clone(), prepared.clone());

@@ -2,10 +2,13 @@
 //! definition into a tool the runtime can execute (a dispatched tool's stdout, stderr
 //! and exit code come back in the call's outcome, as its diagnostics).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
+use toolshed_api::requests::CodeUpload;
 use toolshed_api::{ApiCode, FieldProblem};
+use toolshed_auth::{Claims, Role};
 use toolshed_core::file::ToolFile;
 use toolshed_core::{
     Handler, HandlerFuture, Pipeline, Reply, SpecError, Tool, ToolContext, ToolError, ToolSet,
@@ -15,6 +18,7 @@ use toolshed_journal::Journal;
 use toolshed_registry::{NewTool, RegistryStore, ToolRecord};
 use toolshed_runtime::{Runtime, RuntimeConfig};
 
+use crate::code::{CodeCache, RunEnv, Upload};
 use crate::error::ApiError;
 
 /// A registration (or update) body turned into a definition: the seed's fields
@@ -29,6 +33,13 @@ pub struct Registration {
     pub expected_revision: Option<u32>,
     /// The description is to come from the code's docstring.
     pub infer_description: bool,
+    /// The uploaded code, as sent.
+    pub code: Option<CodeUpload>,
+    /// The uploaded code, checked (by `complete_registration`).
+    pub upload: Option<Upload>,
+    /// How the checked definition runs on this server (its code's folder, its
+    /// dependencies), for the checks before it is stored.
+    pub run_env: RunEnv,
 }
 
 /// The source of the tools the server registers itself (the stdlib's); no client may
@@ -81,6 +92,26 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
             ));
         }
     };
+    let code = match map.remove("code") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            serde_path_to_error::deserialize::<_, CodeUpload>(v).map_err(|e| {
+                let path = e.path().to_string();
+                let field = if path == "." || path.is_empty() {
+                    "code".to_owned()
+                } else {
+                    format!("code.{path}")
+                };
+                ApiError::field(
+                    &field,
+                    format!(
+                        "{}; send {{\"archive_base64\": \"<base64 of a tar>\", \"sha256\": \"<hex>\"}}",
+                        e.into_inner()
+                    ),
+                )
+            })?,
+        ),
+    };
     rename(&mut map, "schema_definition", "input_schema")?;
     // A Python or Node tool may leave its description to the docstring (filled in by
     // `complete_registration`); a placeholder lets the other fields be checked now.
@@ -110,7 +141,11 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
     })?;
     // Check every field now (the spec is rebuilt when the tool is executed).
     file.clone().into_spec().map_err(spec_error)?;
-    if let Some(endpoint) = &file.endpoint {
+    // Endpoints naming a file are checked by `complete_registration`, which knows the
+    // caller and the code: parsing one here would say whether a host path exists.
+    if let Some(endpoint) = &file.endpoint
+        && crate::code::split_kind(endpoint).is_none()
+    {
         Endpoint::parse(endpoint).map_err(|e| ApiError::field("endpoint", e.to_string()))?;
     }
     Ok(Registration {
@@ -118,6 +153,9 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
         source,
         expected_revision,
         infer_description,
+        code,
+        upload: None,
+        run_env: RunEnv::default(),
     })
 }
 
@@ -184,9 +222,27 @@ fn seed_field(field: &str) -> String {
 /// a Python or Node tool without a schema gets one inferred from its code.
 pub async fn complete_registration(
     dispatcher: &Dispatcher,
+    cache: &CodeCache,
+    claims: &Claims,
     mut reg: Registration,
 ) -> Result<Registration, ApiError> {
-    let Some(text) = reg.file.endpoint.clone() else {
+    if reg.code.is_some() {
+        resolve_upload(dispatcher, cache, &mut reg).await?;
+    } else if reg
+        .file
+        .endpoint
+        .as_deref()
+        .and_then(crate::code::split_kind)
+        .is_some()
+    {
+        host_path(cache, claims, &mut reg)?;
+    }
+    let Some(text) = reg
+        .run_env
+        .endpoint
+        .clone()
+        .or_else(|| reg.file.endpoint.clone())
+    else {
         return Ok(reg);
     };
     let endpoint =
@@ -205,46 +261,31 @@ pub async fn complete_registration(
                 ),
             ));
         }
-        Endpoint::Python { path, .. } | Endpoint::Node { path, .. } => {
-            if !path.is_file() {
-                return Err(ApiError::field(
-                    "endpoint",
-                    format!(
-                        "{} is not a file on the server; push from the machine the server runs on, or use an http(s):// endpoint",
-                        path.display()
-                    ),
-                ));
-            }
-            if reg.file.input_schema.is_none() || reg.infer_description {
-                let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
-                    ApiError::field(
-                        "schema_definition",
-                        format!("none given and inferring it failed: {e}"),
-                    )
-                })?;
-                if reg.file.input_schema.is_none() {
-                    reg.file.input_schema = Some(inferred.input_schema);
-                    if reg.file.output_schema.is_none() {
-                        reg.file.output_schema = inferred.output_schema;
-                    }
-                }
-                if reg.infer_description {
-                    if inferred.description.trim().is_empty() {
-                        return Err(ApiError::field(
-                            "description",
-                            "none given and the code has no docstring; give a description",
-                        ));
-                    }
-                    reg.file.description = inferred.description;
-                    reg.infer_description = false;
+        Endpoint::Python { .. } | Endpoint::Node { .. }
+            if reg.file.input_schema.is_none() || reg.infer_description =>
+        {
+            let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
+                ApiError::field(
+                    "schema_definition",
+                    format!("none given and inferring it failed: {e}"),
+                )
+            })?;
+            if reg.file.input_schema.is_none() {
+                reg.file.input_schema = Some(inferred.input_schema);
+                if reg.file.output_schema.is_none() {
+                    reg.file.output_schema = inferred.output_schema;
                 }
             }
-        }
-        Endpoint::Exec { path } if !path.is_file() => {
-            return Err(ApiError::field(
-                "endpoint",
-                format!("{} is not a file on the server", path.display()),
-            ));
+            if reg.infer_description {
+                if inferred.description.trim().is_empty() {
+                    return Err(ApiError::field(
+                        "description",
+                        "none given and the code has no docstring; give a description",
+                    ));
+                }
+                reg.file.description = inferred.description;
+                reg.infer_description = false;
+            }
         }
         _ => {}
     }
@@ -270,7 +311,130 @@ pub fn new_tool(reg: &Registration, created_by: &str, tenant: &str) -> Result<Ne
         definition,
         created_by: created_by.to_owned(),
         tenant: tenant.to_owned(),
+        code: reg.upload.as_ref().map(Upload::new_code),
     })
+}
+
+/// Check an upload and its endpoint (a file of the code), write the code to the cache
+/// and install its dependencies, so the checks that follow run what will be stored.
+async fn resolve_upload(
+    dispatcher: &Dispatcher,
+    cache: &CodeCache,
+    reg: &mut Registration,
+) -> Result<(), ApiError> {
+    let Some(upload) = reg.code.take() else {
+        return Ok(());
+    };
+    let upload = cache.check(&upload)?;
+    let Some(text) = reg.file.endpoint.clone() else {
+        return Err(ApiError::field(
+            "endpoint",
+            "uploaded code needs an endpoint naming its entry file, e.g. `python:order_lookup.py:order_lookup`",
+        ));
+    };
+    // The paths are checked against the files before anything is written.
+    crate::code::code_endpoint(&text, Some(&upload.files), Path::new("/"))?;
+    let root = cache.materialise(&upload.sha256, &upload.files).await?;
+    reg.run_env = code_env(dispatcher, cache, &reg.file, &text, &root).await?;
+    reg.upload = Some(upload);
+    Ok(())
+}
+
+/// A host-path endpoint: admins only, inside a tool root; stored with its canonical
+/// path.
+fn host_path(cache: &CodeCache, claims: &Claims, reg: &mut Registration) -> Result<(), ApiError> {
+    let Some(text) = reg.file.endpoint.clone() else {
+        return Ok(());
+    };
+    if let Some((kind, rest)) = crate::code::split_kind(&text)
+        && !rest.starts_with('/')
+    {
+        return Err(ApiError::field(
+            "endpoint",
+            format!(
+                "`{}` names a relative path, which is a file of uploaded code: send the code in `code` (`toolshed registry tool push FILE` does), e.g. `{kind}:tool.py` with the tool's files",
+                short(&Value::String(text.clone()))
+            ),
+        ));
+    }
+    if claims.role < Role::Admin {
+        return Err(ApiError::new(
+            ApiCode::Forbidden,
+            format!(
+                "registering an endpoint that names a path on the server (`{}`) needs the admin role; upload the code instead (`toolshed registry tool push FILE` sends it, or give `code`)",
+                short(&Value::String(text))
+            ),
+        ));
+    }
+    reg.file.endpoint = Some(cache.host_endpoint(&text)?);
+    Ok(())
+}
+
+/// How a code tool runs: its endpoint under the code's folder, its dependencies
+/// installed.
+async fn code_env(
+    dispatcher: &Dispatcher,
+    cache: &CodeCache,
+    file: &ToolFile,
+    text: &str,
+    root: &Path,
+) -> Result<RunEnv, ApiError> {
+    let (endpoint, entry, language) = crate::code::code_endpoint(text, None, root)?;
+    let mut libraries = Vec::new();
+    if let Some(language) = language {
+        let python = match language {
+            crate::code::Language::Python => dispatcher.python_executable().await.ok(),
+            crate::code::Language::Node => None,
+        };
+        let entry_dir = root
+            .join(&entry)
+            .parent()
+            .map_or_else(|| root.to_path_buf(), Path::to_path_buf);
+        libraries = cache
+            .dependencies(python.as_deref(), file, language, root, &entry_dir)
+            .await?;
+    }
+    Ok(RunEnv {
+        endpoint: Some(endpoint),
+        libraries,
+        root: Some(root.to_path_buf()),
+    })
+}
+
+/// How a stored tool runs on this server: its code loaded into the cache (uploaded
+/// code) or its host path checked against the tool roots again.
+pub async fn run_env(
+    dispatcher: &Dispatcher,
+    cache: &CodeCache,
+    registry: &dyn RegistryStore,
+    record: &ToolRecord,
+) -> Result<RunEnv, ApiError> {
+    let Some(text) = record.endpoint.as_deref() else {
+        return Ok(RunEnv::default());
+    };
+    if let Some(code) = &record.code {
+        let root = cache.load(registry, code).await?;
+        let file: ToolFile = serde_json::from_value(record.definition.clone()).map_err(|e| {
+            ApiError::internal(
+                &format!("tool {} has an unreadable definition", record.id),
+                e,
+            )
+        })?;
+        return code_env(dispatcher, cache, &file, text, &root).await;
+    }
+    if let Some((_, rest)) = crate::code::split_kind(text) {
+        let path = rest.split(':').next().unwrap_or(rest);
+        if !cache.host_path_allowed(Path::new(path)) {
+            return Err(ApiError::new(
+                ApiCode::InvalidDefinition,
+                format!(
+                    "tool `{}` names a path on the server that is not a file under this server's tool roots; push its code (`toolshed registry tool push`) to update it",
+                    record.name
+                ),
+            ));
+        }
+    }
+    Ok(RunEnv::default())
 }
 
 /// The active tool with this id, or else with this name (or its `_`/`-` twin).
@@ -315,12 +479,7 @@ fn name_forms(name: &str) -> Vec<String> {
 }
 
 /// Build the runtime executing one registry tool.
-pub fn build_runtime(
-    dispatcher: &Dispatcher,
-    journal: &Arc<dyn Journal>,
-    record: &ToolRecord,
-) -> Result<Runtime, ApiError> {
-    let tool = build_tool(dispatcher, record)?;
+pub fn build_runtime(journal: &Arc<dyn Journal>, tool: Tool) -> Result<Runtime, ApiError> {
     let set =
         ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
     let pipeline = Pipeline::builder(set).build();
@@ -329,14 +488,18 @@ pub fn build_runtime(
 
 /// A stored definition as an executable tool; a definition this server refuses is a
 /// 409 that says to replace it.
-pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, ApiError> {
+pub fn build_tool(
+    dispatcher: &Dispatcher,
+    record: &ToolRecord,
+    env: &RunEnv,
+) -> Result<Tool, ApiError> {
     let file: ToolFile = serde_json::from_value(record.definition.clone()).map_err(|e| {
         ApiError::internal(
             &format!("tool {} has an unreadable definition", record.id),
             e,
         )
     })?;
-    executable(dispatcher, file).map_err(|reason| {
+    executable(dispatcher, file, env).map_err(|reason| {
         ApiError::new(
             ApiCode::InvalidDefinition,
             format!("tool `{}` {reason}; update it with PUT", record.name),
@@ -345,12 +508,13 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
 }
 
 /// A definition as the tool the runtime executes, or why it cannot be one.
-pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, String> {
+pub fn executable(dispatcher: &Dispatcher, file: ToolFile, env: &RunEnv) -> Result<Tool, String> {
     let mut spec = file
         .into_spec()
         .map_err(|e| format!("has a definition this server refuses ({e})"))?;
     let name = spec.name.as_str().to_owned();
-    let handler: Arc<dyn Handler> = match spec.meta.endpoint.as_deref().map(Endpoint::parse) {
+    let endpoint_text = env.endpoint.clone().or_else(|| spec.meta.endpoint.clone());
+    let handler: Arc<dyn Handler> = match endpoint_text.as_deref().map(Endpoint::parse) {
         None => Arc::new(NoEndpoint(name.clone())),
         Some(Err(e)) => return Err(format!("has an invalid endpoint ({e})")),
         Some(Ok(Endpoint::Builtin { name: builtin })) => match toolshed_stdlib::get(&builtin) {
@@ -368,7 +532,13 @@ pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, Strin
             } else {
                 toolshed_sandbox::Network::Off
             };
-            let policy = toolshed_dispatch::SandboxPolicy::default().network(network);
+            let mut policy = toolshed_dispatch::SandboxPolicy::default().network(network);
+            if let Some(root) = &env.root {
+                policy = policy.project(root.clone());
+            }
+            for lib in &env.libraries {
+                policy = policy.library(lib.clone());
+            }
             dispatcher.handler_with(endpoint, &name, policy)
         }
     };

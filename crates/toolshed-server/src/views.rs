@@ -63,6 +63,16 @@ pub fn tool_detail(t: &ToolRecord) -> ToolDetail {
         output_schema: field("output_schema"),
         definition: t.definition.clone(),
         created_by: t.created_by.clone(),
+        code: t.code.as_ref().map(code_view),
+    }
+}
+
+/// A revision's uploaded code: hash, size, files.
+pub fn code_view(c: &toolshed_registry::CodeRef) -> toolshed_api::views::CodeView {
+    toolshed_api::views::CodeView {
+        sha256: c.sha256.clone(),
+        size_bytes: c.size_bytes,
+        files: c.files,
     }
 }
 

@@ -247,8 +247,8 @@ async fn bad_json_field_errors_and_oversized_bodies_are_clear_4xx() {
         (
             "POST",
             "/api/v1/registry/tools",
-            json!({"name": "t", "description": "d", "endpoint": "python:/no/such/file.py"}),
-            "does not exist",
+            json!({"name": "t", "description": "d", "endpoint": "python:no/such/file.py"}),
+            "send the code in `code`",
         ),
         (
             "POST",
@@ -649,12 +649,13 @@ async fn stdlib_tools_execute_as_runs_carrying_the_principal_per_tenant() {
 async fn python_and_node_tools_get_inferred_schemas_and_execute() {
     let s = TestServer::start().await;
     let d = Some(s.deployer.as_str());
+    let a = Some(s.admin.as_str());
     let py = s.write(
         "order_lookup.py",
         include_str!("../../toolshed-dispatch/tests/fixtures/order_lookup.py"),
     );
     let (status, answer) = s
-        .call("POST", "/api/v1/registry/tools", d, Some(json!({"name": "order-lookup", "description": "", "endpoint": format!("python:{py}")})))
+        .call("POST", "/api/v1/registry/tools", a, Some(json!({"name": "order-lookup", "description": "", "endpoint": format!("python:{py}")})))
         .await;
     assert_eq!(status, 201, "{answer}");
     let schema = &answer["data"]["schema_definition"];
@@ -702,7 +703,7 @@ async fn python_and_node_tools_get_inferred_schemas_and_execute() {
         .call(
             "POST",
             "/api/v1/registry/tools",
-            d,
+            a,
             Some(json!({"name": "greet", "description": "", "endpoint": format!("node:{node}")})),
         )
         .await;
@@ -732,7 +733,7 @@ async fn python_and_node_tools_get_inferred_schemas_and_execute() {
         .call(
             "POST",
             "/api/v1/registry/tools",
-            d,
+            a,
             Some(json!({"name": "who", "endpoint": format!("python:{who}")})),
         )
         .await;
@@ -753,6 +754,7 @@ async fn python_and_node_tools_get_inferred_schemas_and_execute() {
 async fn hanging_crashing_garbage_and_flooding_tools_are_error_results() {
     let s = TestServer::start().await;
     let d = Some(s.deployer.as_str());
+    let a = Some(s.admin.as_str());
     let py = s.write(
         "bad_tools.py",
         r#"
@@ -823,7 +825,7 @@ def shouter() -> dict:
             b.extend(e);
         }
         let (status, answer) = s
-            .call("POST", "/api/v1/registry/tools", d, Some(body))
+            .call("POST", "/api/v1/registry/tools", a, Some(body))
             .await;
         assert_eq!(status, 201, "{name}: {answer}");
     }
@@ -911,6 +913,7 @@ def shouter() -> dict:
 async fn a_dispatched_stream_records_its_partials_in_the_run() {
     let s = TestServer::start().await;
     let d = Some(s.deployer.as_str());
+    let a = Some(s.admin.as_str());
     let py = s.write(
         "counter.py",
         "def counter(n: int = 3):\n    \"\"\"Count; each value but the last is a partial.\"\"\"\n    for i in range(n):\n        yield {\"i\": i}\n",
@@ -919,7 +922,7 @@ async fn a_dispatched_stream_records_its_partials_in_the_run() {
         .call(
             "POST",
             "/api/v1/registry/tools",
-            d,
+            a,
             Some(json!({"name": "counter", "endpoint": format!("python:{py}")})),
         )
         .await;

@@ -38,6 +38,7 @@ impl Embedded {
         config.jwt_secret = Some(SECRET.into());
         config.admin_password = Some(ADMIN_PASSWORD.into());
         config.dispatcher.cache_dir = dir.path().join("cache");
+        config.code.tool_roots = vec![dir.path().to_path_buf()];
         adjust(&mut config);
         let server = Server::open(config).await.unwrap();
         let state = server.state().clone();

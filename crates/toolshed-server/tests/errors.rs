@@ -216,7 +216,7 @@ async fn a_request_past_the_time_limit_is_request_timeout() {
         .call(
             "POST",
             "/api/v1/registry/tools",
-            Some(&s.deployer),
+            Some(&s.admin),
             Some(json!({
                 "name": "sleepy",
                 "description": "Sleeps.",

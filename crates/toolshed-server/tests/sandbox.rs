@@ -452,7 +452,7 @@ async fn a_registered_tools_own_code_runs_in_the_sandbox() {
             body[k] = v.clone();
         }
         let (status, answer) = s
-            .call("POST", "/api/v1/registry/tools", d, Some(body))
+            .call("POST", "/api/v1/registry/tools", Some(&s.admin), Some(body))
             .await;
         assert_eq!(status, 201, "{answer}");
     }
@@ -754,7 +754,7 @@ async fn a_registered_tool_gets_the_network_only_when_it_declares_it() {
             "network_access": network_access,
         });
         let (status, answer) = s
-            .call("POST", "/api/v1/registry/tools", d, Some(body))
+            .call("POST", "/api/v1/registry/tools", Some(&s.admin), Some(body))
             .await;
         assert_eq!(status, 201, "{answer}");
     }

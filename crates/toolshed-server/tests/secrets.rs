@@ -132,7 +132,7 @@ def leaky(ctx, fail: bool = False):
         .call(
             "POST",
             "/api/v1/registry/tools",
-            d,
+            Some(s.admin.as_str()),
             Some(json!({"name": "leaky", "endpoint": format!("python:{py}"), "credentials": [CREDENTIAL]})),
         )
         .await;

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolshed_agent::{RegistryLookup, RegistryLookupError, RegistryTool};
 use toolshed_api::requests::LoginBody;
-use toolshed_api::views::{TokenView, ToolDetail};
+use toolshed_api::views::{CodeDownload, CodeView, TokenView, ToolDetail};
 use toolshed_api::{ApiCode, Data, ErrorDetails, ErrorEnvelope};
 use toolshed_core::file::ToolFile;
 
@@ -588,10 +588,99 @@ impl RegistryLookup for HttpRegistry {
             .ok_or_else(|| RegistryLookupError::NoEndpoint {
                 name: name.to_owned(),
             })?;
+        let endpoint = match &tool.code {
+            Some(code) => self.local_code(name, code, &endpoint).await?,
+            None => endpoint,
+        };
         Ok(Some(RegistryTool {
             definition,
             endpoint,
         }))
+    }
+}
+
+impl HttpRegistry {
+    /// A registry tool's uploaded code in this machine's cache (fetched once per hash,
+    /// checked like an upload), and its endpoint made absolute there: an agent here runs
+    /// exactly the registered code. Its dependencies are not installed here.
+    async fn local_code(
+        &self,
+        name: &str,
+        code: &CodeView,
+        endpoint: &str,
+    ) -> Result<String, RegistryLookupError> {
+        let dir = toolshed_dispatch::DispatcherConfig::default()
+            .cache_dir
+            .join("registry-code")
+            .join(&code.sha256);
+        if !dir.is_dir() {
+            let answer: Answer<Data<CodeDownload>> = self
+                .client
+                .get(&["api", "v1", "registry", "tools", name, "code"])
+                .await
+                .map_err(|e| RegistryLookupError::Unavailable(e.describe()))?;
+            let bad = |why: String| {
+                RegistryLookupError::InvalidAnswer(format!("the code of `{name}` {why}"))
+            };
+            let data = answer.body.data;
+            let archive = toolshed_api::code::decode_base64(&data.archive_base64, u64::MAX / 2)
+                .map_err(|e| bad(e.to_string()))?;
+            toolshed_api::code::check_sha256(&code.sha256, &archive)
+                .map_err(|_| bad("does not match its hash".into()))?;
+            let limits = toolshed_api::code::CodeLimits {
+                max_archive_bytes: u64::MAX,
+                max_file_bytes: u64::MAX,
+                max_files: usize::MAX,
+                max_path_bytes: 4096,
+            };
+            let files = toolshed_api::code::check_archive(&archive, &limits)
+                .map_err(|e| bad(e.to_string()))?;
+            write_code(&dir, &files)
+                .map_err(|e| bad(format!("cannot be written to {} ({e})", dir.display())))?;
+        }
+        for prefix in ["python:", "node:", "exec:"] {
+            if let Some(rest) = endpoint.strip_prefix(prefix) {
+                return Ok(format!("{prefix}{}", dir.join(rest).display()));
+            }
+        }
+        Ok(endpoint.to_owned())
+    }
+}
+
+/// Write checked files under a temporary folder beside `dir`, then rename it into place
+/// (a folder that exists is complete).
+fn write_code(
+    dir: &std::path::Path,
+    files: &[toolshed_api::code::CodeFile],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let parent = dir.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(".tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp)?;
+    for f in files {
+        let path = tmp.join(&f.path);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if f.executable { 0o755 } else { 0o644 })
+            .open(&path)?;
+        out.write_all(&f.content)?;
+    }
+    match std::fs::rename(&tmp, dir) {
+        Ok(()) => Ok(()),
+        Err(_) if dir.is_dir() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Err(e)
+        }
     }
 }
 

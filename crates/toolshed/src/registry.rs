@@ -15,10 +15,11 @@ use serde_json::{Map, Value, json};
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig, Endpoint, InferredTool};
 
+use toolshed_api::code::{CodeFile, build_archive};
 use toolshed_api::requests::{AnswerBody, ExecuteBody, ReasonBody};
 use toolshed_api::views::{
-    AnswerView, DecisionView, ExecuteStatus, ExecuteView, Gate, ResumeView, ToolDetail,
-    ToolSummary, UsageView,
+    AnswerView, CodeDownload, DecisionView, ExecuteStatus, ExecuteView, Gate, ResumeView,
+    ToolDetail, ToolSummary, UsageView,
 };
 use toolshed_api::{ApiCode, Data, Paged};
 
@@ -116,6 +117,19 @@ pub enum ToolCommand {
         /// The tool's name or id.
         name: String,
     },
+    /// Fetch a tool's uploaded code back: one file, or a package's folder.
+    Pull {
+        /// The tool's name or id.
+        name: String,
+        /// Where to write it: the file (one-file code) or the folder (a package); by
+        /// default the file's own name, or a folder named after the tool, here. An
+        /// existing file or a non-empty folder is not overwritten.
+        #[arg(long, value_name = "PATH")]
+        output: Option<PathBuf>,
+        /// The revision (default: the current one).
+        #[arg(long)]
+        revision: Option<u32>,
+    },
 }
 
 /// Arguments of `toolshed registry tool push`.
@@ -168,6 +182,11 @@ pub async fn run(cmd: RegistryCommand, json_out: bool) -> Result<(), Failure> {
         ToolCommand::Usage { name } => usage(&name, json_out).await,
         ToolCommand::Delete { name } => delete(&name, json_out).await,
         ToolCommand::Versions { name } => versions(&name, json_out).await,
+        ToolCommand::Pull {
+            name,
+            output,
+            revision,
+        } => pull(&name, output, revision, json_out).await,
     }
 }
 
@@ -221,6 +240,20 @@ fn classify(target: &str) -> Result<Target, Failure> {
         }
         _ => (target, None),
     };
+    if Path::new(file).is_dir() {
+        for manifest in ["tool.yaml", "tool.yml", "tool.json"] {
+            let path = Path::new(file).join(manifest);
+            if path.is_file() {
+                let abs = std::path::absolute(&path)
+                    .with_context(|| format!("cannot make {} absolute", path.display()))
+                    .map_err(Failure::bad_input)?;
+                return Ok(Target::Definition(abs));
+            }
+        }
+        return Err(Failure::bad_input(anyhow!(
+            "{file} is a folder without a tool.yaml; a package needs one (name, description, implementation: {{language, entrypoint}}), or push one file of it"
+        )));
+    }
     let ext = extension(file);
     let is_code = ext == "py" || NODE_EXTENSIONS.contains(&ext.as_str());
     let is_definition = DEFINITION_EXTENSIONS.contains(&ext.as_str());
@@ -353,11 +386,126 @@ async fn code_body(
     if let Some(out) = inferred.and_then(|i| i.output_schema) {
         body.insert("output_schema".into(), out);
     }
-    body.insert(
-        "endpoint".into(),
-        json!(args.endpoint.clone().unwrap_or(endpoint_text)),
-    );
+    match &args.endpoint {
+        // An endpoint of the pusher's choosing (a path on the server, for admins).
+        Some(ep) => {
+            body.insert("endpoint".into(), json!(ep));
+        }
+        None => {
+            let folder = path.parent().unwrap_or(Path::new("."));
+            let file_name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                Failure::bad_input(anyhow!("{}: not a file name", path.display()))
+            })?;
+            let mut relative = format!("{kind}:{file_name}");
+            if let Some(f) = &function_part(&endpoint_text, kind) {
+                relative.push(':');
+                relative.push_str(f);
+            }
+            body.insert("endpoint".into(), json!(relative));
+            let mut files = vec![local_file(path, file_name)?];
+            // A manifest beside the file is its dependencies: it travels with it.
+            for manifest in ["requirements.txt", "package.json"] {
+                let m = folder.join(manifest);
+                if m.is_file() {
+                    files.push(local_file(&m, manifest)?);
+                }
+            }
+            body.insert("code".into(), upload_body(&files)?);
+        }
+    }
     Ok(body)
+}
+
+/// The function or export an endpoint names after its file, if any.
+fn function_part(endpoint: &str, kind: &str) -> Option<String> {
+    let rest = endpoint.strip_prefix(kind)?.strip_prefix(':')?;
+    let (file, f) = rest.rsplit_once(':')?;
+    (!f.contains('/') && !file.is_empty()).then(|| f.to_owned())
+}
+
+/// One local file as a file of the upload.
+fn local_file(path: &Path, inside: &str) -> Result<CodeFile, Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(Failure::bad_input)?;
+    if meta.file_type().is_symlink() {
+        return Err(Failure::bad_input(anyhow!(
+            "{} is a symlink; the server refuses links in uploaded code: copy the file itself there",
+            path.display()
+        )));
+    }
+    let content = std::fs::read(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(Failure::bad_input)?;
+    Ok(CodeFile {
+        path: inside.to_owned(),
+        content,
+        executable: meta.permissions().mode() & 0o111 != 0,
+    })
+}
+
+/// Every file of a package folder, skipping what is never part of a tool's code:
+/// hidden entries (`.git`, `.venv`), `__pycache__`, `node_modules` and `*.pyc`. A
+/// symlink or a special file is refused, as the server would.
+fn package_files(root: &Path) -> Result<Vec<CodeFile>, Failure> {
+    let mut files = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let entries = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))
+            .map_err(Failure::bad_input)?;
+        for entry in entries {
+            let entry = entry
+                .with_context(|| format!("cannot list {}", dir.display()))
+                .map_err(Failure::bad_input)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                return Err(Failure::bad_input(anyhow!(
+                    "{}: a file name that is not UTF-8; rename it",
+                    entry.path().display()
+                )));
+            };
+            if name.starts_with('.')
+                || name == "__pycache__"
+                || name == "node_modules"
+                || name.ends_with(".pyc")
+            {
+                continue;
+            }
+            let inside = rel.join(name);
+            let kind = entry
+                .file_type()
+                .with_context(|| format!("cannot read {}", entry.path().display()))
+                .map_err(Failure::bad_input)?;
+            if kind.is_dir() {
+                stack.push(inside);
+            } else if kind.is_file() {
+                files.push(local_file(&entry.path(), &inside.to_string_lossy())?);
+            } else {
+                return Err(Failure::bad_input(anyhow!(
+                    "{} is a {}; the server takes regular files and folders only: copy the file itself there, or move it out of the package",
+                    entry.path().display(),
+                    if kind.is_symlink() {
+                        "symlink"
+                    } else {
+                        "special file"
+                    }
+                )));
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The `code` field of a registration: the files as a tar, base64, with its hash.
+fn upload_body(files: &[CodeFile]) -> Result<Value, Failure> {
+    let archive = build_archive(files).map_err(|e| Failure::bad_input(anyhow!(e)))?;
+    Ok(json!({
+        "archive_base64": toolshed_api::code::encode_base64(&archive),
+        "sha256": toolshed_api::code::sha256_hex(&archive),
+    }))
 }
 
 fn file_stem(path: &Path) -> String {
@@ -417,13 +565,46 @@ async fn definition_body(path: &Path, args: &PushArgs) -> Result<Map<String, Val
             file.description = inferred.description;
         }
     }
+    // The folder of the definition is the package: an endpoint naming a file inside
+    // it is sent relative, with the folder's files. One outside it names a path on the
+    // server (admins only) and is sent as it is.
+    let mut upload = None;
+    if args.endpoint.is_none()
+        && let Some(ep) = &file.endpoint
+        && let Some(relative) = relative_endpoint(ep, folder)
+    {
+        file.endpoint = Some(relative);
+        if let Some(imp) = &mut file.implementation
+            && let Ok(rel) = Path::new(&imp.entrypoint).strip_prefix(folder)
+        {
+            imp.entrypoint = rel.display().to_string();
+        }
+        upload = Some(upload_body(&package_files(folder)?)?);
+    }
     match serde_json::to_value(&file) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(mut map)) => {
+            if let Some(code) = upload {
+                map.insert("code".into(), code);
+            }
+            Ok(map)
+        }
         Ok(_) | Err(_) => Err(Failure::Error {
             code: EXIT_INTERNAL,
             error: anyhow!("cannot turn {shown} into JSON"),
         }),
     }
+}
+
+/// `python:/pkg/src/x.py:f` as `python:src/x.py:f` when the file is inside `folder`.
+fn relative_endpoint(endpoint: &str, folder: &Path) -> Option<String> {
+    let folder = std::path::absolute(folder).ok()?;
+    for prefix in ["python:", "node:", "exec:"] {
+        if let Some(rest) = endpoint.strip_prefix(prefix) {
+            let rel = Path::new(rest).strip_prefix(&folder).ok()?;
+            return Some(format!("{prefix}{}", rel.display()));
+        }
+    }
+    None
 }
 
 /// `python:tools/x.py` in a file means the file beside it: make file endpoints
@@ -545,6 +726,107 @@ async fn push(args: PushArgs, json_out: bool) -> Result<(), Failure> {
 
 // ------------------------------------------------------------------ other commands
 
+async fn pull(
+    name: &str,
+    output: Option<PathBuf>,
+    revision: Option<u32>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let query: Vec<(&str, String)> = revision
+        .map(|r| vec![("revision", r.to_string())])
+        .unwrap_or_default();
+    let url = client.url(&tool_path(name, &["code"]), &query);
+    let answer: Answer<Data<CodeDownload>> = client.send(Method::GET, url, None::<&Value>).await?;
+    let d = &answer.body.data;
+    let bad_answer = |why: String| Failure::Error {
+        code: EXIT_INTERNAL,
+        error: anyhow!("{} answered code for `{name}` that {why}", client.base()),
+    };
+    // The server is checked like any upload: a hostile one cannot write outside the
+    // output folder.
+    let archive = toolshed_api::code::decode_base64(&d.archive_base64, u64::MAX / 2)
+        .map_err(|e| bad_answer(e.to_string()))?;
+    toolshed_api::code::check_sha256(&d.code.sha256, &archive)
+        .map_err(|_| bad_answer("does not match its hash".into()))?;
+    let unlimited = toolshed_api::code::CodeLimits {
+        max_archive_bytes: u64::MAX,
+        max_file_bytes: u64::MAX,
+        max_files: usize::MAX,
+        max_path_bytes: 4096,
+    };
+    let files = toolshed_api::code::check_archive(&archive, &unlimited)
+        .map_err(|e| bad_answer(e.to_string()))?;
+    let written = match files.as_slice() {
+        [one] if !one.path.contains('/') => {
+            let target = output.unwrap_or_else(|| PathBuf::from(&one.path));
+            let target = if target.is_dir() {
+                target.join(&one.path)
+            } else {
+                target
+            };
+            write_new(&target, one)?;
+            target
+        }
+        _ => {
+            let folder = output.unwrap_or_else(|| PathBuf::from(name));
+            if folder.exists()
+                && std::fs::read_dir(&folder).map_or(true, |mut d| d.next().is_some())
+            {
+                return Err(Failure::bad_input(anyhow!(
+                    "{} exists and is not an empty folder; choose another with --output",
+                    folder.display()
+                )));
+            }
+            for f in &files {
+                write_new(&folder.join(&f.path), f)?;
+            }
+            folder
+        }
+    };
+    if json_out {
+        print_json(answer.data_json());
+        return Ok(());
+    }
+    print(&format!(
+        "wrote revision {} of {name} to {} ({} file{}, {} bytes, sha256 {})",
+        d.revision,
+        written.display(),
+        d.code.files,
+        if d.code.files == 1 { "" } else { "s" },
+        d.code.size_bytes,
+        d.code.sha256
+    ));
+    Ok(())
+}
+
+/// Write a pulled file where nothing is yet.
+fn write_new(path: &Path, file: &CodeFile) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))
+            .map_err(Failure::bad_input)?;
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if file.executable { 0o755 } else { 0o644 })
+        .open(path)
+        .with_context(|| {
+            format!(
+                "cannot write {} (an existing file is not overwritten; choose another with --output)",
+                path.display()
+            )
+        })
+        .map_err(Failure::bad_input)?;
+    out.write_all(&file.content)
+        .with_context(|| format!("cannot write {}", path.display()))
+        .map_err(Failure::bad_input)?;
+    Ok(())
+}
+
 async fn list(
     tool_type: Option<String>,
     source: Option<String>,
@@ -649,6 +931,16 @@ async fn show(name: &str, json_out: bool) -> Result<(), Failure> {
         t.updated_at,
         tool.created_by,
     );
+    if let Some(c) = &tool.code {
+        out.push_str(&format!(
+            "  code         sha256 {} ({} bytes, {} file{}; `toolshed registry tool pull {}`)\n",
+            c.sha256,
+            c.size_bytes,
+            c.files,
+            if c.files == 1 { "" } else { "s" },
+            t.name
+        ));
+    }
     out.push_str("\ninput schema:\n");
     out.push_str(&serde_json::to_string_pretty(&tool.schema_definition).unwrap_or_default());
     if !tool.output_schema.is_null() {

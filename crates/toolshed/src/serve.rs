@@ -52,6 +52,21 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// A folder under which an admin may register `python:`, `node:` or `exec:`
+    /// endpoints naming a path on this server (repeatable; `TOOLSHED_TOOL_ROOTS` takes
+    /// a `:`-separated list). Without one, no host path is accepted and tools upload
+    /// their code.
+    #[arg(
+        long = "tool-root",
+        value_name = "DIR",
+        env = "TOOLSHED_TOOL_ROOTS",
+        value_delimiter = ':'
+    )]
+    tool_roots: Vec<std::path::PathBuf>,
+    /// The folder of uploaded code and installed dependencies (default: `code/` in the
+    /// cache folder, `$TOOLSHED_CACHE_DIR` or `~/.cache/toolshed`).
+    #[arg(long, env = "TOOLSHED_CODE_DIR", value_name = "DIR")]
+    code_dir: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -69,6 +84,8 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.request_timeout = Duration::from_secs(s);
     }
     sandbox_settings(&args, &mut config.sandbox)?;
+    config.code.tool_roots = args.tool_roots.clone();
+    config.code.dir = args.code_dir.clone();
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }
@@ -201,7 +218,9 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 /// (2); a database or address that cannot be used is 3.
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
-        ServerError::Auth(_) | ServerError::SandboxSettings(_) => EXIT_BAD_INPUT,
+        ServerError::Auth(_) | ServerError::SandboxSettings(_) | ServerError::CodeSettings(_) => {
+            EXIT_BAD_INPUT
+        }
         ServerError::Journal(JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         ServerError::Registry(RegistryError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         _ => EXIT_INTERNAL,
@@ -241,5 +260,25 @@ mod tests {
             assert!(!parse(&[]).unwrap_or(true), "sandboxed by default");
         }
         assert!(parse(&["--unsandboxed"]).unwrap_or(false));
+    }
+
+    #[test]
+    fn tool_roots_repeat_and_none_is_the_default() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.tool_roots)
+                .unwrap_or_default()
+        };
+        if std::env::var_os("TOOLSHED_TOOL_ROOTS").is_none() {
+            assert!(parse(&[]).is_empty(), "no host path by default");
+        }
+        assert_eq!(
+            parse(&["--tool-root", "/srv/a", "--tool-root", "/srv/b"]),
+            [std::path::PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
+        assert_eq!(
+            parse(&["--tool-root", "/srv/a:/srv/b"]),
+            [std::path::PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
     }
 }

@@ -39,6 +39,7 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
             .args(["serve", "--addr", "127.0.0.1:0"])
             .current_dir(dir.path())
+            .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
             .env("TOOLSHED_DATABASE_URL", &db)
             .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env_remove("TOOLSHED_JWT_SECRET")
@@ -465,7 +466,14 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     );
 
     let tool = sh.json(&["registry", "tool", "show", "order-lookup", "--json"]);
-    assert_eq!(tool["endpoint"], format!("python:{py}"));
+    // The code was uploaded: the endpoint names the file inside it, not this machine's
+    // path, and the detail carries the code's hash and size.
+    assert_eq!(tool["endpoint"], "python:order_lookup.py");
+    assert_eq!(tool["code"]["files"], 1);
+    assert_eq!(
+        tool["code"]["size_bytes"].as_u64().map(|n| n > 0),
+        Some(true)
+    );
     assert_eq!(tool["source"], "cli");
     assert_eq!(tool["description"], "Look up an order by ID.");
     let schema = &tool["schema_definition"];
@@ -557,7 +565,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
         stdout(&o)
     );
     let tool = sh.json(&["registry", "tool", "show", "greet", "--json"]);
-    assert_eq!(tool["endpoint"], format!("node:{}", mjs.display()));
+    assert_eq!(tool["endpoint"], "node:greet.mjs");
     assert_eq!(tool["description"], "Greet someone by name.");
     assert_eq!(tool["schema_definition"]["required"], json!(["name"]));
     let o = sh.run(&[
@@ -716,20 +724,15 @@ fn failing_tools_exit_1_and_the_server_keeps_answering() {
         assert_eq!(code(&o), 0, "{}: {}", file.display(), stderr(&o));
     }
     let tool = sh.json(&["registry", "tool", "show", "slow-down", "--json"]);
-    assert_eq!(
-        tool["endpoint"],
-        format!("python:{}:slow_down", src.join("slow.py").display())
-    );
+    // The definition's folder was uploaded as a package: the endpoint names its file.
+    assert_eq!(tool["endpoint"], "python:slow.py:slow_down");
     assert_eq!(tool["definition"]["timeout_ms"], 500);
     assert_eq!(
         tool["schema_definition"]["properties"]["seconds"]["type"],
         "number"
     );
     let tool = sh.json(&["registry", "tool", "show", "garbage", "--json"]);
-    assert_eq!(
-        tool["endpoint"],
-        format!("exec:{}", src.join("garbage.sh").display())
-    );
+    assert_eq!(tool["endpoint"], "exec:garbage.sh");
 
     let cases: [(&str, &[&str]); 4] = [
         ("slow-down", &["TIMEOUT"]),
@@ -955,4 +958,193 @@ fn a_parked_call_exits_4_and_is_decided_and_resumed_on_the_server() {
     let o = sh.run(&["registry", "resume", run]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("not now"), "{}", stderr(&o));
+}
+
+// ---- uploaded code (issue 10) ----
+
+const ADDER_V1: &str = "def adder(x: int) -> int:\n    \"\"\"Add one.\"\"\"\n    return x + 1\n";
+const ADDER_V2: &str = "def adder(x: int) -> int:\n    \"\"\"Add two.\"\"\"\n    return x + 2\n";
+
+fn run_output(sh: &Shell, name: &str, args: &str) -> String {
+    let o = sh.run(&["registry", "tool", "run", name, "--args", args]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    stdout(&o).trim().to_owned()
+}
+
+#[test]
+fn push_from_a_second_folder_runs_on_a_server_started_elsewhere() {
+    // The server runs in its own folder; the pusher works in another one, and the file
+    // is gone from it before the tool runs: nothing but the upload reaches the server.
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let work = tempfile::tempdir().unwrap();
+    let py = write(work.path(), "adder.py", ADDER_V1);
+    let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    drop(work);
+    assert!(!py.exists());
+    assert_eq!(run_output(&sh, "adder", r#"{"x": 41}"#), "42");
+    let tool = sh.json(&["registry", "tool", "show", "adder", "--json"]);
+    assert_eq!(tool["endpoint"], "python:adder.py");
+    assert!(
+        !tool.to_string().contains(&py.display().to_string()),
+        "the pusher's path is nowhere in the tool: {tool}"
+    );
+    let o = sh.run(&["registry", "tool", "show", "adder"]);
+    assert!(
+        stdout(&o).contains("code         sha256 "),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn a_new_push_is_a_new_revision_and_the_old_one_keeps_its_code() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let work = sh.home.path().join("work");
+    let py = write(&work, "adder.py", ADDER_V1);
+    let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(run_output(&sh, "adder", r#"{"x": 1}"#), "2");
+    write(&work, "adder.py", ADDER_V2);
+    let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("updated adder to revision 2"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(run_output(&sh, "adder", r#"{"x": 1}"#), "3");
+    let versions = sh.json(&["registry", "tool", "versions", "adder", "--json"]);
+    let shas: Vec<String> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["code"]["sha256"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(shas.len(), 2);
+    assert_ne!(shas[0], shas[1]);
+    let old = sh.home.path().join("old.py");
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "pull",
+        "adder",
+        "--revision",
+        "1",
+        "--output",
+        old.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), ADDER_V1);
+}
+
+#[test]
+fn pull_returns_the_exact_bytes() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let work = sh.home.path().join("work");
+    // CRLF line ends, non-ASCII text, trailing blanks, no final newline: kept as sent.
+    let body =
+        "def odd():\r\n    \"\"\"Odd: \u{e9} \u{fc} \u{6f22}.\"\"\"\r\n    return 1   \r\n# end\t"
+            .as_bytes()
+            .to_vec();
+    let py = work.join("odd.py");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(&py, &body).unwrap();
+    let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = sh.home.path().join("pulled.py");
+    let answer = sh.json(&[
+        "registry",
+        "tool",
+        "pull",
+        "odd",
+        "--output",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(std::fs::read(&out).unwrap(), body);
+    assert_eq!(answer["paths"], json!(["odd.py"]));
+    // Pulling again does not overwrite.
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "pull",
+        "odd",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not overwritten"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_package_folder_with_a_manifest_and_a_pypi_dependency_is_pushed_run_and_pulled() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let pkg = sh.home.path().join("pkg");
+    write(
+        &pkg,
+        "tool.yaml",
+        "spec_version: v1\nname: six-kind\ndescription: Says what six thinks.\nimplementation:\n  language: python\n  entrypoint: src/main.py:kind\n",
+    );
+    write(
+        &pkg,
+        "src/main.py",
+        "import six\nfrom helpers import label\n\ndef kind(x: str) -> str:\n    \"\"\"Say what six thinks.\"\"\"\n    return label(six.__version__, isinstance(x, six.string_types))\n",
+    );
+    write(
+        &pkg,
+        "src/helpers.py",
+        "def label(v, ok):\n    return f\"six {v}: {ok}\"\n",
+    );
+    write(&pkg, "requirements.txt", "six==1.16.0\n");
+    // Never part of a package: hidden folders and caches.
+    write(&pkg, ".git/config", "[core]\n");
+    write(&pkg, "src/__pycache__/main.cpython-312.pyc", "junk");
+    let o = sh.run(&["registry", "tool", "push", pkg.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let tool = sh.json(&["registry", "tool", "show", "six-kind", "--json"]);
+    assert_eq!(tool["endpoint"], "python:src/main.py:kind");
+    assert_eq!(tool["code"]["files"], 4);
+    assert_eq!(
+        run_output(&sh, "six-kind", r#"{"x": "a"}"#),
+        "six 1.16.0: True"
+    );
+
+    let out = sh.home.path().join("pulled");
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "pull",
+        "six-kind",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for f in [
+        "tool.yaml",
+        "src/main.py",
+        "src/helpers.py",
+        "requirements.txt",
+    ] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(pkg.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(!out.join(".git").exists());
+
+    // A symlink in a package is refused before anything is sent.
+    std::os::unix::fs::symlink("/etc/passwd", pkg.join("src/passwd")).unwrap();
+    let o = sh.run(&["registry", "tool", "push", pkg.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("symlink"), "{}", stderr(&o));
 }

@@ -47,6 +47,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::approve))
         .routes(routes!(runs::deny))
         .routes(routes!(runs::answer))
+        .routes(routes!(registry::tool_code))
 }
 
 /// The OpenAPI document: the routes of [`api`] with their schemas, under the API's

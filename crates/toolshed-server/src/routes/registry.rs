@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use toolshed_agent::ToolEntry;
 use toolshed_api::requests::{ExecuteBody, ToolRegistration};
 use toolshed_api::views::{
-    AgentView, ExecuteStatus, ExecuteView, ToolDetail, ToolSummary, UsageView,
+    AgentView, CodeDownload, ExecuteStatus, ExecuteView, ToolDetail, ToolSummary, UsageView,
 };
 use toolshed_api::{ApiCode, Data, ErrorEnvelope, Paged};
 use toolshed_auth::Role;
@@ -73,7 +73,7 @@ pub async fn create_tool(
             "only updates (PUT) take an expected revision",
         ));
     }
-    let reg = complete_registration(state.dispatcher(), reg).await?;
+    let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
     check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state.registry().create_tool(new).await?;
@@ -90,7 +90,7 @@ pub async fn create_tool(
 /// at its first execution. (Building checks the spec, side-effect rule included: an
 /// `effects: external` tool that is not keyed never gets this far.)
 fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError> {
-    crate::tools::executable(state.dispatcher(), reg.file.clone())
+    crate::tools::executable(state.dispatcher(), reg.file.clone(), &reg.run_env)
         .map(drop)
         .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))
 }
@@ -174,7 +174,7 @@ pub async fn update_tool(
     }
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
-    let reg = complete_registration(state.dispatcher(), reg).await?;
+    let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
     check_executable(&state, &reg)?;
     let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state
@@ -503,5 +503,77 @@ pub async fn get_agent(
     let agent = state.registry().get_agent(&id).await?;
     Ok(Json(Data {
         data: views::agent(agent),
+    }))
+}
+
+/// Which revision's code to download.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct CodeQuery {
+    /// The revision (default: the current one).
+    pub revision: Option<u32>,
+}
+
+/// Download a revision's uploaded code: the archive exactly as it was pushed (base64 of
+/// an uncompressed tar), its hash, size and paths. A tool without uploaded code (a
+/// built-in, HTTP or host-path tool) is a 404.
+#[utoipa::path(get, path = "/api/v1/registry/tools/{id}/code", tag = "tools", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The tool id, or its name"), CodeQuery),
+    responses(
+        (status = 200, body = Data<CodeDownload>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 404, description = "No such tool or revision, or it has no uploaded code", body = ErrorEnvelope),
+    ))]
+pub async fn tool_code(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Query(q): Query<CodeQuery>,
+) -> Result<Json<Data<CodeDownload>>, ApiError> {
+    auth.require(Role::Viewer)?;
+    let current = find_tool(state.registry().as_ref(), &id).await?;
+    let record = match q.revision {
+        None => current,
+        Some(r) if r == current.revision => current,
+        Some(r) => state
+            .registry()
+            .tool_versions(&current.id)
+            .await?
+            .into_iter()
+            .find(|v| v.revision == r)
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "tool `{}` has no revision {r} (it is at revision {}); list them with GET /api/v1/registry/tools/{}/versions",
+                    current.name, current.revision, current.id
+                ))
+            })?,
+    };
+    let Some(code) = &record.code else {
+        return Err(ApiError::not_found(format!(
+            "revision {} of tool `{}` has no uploaded code (its endpoint is {})",
+            record.revision,
+            record.name,
+            record.endpoint.as_deref().unwrap_or("none")
+        )));
+    };
+    let archive = state.registry().code_archive(&code.sha256).await?;
+    let unlimited = toolshed_api::code::CodeLimits {
+        max_archive_bytes: u64::MAX,
+        max_file_bytes: u64::MAX,
+        max_files: usize::MAX,
+        max_path_bytes: usize::MAX,
+    };
+    let paths = toolshed_api::code::check_archive(&archive, &unlimited)
+        .map(|files| files.into_iter().map(|f| f.path).collect())
+        .map_err(|p| ApiError::internal("a stored archive does not read back", p))?;
+    Ok(Json(Data {
+        data: CodeDownload {
+            tool_id: record.id.clone(),
+            revision: record.revision,
+            code: views::code_view(code),
+            paths,
+            archive_base64: toolshed_api::code::encode_base64(&archive),
+        },
     }))
 }

@@ -239,7 +239,7 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
             Err(e) if e.code() == ApiCode::NotFound => return Err(missing(name)),
             Err(e) => return Err(e),
         };
-        tools.push(crate::tools::build_tool(state.dispatcher(), &record)?);
+        tools.push(state.runnable(&record).await?);
     }
     let set = toolshed_core::ToolSet::from_tools(tools)
         .map_err(|e| ApiError::internal("cannot build a toolset", e))?;

@@ -107,7 +107,14 @@ pub async fn execute(
         }
         (None, Some(id)) => {
             let record = find_tool(state.registry().as_ref(), id).await?;
-            let prepared = Prepared::tool(&record, &input)?;
+            let env = crate::tools::run_env(
+                state.dispatcher(),
+                state.code()?,
+                state.registry().as_ref(),
+                &record,
+            )
+            .await?;
+            let prepared = Prepared::tool(&record, env.endpoint.as_deref(), &input)?;
             if let Some(l) = body.language
                 && l.as_str() != prepared.language
             {

@@ -37,6 +37,8 @@ impl TestServer {
         config.jwt_secret = Some(SECRET.into());
         config.admin_password = Some(ADMIN_PASSWORD.into());
         config.dispatcher.cache_dir = dir.path().join("cache");
+        // Tests that register host paths (as an admin) write them here.
+        config.code.tool_roots = vec![dir.path().to_path_buf()];
         adjust(&mut config);
         let server = Server::open(config).await.unwrap();
         assert_eq!(
