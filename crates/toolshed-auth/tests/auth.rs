@@ -42,7 +42,7 @@ fn passwords_are_hashed_with_argon2_and_salted() {
 #[test]
 fn tokens_round_trip_with_principal_and_role() {
     let t = tokens();
-    let token = t.issue("ana", Role::Deployer, Some("acme")).unwrap();
+    let token = t.issue("ana", Role::Deployer, Some("acme"), 1).unwrap();
     let claims = t.verify(&token).unwrap();
     assert_eq!(claims.sub, "ana");
     assert_eq!(claims.role, Role::Deployer);
@@ -60,18 +60,18 @@ fn tokens_round_trip_with_principal_and_role() {
 #[test]
 fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
     let t = tokens();
-    let token = t.issue("ana", Role::Viewer, None).unwrap();
+    let token = t.issue("ana", Role::Viewer, None, 1).unwrap();
     // Tampered: swap the payload for one claiming admin, keep the signature.
     let parts: Vec<&str> = token.split('.').collect();
     let forged_payload = {
-        let other = t.issue("ana", Role::Admin, None).unwrap();
+        let other = t.issue("ana", Role::Admin, None, 1).unwrap();
         other.split('.').nth(1).unwrap().to_owned()
     };
     let forged = format!("{}.{}.{}", parts[0], forged_payload, parts[2]);
     assert_eq!(t.verify(&forged).unwrap_err().code(), "UNAUTHENTICATED");
     // Signed with another secret.
     let other = Tokens::new(&[9u8; 32], "toolshed", Duration::from_secs(60)).unwrap();
-    let foreign = other.issue("ana", Role::Admin, None).unwrap();
+    let foreign = other.issue("ana", Role::Admin, None, 1).unwrap();
     assert!(matches!(
         t.verify(&foreign).unwrap_err(),
         AuthError::InvalidToken(_)
@@ -84,7 +84,7 @@ fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
     )
     .unwrap();
     let e = t
-        .verify(&elsewhere.issue("ana", Role::Admin, None).unwrap())
+        .verify(&elsewhere.issue("ana", Role::Admin, None, 1).unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("issued by someone else"), "{e}");
     // Expired: issued with a lifetime already over (ttl is at least one second).
@@ -94,7 +94,7 @@ fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
         Duration::ZERO,
     )
     .unwrap();
-    let old = short.issue("ana", Role::Admin, None).unwrap();
+    let old = short.issue("ana", Role::Admin, None, 1).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let expired = loop {
         match t.verify(&old) {

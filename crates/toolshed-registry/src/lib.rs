@@ -40,7 +40,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use toolshed_auth::Role;
 use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
 mod records;
@@ -208,13 +207,9 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// Every user, ordered by name.
     async fn list_users(&self) -> Result<Vec<UserRecord>>;
 
-    /// Change a user's password hash and/or role. Unknown: `NotFound`.
-    async fn update_user(
-        &self,
-        username: &str,
-        password_hash: Option<String>,
-        role: Option<Role>,
-    ) -> Result<UserRecord>;
+    /// Change a user's password hash, role and/or tenant; any change bumps its token
+    /// generation, which ends its tokens. Unknown: `NotFound`.
+    async fn update_user(&self, username: &str, change: UserChange) -> Result<UserRecord>;
 
     /// Remove a user. Unknown: `NotFound`.
     async fn delete_user(&self, username: &str) -> Result<()>;

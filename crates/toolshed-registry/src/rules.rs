@@ -14,7 +14,7 @@ use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, Page,
     RegistryError, Result, SandboxExecutionRecord, ToolFilter, ToolRecord, ToolStatus, ToolUsage,
-    UserRecord,
+    UserChange, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -513,6 +513,7 @@ fn parse_agent_status(text: &str) -> Result<AgentStatus> {
 /// Add a user; a taken name is a conflict.
 pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<UserRecord> {
     let now = now_ms();
+    let generation = first_token_generation();
     let inserted = db
         .run(
             &sql::INSERT_USER,
@@ -522,6 +523,7 @@ pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<U
                 new.role.as_str().into(),
                 (&new.tenant).into(),
                 now.into(),
+                generation.into(),
             ],
         )
         .await?;
@@ -537,7 +539,19 @@ pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<U
         role: new.role,
         tenant: new.tenant,
         created_at_ms: now,
+        token_generation: generation,
     })
+}
+
+/// A new user's first token generation: random (below 2^53, so JSON readers keep it
+/// exact), not 1, so a user deleted and added again under the same name does not
+/// find the old user's tokens valid again.
+fn first_token_generation() -> i64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&bytes[..8]);
+    let value = u64::from_le_bytes(low) & ((1u64 << 53) - 1);
+    i64::try_from(value.max(1)).unwrap_or(1)
 }
 
 /// A user by name, if any.
@@ -557,21 +571,23 @@ pub(crate) async fn users(db: &mut dyn Executor) -> Result<Vec<UserRecord>> {
         .collect()
 }
 
-/// Change a user's hash and/or role.
+/// Change a user's hash, role and/or tenant; any change bumps its token generation.
 pub(crate) async fn update_user(
     db: &mut dyn Executor,
     username: &str,
-    password_hash: Option<String>,
-    role: Option<Role>,
+    change: UserChange,
 ) -> Result<UserRecord> {
+    let step: i64 = if change.is_empty() { 0 } else { 1 };
     let changed = db
         .run(
             &sql::UPDATE_USER,
             &[
                 username.into(),
-                password_hash.into(),
-                role.map(Role::as_str).into(),
+                change.password_hash.into(),
+                change.role.map(Role::as_str).into(),
                 now_ms().into(),
+                step.into(),
+                change.tenant.into(),
             ],
         )
         .await?;
@@ -610,6 +626,7 @@ fn user_from_row(row: &Row) -> Result<UserRecord> {
         role,
         tenant: row.get(3)?,
         created_at_ms: row.get(4)?,
+        token_generation: row.get(5)?,
         username,
     })
 }

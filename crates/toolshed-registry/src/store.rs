@@ -3,13 +3,12 @@
 //! itself is in `rules.rs`, the same for both databases.
 
 use async_trait::async_trait;
-use toolshed_auth::Role;
 use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
 use crate::rules;
 use crate::{
     AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
-    SandboxExecutionRecord, ToolFilter, ToolRecord, ToolUsage, UserRecord,
+    SandboxExecutionRecord, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
 };
 
 /// The registry's migrations: its tables beside the journal's, its version under
@@ -29,6 +28,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 2,
             sqlite: include_str!("../migrations/sqlite/0002_sandbox_executions.sql"),
             postgres: include_str!("../migrations/postgres/0002_sandbox_executions.sql"),
+        },
+        Migration {
+            version: 5,
+            sqlite: include_str!("../migrations/sqlite/0005_token_generation.sql"),
+            postgres: include_str!("../migrations/postgres/0005_token_generation.sql"),
         },
     ],
 };
@@ -182,19 +186,10 @@ impl RegistryStore for SqlRegistry {
         self.db.read(move |db| Box::pin(rules::users(db))).await
     }
 
-    async fn update_user(
-        &self,
-        username: &str,
-        password_hash: Option<String>,
-        role: Option<Role>,
-    ) -> Result<UserRecord> {
+    async fn update_user(&self, username: &str, change: UserChange) -> Result<UserRecord> {
         let username = username.to_owned();
         self.db
-            .write(move |db| {
-                Box::pin(
-                    async move { rules::update_user(db, &username, password_hash, role).await },
-                )
-            })
+            .write(move |db| Box::pin(async move { rules::update_user(db, &username, change).await }))
             .await
     }
 
