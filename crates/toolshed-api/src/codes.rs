@@ -69,6 +69,9 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 429: too many login attempts for this user or from this address, or every
+        /// password check slot is busy; the `Retry-After` header says when to try again.
+        TooManyAttempts,
     }
 }
 
@@ -101,6 +104,7 @@ impl ApiCode {
             | ApiCode::RegistryUnavailable
             | ApiCode::RequestTimeout
             | ApiCode::SandboxUnavailable => 503,
+            ApiCode::TooManyAttempts => 429,
             ApiCode::RequestRejected => return None,
         })
     }
