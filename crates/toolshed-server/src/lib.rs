@@ -177,13 +177,23 @@ toolshed_core::wire_enum! {
     }
 }
 
-/// What the first start of an empty database created.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the first start of an empty database created. Its `Debug` leaves the
+/// password out.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Seeded {
     /// The admin account and its password, when one was created.
     pub admin: Option<(String, String)>,
     /// How many stdlib tools were registered.
     pub tools: usize,
+}
+
+impl std::fmt::Debug for Seeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seeded")
+            .field("admin", &self.admin.as_ref().map(|(user, _)| (user, "***")))
+            .field("tools", &self.tools)
+            .finish()
+    }
 }
 
 /// A bound server, ready to run.

@@ -52,6 +52,12 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// Where to write the first admin's generated password (a new file, mode 0600),
+    /// when this start creates it. Without it the password is shown once on stderr if
+    /// that is a terminal, and nowhere otherwise (set one with `toolshed user passwd`).
+    /// Never written to the log.
+    #[arg(long, env = "TOOLSHED_ADMIN_PASSWORD_FILE", value_name = "PATH")]
+    admin_password_file: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -77,7 +83,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     let shutdown = shutdown_signal()?;
     let server = Server::open(config).await.map_err(server_failure)?;
     let addr = server.local_addr();
-    announce(&server, addr);
+    announce(&server, addr, args.admin_password_file.as_deref());
     tracing::info!(%addr, database = %toolshed_store::mask_password(database_url), "registry server started");
     server.run(shutdown).await.map_err(server_failure)?;
     tracing::info!("registry server stopped");
@@ -139,8 +145,12 @@ fn secret_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// What an operator needs to start using the server, on stdout.
-fn announce(server: &Server, addr: SocketAddr) {
+/// What an operator needs to start using the server, on stdout. A generated admin
+/// password is never written there (stdout is often a log): it goes to the file the
+/// operator named, or to stderr when that is a terminal, once.
+fn announce(server: &Server, addr: SocketAddr, password_file: Option<&std::path::Path>) {
+    use std::io::IsTerminal;
+
     let url = format!("http://{addr}");
     let mut out = std::io::stdout().lock();
     // The first line alone, flushed: scripts and tests read the port from it.
@@ -149,18 +159,38 @@ fn announce(server: &Server, addr: SocketAddr) {
     let seeded = server.seeded();
     let mut text = String::new();
     if let Some((user, password)) = &seeded.admin {
-        let shown = if std::env::var(ADMIN_PASSWORD_VAR).is_ok_and(|v| !v.is_empty()) {
-            format!("the one in {ADMIN_PASSWORD_VAR}")
-        } else {
-            password.clone()
-        };
-        text.push_str(&format!(
-            "created the first admin: user {user}, password {shown}\n  log in with:\n    export TOOLSHED_URL={url}\n    toolshed login --username {user}\n"
-        ));
-        if !shown.starts_with("the one") {
-            text.push_str(
-                "  (the password is shown once; keep it, or add users with `toolshed user add`)\n",
+        let how_to_log_in = format!(
+            "  log in with:\n    export TOOLSHED_URL={url}\n    toolshed login --username {user}\n"
+        );
+        if std::env::var(ADMIN_PASSWORD_VAR).is_ok_and(|v| !v.is_empty()) {
+            text.push_str(&format!(
+                "created the first admin: user {user}, password the one in {ADMIN_PASSWORD_VAR}\n{how_to_log_in}"
+            ));
+        } else if let Some(path) = password_file {
+            match write_secret_file(path, password) {
+                Ok(()) => text.push_str(&format!(
+                    "created the first admin: user {user}, password written to {} (mode 0600)\n{how_to_log_in}",
+                    path.display()
+                )),
+                Err(e) => text.push_str(&format!(
+                    "created the first admin: user {user}, but its password could not be written to {} ({e}); set one with `toolshed user passwd {user}`\n",
+                    path.display()
+                )),
+            }
+        } else if std::io::stderr().is_terminal() {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "the first admin's password (shown once, never logged): {password}\n  keep it, or set another with `toolshed user passwd {user}`"
             );
+            let _ = err.flush();
+            text.push_str(&format!(
+                "created the first admin: user {user}, password shown on the terminal\n{how_to_log_in}"
+            ));
+        } else {
+            text.push_str(&format!(
+                "created the first admin: user {user}; its generated password is not shown (stderr is not a terminal and no --admin-password-file was given): set one with `toolshed user passwd {user}`\n"
+            ));
         }
     }
     if seeded.tools > 0 {
@@ -174,6 +204,21 @@ fn announce(server: &Server, addr: SocketAddr) {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// Write a secret to a new file only its owner can read; an existing file is not
+/// replaced.
+fn write_secret_file(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(secret.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
 }
 
 /// A future completing on Ctrl-C (SIGINT) or SIGTERM. The handlers are installed here,
