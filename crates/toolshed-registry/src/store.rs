@@ -189,7 +189,9 @@ impl RegistryStore for SqlRegistry {
     async fn update_user(&self, username: &str, change: UserChange) -> Result<UserRecord> {
         let username = username.to_owned();
         self.db
-            .write(move |db| Box::pin(async move { rules::update_user(db, &username, change).await }))
+            .write(move |db| {
+                Box::pin(async move { rules::update_user(db, &username, change).await })
+            })
             .await
     }
 

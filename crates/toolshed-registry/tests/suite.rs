@@ -773,7 +773,10 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(listed, ["admin", "bob", "carol"]);
 
     let carol = store.get_user("carol").await.unwrap().unwrap();
-    assert!(carol.token_generation > 0, "a user starts at a generation above 0");
+    assert!(
+        carol.token_generation > 0,
+        "a user starts at a generation above 0"
+    );
     let promoted = store
         .update_user("carol", role(toolshed_auth::Role::Admin))
         .await

@@ -119,9 +119,7 @@ impl LoginLimiter {
     ) -> Result<Attempt, ApiError> {
         let mut windows = Vec::with_capacity(2);
         if let Some(ip) = address {
-            let w = self
-                .addresses
-                .get_with(ip, || Arc::new(Window::new()));
+            let w = self.addresses.get_with(ip, || Arc::new(Window::new()));
             take(&w, self.limits.per_address, self.limits.window, &windows)
                 .map_err(|after| too_many("from this address", after))?;
             windows.push(w);
@@ -249,7 +247,11 @@ mod tests {
         let e = l.admit("d", ip).await.err().unwrap();
         assert!(e.message().contains("from this address"), "{}", e.message());
         // The refused attempt did not use up d's own allowance.
-        drop(l.admit("d", Some(IpAddr::from([10, 0, 0, 8]))).await.unwrap());
+        drop(
+            l.admit("d", Some(IpAddr::from([10, 0, 0, 8])))
+                .await
+                .unwrap(),
+        );
     }
 
     #[tokio::test]

@@ -170,17 +170,13 @@ impl AppState {
         let stamp = match self.inner.users.get(&claims.sub) {
             Some(stamp) => stamp,
             None => {
-                let stamp = self
-                    .registry()
-                    .get_user(&claims.sub)
-                    .await?
-                    .map(|u| {
-                        Arc::new(UserStamp {
-                            generation: u.token_generation,
-                            role: u.role,
-                            tenant: u.tenant,
-                        })
-                    });
+                let stamp = self.registry().get_user(&claims.sub).await?.map(|u| {
+                    Arc::new(UserStamp {
+                        generation: u.token_generation,
+                        role: u.role,
+                        tenant: u.tenant,
+                    })
+                });
                 self.inner.users.insert(claims.sub.clone(), stamp.clone());
                 stamp
             }

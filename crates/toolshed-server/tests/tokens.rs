@@ -93,7 +93,10 @@ async fn a_deleted_users_token_is_refused_here_at_once_and_on_another_server_wit
     let s = TestServer::start().await;
     let other = Other::on(&s).await;
     // The other server has seen the token (and remembers the user as current).
-    assert_eq!(other.status("/api/v1/registry/tools", &s.deployer).await, 200);
+    assert_eq!(
+        other.status("/api/v1/registry/tools", &s.deployer).await,
+        200
+    );
     let (status, _) = s
         .call("GET", "/api/v1/registry/tools", Some(&s.deployer), None)
         .await;
@@ -156,9 +159,7 @@ async fn a_demoted_or_moved_users_token_is_refused() {
         .await;
     assert_eq!(status, 200, "{user}");
     assert_eq!(user["data"]["role"], "viewer");
-    let (status, _) = s
-        .call("GET", "/api/v1/runs", Some(&s.deployer), None)
-        .await;
+    let (status, _) = s.call("GET", "/api/v1/runs", Some(&s.deployer), None).await;
     assert_eq!(status, 401, "the deployer token of a viewer");
     until("the demoted user's token on the other server", 401, || {
         other.status("/api/v1/runs", &s.deployer)
@@ -234,11 +235,8 @@ async fn a_demoted_or_moved_users_token_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_password_ends_the_old_tokens() {
     let s = TestServer::start().await;
-    let (status, first) = login_body(
-        &s,
-        json!({"username": "dee", "password": "password-123"}),
-    )
-    .await;
+    let (status, first) =
+        login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
     assert_eq!(status, 200);
     let old_refresh = first["data"]["refresh_token"].as_str().unwrap().to_owned();
 
@@ -283,25 +281,32 @@ async fn a_changed_password_ends_the_old_tokens() {
     let fresh = changed["data"]["token"].as_str().unwrap();
     let (status, me) = s.call("GET", "/api/v1/auth/me", Some(fresh), None).await;
     assert_eq!(status, 200, "the answer's token works: {me}");
-    let (status, _) = login_body(
-        &s,
-        json!({"username": "dee", "password": "password-123"}),
-    )
-    .await;
+    let (status, _) = login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
     assert_eq!(status, 401, "the old password");
     s.login("dee", "new-password-1").await;
 
     // Bad bodies name the field.
     for (body, field) in [
-        (json!({"new_password": "new-password-2"}), "current_password"),
+        (
+            json!({"new_password": "new-password-2"}),
+            "current_password",
+        ),
         (
             json!({"current_password": "a", "old_password": "b", "new_password": "new-password-2"}),
             "current_password",
         ),
-        (json!({"current_password": "new-password-1"}), "new_password"),
+        (
+            json!({"current_password": "new-password-1"}),
+            "new_password",
+        ),
     ] {
         let (status, answer) = s
-            .call("POST", "/api/v1/auth/change-password", Some(fresh), Some(body))
+            .call(
+                "POST",
+                "/api/v1/auth/change-password",
+                Some(fresh),
+                Some(body),
+            )
             .await;
         assert_eq!(status, 422, "{answer}");
         assert!(
@@ -317,7 +322,10 @@ async fn a_changed_password_ends_the_old_tokens() {
             Some(json!({"current_password": "new-password-1", "new_password": "short"})),
         )
         .await;
-    assert_eq!((status, &answer["error"]["code"]), (422, &json!("WEAK_PASSWORD")));
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (422, &json!("WEAK_PASSWORD"))
+    );
     assert!(
         answer["error"]["message"]
             .as_str()
@@ -333,12 +341,11 @@ async fn refresh_buys_access_tokens_until_the_user_is_deleted() {
     // Three seconds: a token's expiry is in whole seconds, so it lives 2-3 s, long
     // enough to use a renewed one at once.
     let s = TestServer::start_with(|c| c.token_ttl = Duration::from_secs(3)).await;
-    let (status, login) = login_body(
-        &s,
-        json!({"email": "dee", "password": "password-123"}),
-    )
-    .await;
-    assert_eq!(status, 200, "`email` is another name for `username`: {login}");
+    let (status, login) = login_body(&s, json!({"email": "dee", "password": "password-123"})).await;
+    assert_eq!(
+        status, 200,
+        "`email` is another name for `username`: {login}"
+    );
     let data = &login["data"];
     assert_eq!(data["token"], data["access_token"]);
     assert_eq!(data["token_type"], "bearer");
@@ -369,7 +376,9 @@ async fn refresh_buys_access_tokens_until_the_user_is_deleted() {
 
     // The access token runs out; the refresh token buys a new one.
     until("the three-second access token", 401, || async {
-        s.call("GET", "/api/v1/auth/me", Some(&access), None).await.0
+        s.call("GET", "/api/v1/auth/me", Some(&access), None)
+            .await
+            .0
     })
     .await;
     let (status, renewed) = s
@@ -404,7 +413,11 @@ async fn refresh_buys_access_tokens_until_the_user_is_deleted() {
         )
         .await;
     assert_eq!(status, 401, "{answer}");
-    for body in [json!({}), json!({"refresh_token": "x.y.z"}), json!({"token": "x"})] {
+    for body in [
+        json!({}),
+        json!({"refresh_token": "x.y.z"}),
+        json!({"token": "x"}),
+    ] {
         let (status, _) = s
             .call("POST", "/api/v1/auth/refresh", None, Some(body))
             .await;
@@ -418,7 +431,10 @@ async fn refresh_buys_access_tokens_until_the_user_is_deleted() {
         let (status, answer) = login_body(&s, body).await;
         assert_eq!(status, 422, "{answer}");
         assert!(
-            answer["error"]["message"].as_str().unwrap().contains("username"),
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("username"),
             "{answer}"
         );
     }

@@ -73,8 +73,8 @@ async fn passwd(name: String, database_url: &str, json_out: bool) -> Result<(), 
             "no user `{name}`; add one with `toolshed user add {name} --role …`"
         )));
     }
-    let password = prompt::new_password(&format!("new password for {name}: "))
-        .map_err(Failure::bad_input)?;
+    let password =
+        prompt::new_password(&format!("new password for {name}: ")).map_err(Failure::bad_input)?;
     let hash = tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
         .await
         .map_err(|e| Failure::Error {

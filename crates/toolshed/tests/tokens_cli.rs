@@ -216,7 +216,10 @@ fn a_generated_admin_password_goes_to_the_named_file_only_and_user_passwd_replac
             break;
         }
         assert_eq!(status, 200);
-        assert!(Instant::now() < deadline, "the old token still works after 15 s");
+        assert!(
+            Instant::now() < deadline,
+            "the old token still works after 15 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let (status, _) = rt.block_on(login(&client, &server.url, "admin", &password));
@@ -293,7 +296,10 @@ fn five_hundred_concurrent_bad_logins_cost_bounded_memory_and_get_429s() {
     );
     for (_, retry) in &limited {
         let secs: u64 = retry.as_deref().unwrap_or("").parse().unwrap_or(0);
-        assert!((1..=60).contains(&secs), "a 429 without a usable Retry-After: {retry:?}");
+        assert!(
+            (1..=60).contains(&secs),
+            "a 429 without a usable Retry-After: {retry:?}"
+        );
     }
     // An argon2 check takes ~19 MiB: 500 at once would be gigabytes. The server checks
     // a few at a time, so the flood costs at most a few of them.
@@ -389,16 +395,26 @@ fn agentbreeders_own_cli_logs_in_pushes_lists_and_runs_against_toolshed() {
 
     // login: {"email", "password"} to /api/v1/auth/login, then GET /api/v1/auth/me.
     // Without an OS keychain (CI) it says so and tells to use AGENTBREEDER_API_TOKEN.
-    let o = ab(&["login", "--email", "admin", "--password", ADMIN_PASSWORD], None);
+    let o = ab(
+        &["login", "--email", "admin", "--password", ADMIN_PASSWORD],
+        None,
+    );
     assert!(o.status.success(), "agentbreeder login: {}", text(&o));
     assert!(
         text(&o).contains("Logged in as admin"),
         "agentbreeder login: {}",
         text(&o)
     );
-    let o = ab(&["login", "--email", "admin", "--password", "wrong-password"], None);
+    let o = ab(
+        &["login", "--email", "admin", "--password", "wrong-password"],
+        None,
+    );
     assert!(!o.status.success());
-    assert!(text(&o).contains("Invalid email or password"), "{}", text(&o));
+    assert!(
+        text(&o).contains("Invalid email or password"),
+        "{}",
+        text(&o)
+    );
 
     // The token the rest uses, the way a CI user sets it: from the same login route.
     let rt = runtime();
@@ -425,22 +441,40 @@ fn agentbreeders_own_cli_logs_in_pushes_lists_and_runs_against_toolshed() {
     let o = ab(&["whoami"], Some(&token));
     assert!(o.status.success(), "agentbreeder whoami: {}", text(&o));
     let shown = text(&o);
-    assert!(shown.contains("admin") && shown.contains("default"), "{shown}");
+    assert!(
+        shown.contains("admin") && shown.contains("default"),
+        "{shown}"
+    );
     let o = ab(&["whoami", "--json"], Some(&token));
     let who: Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("whoami --json ({e}): {}", text(&o)));
     assert_eq!(
-        (who["email"].as_str(), who["role"].as_str(), who["team"].as_str()),
+        (
+            who["email"].as_str(),
+            who["role"].as_str(),
+            who["team"].as_str()
+        ),
         (Some("admin"), Some("admin"), Some("default")),
         "{who}"
     );
 
-    let o = ab(&["registry", "tool", "push", "tools/order_lookup.py"], Some(&token));
-    assert!(o.status.success(), "agentbreeder registry tool push: {}", text(&o));
+    let o = ab(
+        &["registry", "tool", "push", "tools/order_lookup.py"],
+        Some(&token),
+    );
+    assert!(
+        o.status.success(),
+        "agentbreeder registry tool push: {}",
+        text(&o)
+    );
     assert!(text(&o).contains("order-lookup"), "{}", text(&o));
 
     let o = ab(&["registry", "tool", "list"], Some(&token));
-    assert!(o.status.success(), "agentbreeder registry tool list: {}", text(&o));
+    assert!(
+        o.status.success(),
+        "agentbreeder registry tool list: {}",
+        text(&o)
+    );
     assert!(text(&o).contains("order-lookup"), "{}", text(&o));
 
     let o = ab(
@@ -454,7 +488,11 @@ fn agentbreeders_own_cli_logs_in_pushes_lists_and_runs_against_toolshed() {
         ],
         Some(&token),
     );
-    assert!(o.status.success(), "agentbreeder registry tool run: {}", text(&o));
+    assert!(
+        o.status.success(),
+        "agentbreeder registry tool run: {}",
+        text(&o)
+    );
     let shown = text(&o);
     assert!(
         shown.contains("ORD-123456") && shown.contains("shipped") && shown.contains("1Z999"),
@@ -477,5 +515,9 @@ fn agentbreeders_own_cli_logs_in_pushes_lists_and_runs_against_toolshed() {
     assert_eq!(status, 200);
     let o = ab(&["whoami"], Some(&token));
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("Invalid or expired token"), "{}", text(&o));
+    assert!(
+        text(&o).contains("Invalid or expired token"),
+        "{}",
+        text(&o)
+    );
 }

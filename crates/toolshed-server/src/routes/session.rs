@@ -273,7 +273,10 @@ async fn hash(state: &AppState, password: String) -> Result<String, ApiError> {
 /// A weak password's 422, naming the field it came in.
 fn rename_weak(e: ApiError, field: &str) -> ApiError {
     if e.code() == ApiCode::WeakPassword {
-        ApiError::new(ApiCode::WeakPassword, format!("field `{field}`: {}", e.message()))
+        ApiError::new(
+            ApiCode::WeakPassword,
+            format!("field `{field}`: {}", e.message()),
+        )
     } else {
         e
     }
