@@ -693,7 +693,7 @@ mod tests {
             base: parse_base("http://example.invalid:8000/prefix/").unwrap_or_else(|e| {
                 panic!("{e}");
             }),
-            token: None,
+            token: Default::default(),
             http: reqwest::Client::new(),
         };
         let url = client.url(
@@ -716,7 +716,7 @@ mod tests {
     fn client() -> Client {
         Client {
             base: parse_base("http://example.invalid:8000").unwrap(),
-            token: None,
+            token: Default::default(),
             http: reqwest::Client::new(),
         }
     }

@@ -233,7 +233,7 @@ pub(crate) fn tokens_for(state: &AppState, user: &UserRecord) -> Result<TokenVie
     let generation = u64::try_from(user.token_generation).map_err(|_| {
         ApiError::internal(
             "the user's token generation is negative",
-            &user.token_generation,
+            user.token_generation,
         )
     })?;
     tokens(state, &user.username, user.role, &user.tenant, generation)
