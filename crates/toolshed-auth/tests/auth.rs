@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use toolshed_auth::{AuthError, Role, Tokens, hash_password, verify_password};
+use toolshed_auth::{AuthError, Role, TokenKind, Tokens, hash_password, verify_password};
 
 fn tokens() -> Tokens {
     Tokens::new(
@@ -131,4 +131,42 @@ fn weak_secrets_are_refused() {
     );
     let dbg = format!("{:?}", tokens());
     assert!(!dbg.contains("0123456789abcdef"), "{dbg}");
+}
+
+#[test]
+fn access_and_refresh_tokens_carry_kind_and_generation() {
+    let t = tokens().with_refresh_ttl(Duration::from_secs(7200));
+    let access = t
+        .verify(&t.issue("ana", Role::Viewer, None, 42).unwrap())
+        .unwrap();
+    let refresh = t
+        .verify(&t.issue_refresh("ana", Role::Viewer, None, 42).unwrap())
+        .unwrap();
+    assert_eq!((access.kind, access.generation), (TokenKind::Access, 42));
+    assert_eq!((refresh.kind, refresh.generation), (TokenKind::Refresh, 42));
+    assert!(refresh.exp - refresh.iat >= 7200);
+    assert!(access.exp - access.iat < 7200);
+    // A token from before generations existed reads as generation 0, an access token.
+    #[derive(serde::Serialize)]
+    struct Old {
+        iss: &'static str,
+        sub: &'static str,
+        role: &'static str,
+        iat: u64,
+        exp: u64,
+    }
+    let old = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &Old {
+            iss: "toolshed",
+            sub: "ana",
+            role: "viewer",
+            iat: 1,
+            exp: 4_000_000_000,
+        },
+        &jsonwebtoken::EncodingKey::from_secret(b"0123456789abcdef0123456789abcdef"),
+    )
+    .unwrap();
+    let claims = t.verify(&old).unwrap();
+    assert_eq!((claims.kind, claims.generation), (TokenKind::Access, 0));
 }
