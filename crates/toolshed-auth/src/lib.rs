@@ -351,6 +351,9 @@ impl Tokens {
         // Expiry is exact: a token is either valid or not.
         validation.leeway = 0;
         match jsonwebtoken::decode::<Claims>(token.trim(), &self.decoding, &validation) {
+            // The library accepts a token in its last second (`exp == now`); a cache
+            // of verified tokens refuses it then, so both say the same, here too.
+            Ok(data) if data.claims.exp <= now_secs() => Err(AuthError::Expired),
             Ok(data) => Ok(data.claims),
             Err(e) => Err(match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,

@@ -52,6 +52,13 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// How long an access token is valid, in seconds (default 900). A withdrawn token
+    /// is refused within seconds whatever this says.
+    #[arg(long, env = "TOOLSHED_TOKEN_TTL_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    token_ttl_seconds: Option<u64>,
+    /// How long a refresh token is valid, in seconds (default 43200, 12 hours).
+    #[arg(long, env = "TOOLSHED_REFRESH_TTL_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    refresh_ttl_seconds: Option<u64>,
     /// Where to write the first admin's generated password (a new file, mode 0600),
     /// when this start creates it. Without it the password is shown once on stderr if
     /// that is a terminal, and nowhere otherwise (set one with `toolshed user passwd`).
@@ -73,6 +80,12 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     }
     if let Some(s) = args.request_timeout_secs {
         config.request_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.token_ttl_seconds {
+        config.token_ttl = Duration::from_secs(s);
+    }
+    if let Some(s) = args.refresh_ttl_seconds {
+        config.refresh_ttl = Duration::from_secs(s);
     }
     sandbox_settings(&args, &mut config.sandbox)?;
     if args.unsandboxed {

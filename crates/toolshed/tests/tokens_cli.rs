@@ -521,3 +521,59 @@ fn agentbreeders_own_cli_logs_in_pushes_lists_and_runs_against_toolshed() {
         text(&o)
     );
 }
+
+#[test]
+fn the_cli_refreshes_its_saved_token_when_the_access_token_ran_out() {
+    // Access tokens of 3 s (expiry is in whole seconds: they live 2-3 s).
+    let server = Server::start(Some(ADMIN_PASSWORD), &["--token-ttl-seconds", "3"]);
+    let _ = server.announcement();
+    let home = tempfile::tempdir().unwrap();
+    let o = server.toolshed(
+        home.path(),
+        &["login", "--username", "admin", "--password", ADMIN_PASSWORD],
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let saved = home.path().join("config/token");
+    let first = std::fs::read_to_string(&saved).unwrap().trim().to_owned();
+    assert!(home.path().join("config/refresh_token").exists());
+
+    // Wait until the saved access token is refused.
+    let rt = runtime();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while rt.block_on(me(&client, &server.url, &first)) != 401 {
+        assert!(
+            Instant::now() < deadline,
+            "a 3 s token still valid after 15 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The CLI exchanges the saved refresh token and goes on.
+    let o = server.toolshed(home.path(), &["registry", "tool", "list", "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let renewed = std::fs::read_to_string(&saved).unwrap().trim().to_owned();
+    assert_ne!(renewed, first, "the new access token is saved");
+
+    // Once the user's tokens are withdrawn, the refresh token is refused too: the CLI
+    // says to log in again.
+    let o = server.toolshed(
+        home.path(),
+        &["user", "passwd", "admin"],
+        "another-password-1\n",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let o = server.toolshed(home.path(), &["registry", "tool", "list"], "");
+        if !o.status.success() {
+            assert!(text(&o).contains("toolshed login"), "{}", text(&o));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still logged in 15 s after passwd"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
