@@ -76,6 +76,9 @@ toolshed_core::wire_enum! {
         /// `package.json`) could not be installed; the message names the package and
         /// the installer's error.
         DependencyInstallFailed,
+        /// 429: too many login attempts for this user or from this address, or every
+        /// password check slot is busy; the `Retry-After` header says when to try again.
+        TooManyAttempts,
     }
 }
 
@@ -109,6 +112,7 @@ impl ApiCode {
             | ApiCode::RegistryUnavailable
             | ApiCode::RequestTimeout
             | ApiCode::SandboxUnavailable => 503,
+            ApiCode::TooManyAttempts => 429,
             ApiCode::RequestRejected => return None,
         })
     }

@@ -5,16 +5,60 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// A login.
+/// A login: the user name (as `username`, or as `email`, the name AgentBreeder's CLI
+/// sends) and the password.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
-    /// The user name.
-    #[schema(min_length = 1)]
-    pub username: String,
+    /// The user name. Required unless `email` is given.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Another name for `username` (AgentBreeder's CLI sends `email`); give one of the
+    /// two.
+    #[serde(default)]
+    pub email: Option<String>,
     /// The password.
     #[schema(min_length = 1)]
     pub password: String,
+}
+
+/// A refresh: the refresh token a login gave, for a new access token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshBody {
+    /// The `refresh_token` of a login (or of an earlier refresh).
+    pub refresh_token: String,
+}
+
+/// A password change by the user itself: the current password and the new one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangePasswordBody {
+    /// The current password. Required unless `old_password` is given.
+    #[serde(default)]
+    pub current_password: Option<String>,
+    /// Another name for `current_password` (AgentBreeder's CLI sends `old_password`);
+    /// give one of the two.
+    #[serde(default)]
+    pub old_password: Option<String>,
+    /// The new password, at least 8 characters.
+    pub new_password: String,
+}
+
+/// An admin's change to a user: any of role, tenant and password (left out: kept).
+/// Every change ends the user's tokens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserChangeBody {
+    /// `viewer`, `deployer` or `admin`.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// A new password, at least 8 characters.
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 /// A new user.

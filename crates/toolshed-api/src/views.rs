@@ -269,15 +269,52 @@ pub struct DeletedUser {
     pub deleted: bool,
 }
 
-/// A login's answer.
+/// A login's (or a refresh's, or a password change's) answer: a short-lived access
+/// token and the refresh token that buys the next one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TokenView {
-    /// The bearer token (a JWT).
+    /// The bearer token (a JWT) to send as `Authorization: Bearer`.
     pub token: String,
-    /// Seconds until it expires.
+    /// The same token, under the name AgentBreeder's CLI reads.
+    pub access_token: String,
+    /// Always `bearer`.
+    pub token_type: String,
+    /// Seconds until the access token expires.
     pub expires_in: u64,
+    /// Exchanged at `POST /api/v1/auth/refresh` for a new access token; refused there
+    /// once the user is deleted or changed.
+    pub refresh_token: String,
+    /// Seconds until the refresh token expires.
+    pub refresh_expires_in: u64,
     /// The user's role.
     pub role: Role,
+}
+
+/// The caller, as `GET /api/v1/auth/me` answers: toolshed's names, and the names
+/// AgentBreeder's CLI reads (`email`, `name`, `id` are the user name, `team` the
+/// tenant).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MeView {
+    /// The user name.
+    pub username: String,
+    /// What the user may do.
+    pub role: Role,
+    /// The tenant whose runs the user sees.
+    pub tenant: String,
+    /// When the user was added.
+    pub created_at: String,
+    /// When the token sent expires (RFC 3339).
+    pub token_expires_at: String,
+    /// The user name (AgentBreeder's `email`).
+    pub email: String,
+    /// The user name (AgentBreeder's `name`).
+    pub name: String,
+    /// The user name (AgentBreeder's `id`).
+    pub id: String,
+    /// The tenant (AgentBreeder's `team`).
+    pub team: String,
+    /// Always false: toolshed does not force a password change at login.
+    pub must_change_password: bool,
 }
 
 toolshed_core::wire_enum! {

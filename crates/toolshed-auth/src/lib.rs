@@ -4,6 +4,12 @@
 //! admin < owner), argon2 password hashes, and signed tokens (JWT, HS256) whose claims carry
 //! the principal (issuer, subject, tenant) that reaches every tool call's context.
 //!
+//! A login gives two tokens ([`TokenKind`]): a short-lived access token sent with every
+//! request, and a longer-lived refresh token that only buys new access tokens. Both
+//! carry the user's token generation: the server refuses a token whose generation is
+//! not the user's current one, so deleting a user, changing its role, tenant or
+//! password ends every token it had.
+//!
 //! ```
 //! use std::time::Duration;
 //! use toolshed_auth::{Role, Tokens, hash_password, verify_password};
@@ -12,8 +18,9 @@
 //! assert!(verify_password("correct horse battery", &hash).unwrap());
 //!
 //! let tokens = Tokens::new(&[7u8; 32], "toolshed", Duration::from_secs(3600)).unwrap();
-//! let token = tokens.issue("ana", Role::Deployer, Some("acme")).unwrap();
+//! let token = tokens.issue("ana", Role::Deployer, Some("acme"), 7).unwrap();
 //! let claims = tokens.verify(&token).unwrap();
+//! assert_eq!((claims.kind, claims.generation), (toolshed_auth::TokenKind::Access, 7));
 //! assert!(claims.require(Role::Deployer).is_ok());
 //! assert!(claims.require(Role::Admin).is_err());
 //! assert_eq!(claims.principal().tenant.as_deref(), Some("acme"));
@@ -175,6 +182,18 @@ pub fn verify_password(password: &str, hash: &str) -> Result<bool, AuthError> {
         .is_ok())
 }
 
+/// Which of a login's two tokens this is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenKind {
+    /// Sent with every request (`Authorization: Bearer`); short-lived.
+    #[default]
+    Access,
+    /// Exchanged for a new access token (`POST /api/v1/auth/refresh`), and for nothing
+    /// else; longer-lived.
+    Refresh,
+}
+
 /// What a token says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claims {
@@ -191,6 +210,14 @@ pub struct Claims {
     pub iat: u64,
     /// Expires at (seconds since the epoch).
     pub exp: u64,
+    /// The user's token generation when the token was issued. The server refuses a
+    /// token whose generation is no longer the user's; a token without one (issued
+    /// before generations existed) reads as 0, which no user has.
+    #[serde(default, rename = "gen")]
+    pub generation: u64,
+    /// Access or refresh; a token without one is an access token.
+    #[serde(default, rename = "typ")]
+    pub kind: TokenKind,
 }
 
 impl Claims {
@@ -223,6 +250,7 @@ pub struct Tokens {
     decoding: DecodingKey,
     issuer: String,
     ttl: Duration,
+    refresh_ttl: Duration,
 }
 
 impl fmt::Debug for Tokens {
@@ -230,12 +258,15 @@ impl fmt::Debug for Tokens {
         f.debug_struct("Tokens")
             .field("issuer", &self.issuer)
             .field("ttl", &self.ttl)
+            .field("refresh_ttl", &self.refresh_ttl)
             .finish_non_exhaustive()
     }
 }
 
 impl Tokens {
-    /// Tokens signed with `secret` (at least 32 bytes), issued by `issuer`, valid for `ttl`.
+    /// Tokens signed with `secret` (at least 32 bytes), issued by `issuer`; access
+    /// tokens valid for `ttl`, refresh tokens for 12 hours unless
+    /// [`with_refresh_ttl`](Self::with_refresh_ttl) says otherwise.
     pub fn new(secret: &[u8], issuer: &str, ttl: Duration) -> Result<Self, AuthError> {
         if secret.len() < MIN_SECRET_BYTES {
             return Err(AuthError::WeakSecret);
@@ -245,25 +276,79 @@ impl Tokens {
             decoding: DecodingKey::from_secret(secret),
             issuer: issuer.to_owned(),
             ttl,
+            refresh_ttl: Duration::from_secs(12 * 3600),
         })
     }
 
-    /// A token for `sub` with `role` (and a tenant, if any).
-    pub fn issue(&self, sub: &str, role: Role, tenant: Option<&str>) -> Result<String, AuthError> {
+    /// The same, with refresh tokens valid for `ttl`.
+    #[must_use]
+    pub fn with_refresh_ttl(mut self, ttl: Duration) -> Self {
+        self.refresh_ttl = ttl;
+        self
+    }
+
+    /// How long an access token is valid.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How long a refresh token is valid.
+    pub fn refresh_ttl(&self) -> Duration {
+        self.refresh_ttl
+    }
+
+    /// An access token for `sub` with `role` (and a tenant, if any), at the user's
+    /// token `generation`.
+    pub fn issue(
+        &self,
+        sub: &str,
+        role: Role,
+        tenant: Option<&str>,
+        generation: u64,
+    ) -> Result<String, AuthError> {
+        self.sign(TokenKind::Access, sub, role, tenant, generation)
+    }
+
+    /// A refresh token for the same.
+    pub fn issue_refresh(
+        &self,
+        sub: &str,
+        role: Role,
+        tenant: Option<&str>,
+        generation: u64,
+    ) -> Result<String, AuthError> {
+        self.sign(TokenKind::Refresh, sub, role, tenant, generation)
+    }
+
+    fn sign(
+        &self,
+        kind: TokenKind,
+        sub: &str,
+        role: Role,
+        tenant: Option<&str>,
+        generation: u64,
+    ) -> Result<String, AuthError> {
         let now = now_secs();
+        let ttl = match kind {
+            TokenKind::Access => self.ttl,
+            TokenKind::Refresh => self.refresh_ttl,
+        };
         let claims = Claims {
             iss: self.issuer.clone(),
             sub: sub.to_owned(),
             tenant: tenant.map(str::to_owned),
             role,
             iat: now,
-            exp: now + self.ttl.as_secs().max(1),
+            exp: now + ttl.as_secs().max(1),
+            generation,
+            kind,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Internal(format!("cannot sign the token: {e}")))
     }
 
-    /// Check a token's signature, algorithm, issuer and expiry; return its claims.
+    /// Check a token's signature, algorithm, issuer and expiry; return its claims, of
+    /// either kind (the caller checks [`Claims::kind`]).
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_issuer(&[self.issuer.as_str()]);
@@ -271,6 +356,9 @@ impl Tokens {
         // Expiry is exact: a token is either valid or not.
         validation.leeway = 0;
         match jsonwebtoken::decode::<Claims>(token.trim(), &self.decoding, &validation) {
+            // The library accepts a token in its last second (`exp == now`); a cache
+            // of verified tokens refuses it then, so both say the same, here too.
+            Ok(data) if data.claims.exp <= now_secs() => Err(AuthError::Expired),
             Ok(data) => Ok(data.claims),
             Err(e) => Err(match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,

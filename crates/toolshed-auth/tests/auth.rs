@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use toolshed_auth::{AuthError, Role, Tokens, hash_password, verify_password};
+use toolshed_auth::{AuthError, Role, TokenKind, Tokens, hash_password, verify_password};
 
 fn tokens() -> Tokens {
     Tokens::new(
@@ -50,7 +50,7 @@ fn passwords_are_hashed_with_argon2_and_salted() {
 #[test]
 fn tokens_round_trip_with_principal_and_role() {
     let t = tokens();
-    let token = t.issue("ana", Role::Deployer, Some("acme")).unwrap();
+    let token = t.issue("ana", Role::Deployer, Some("acme"), 1).unwrap();
     let claims = t.verify(&token).unwrap();
     assert_eq!(claims.sub, "ana");
     assert_eq!(claims.role, Role::Deployer);
@@ -68,18 +68,18 @@ fn tokens_round_trip_with_principal_and_role() {
 #[test]
 fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
     let t = tokens();
-    let token = t.issue("ana", Role::Viewer, None).unwrap();
+    let token = t.issue("ana", Role::Viewer, None, 1).unwrap();
     // Tampered: swap the payload for one claiming admin, keep the signature.
     let parts: Vec<&str> = token.split('.').collect();
     let forged_payload = {
-        let other = t.issue("ana", Role::Admin, None).unwrap();
+        let other = t.issue("ana", Role::Admin, None, 1).unwrap();
         other.split('.').nth(1).unwrap().to_owned()
     };
     let forged = format!("{}.{}.{}", parts[0], forged_payload, parts[2]);
     assert_eq!(t.verify(&forged).unwrap_err().code(), "UNAUTHENTICATED");
     // Signed with another secret.
     let other = Tokens::new(&[9u8; 32], "toolshed", Duration::from_secs(60)).unwrap();
-    let foreign = other.issue("ana", Role::Admin, None).unwrap();
+    let foreign = other.issue("ana", Role::Admin, None, 1).unwrap();
     assert!(matches!(
         t.verify(&foreign).unwrap_err(),
         AuthError::InvalidToken(_)
@@ -92,7 +92,7 @@ fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
     )
     .unwrap();
     let e = t
-        .verify(&elsewhere.issue("ana", Role::Admin, None).unwrap())
+        .verify(&elsewhere.issue("ana", Role::Admin, None, 1).unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("issued by someone else"), "{e}");
     // Expired: issued with a lifetime already over (ttl is at least one second).
@@ -102,7 +102,7 @@ fn tampered_foreign_expired_and_malformed_tokens_are_refused() {
         Duration::ZERO,
     )
     .unwrap();
-    let old = short.issue("ana", Role::Admin, None).unwrap();
+    let old = short.issue("ana", Role::Admin, None, 1).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let expired = loop {
         match t.verify(&old) {
@@ -139,4 +139,42 @@ fn weak_secrets_are_refused() {
     );
     let dbg = format!("{:?}", tokens());
     assert!(!dbg.contains("0123456789abcdef"), "{dbg}");
+}
+
+#[test]
+fn access_and_refresh_tokens_carry_kind_and_generation() {
+    let t = tokens().with_refresh_ttl(Duration::from_secs(7200));
+    let access = t
+        .verify(&t.issue("ana", Role::Viewer, None, 42).unwrap())
+        .unwrap();
+    let refresh = t
+        .verify(&t.issue_refresh("ana", Role::Viewer, None, 42).unwrap())
+        .unwrap();
+    assert_eq!((access.kind, access.generation), (TokenKind::Access, 42));
+    assert_eq!((refresh.kind, refresh.generation), (TokenKind::Refresh, 42));
+    assert!(refresh.exp - refresh.iat >= 7200);
+    assert!(access.exp - access.iat < 7200);
+    // A token from before generations existed reads as generation 0, an access token.
+    #[derive(serde::Serialize)]
+    struct Old {
+        iss: &'static str,
+        sub: &'static str,
+        role: &'static str,
+        iat: u64,
+        exp: u64,
+    }
+    let old = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &Old {
+            iss: "toolshed",
+            sub: "ana",
+            role: "viewer",
+            iat: 1,
+            exp: 4_000_000_000,
+        },
+        &jsonwebtoken::EncodingKey::from_secret(b"0123456789abcdef0123456789abcdef"),
+    )
+    .unwrap();
+    let claims = t.verify(&old).unwrap();
+    assert_eq!((claims.kind, claims.generation), (TokenKind::Access, 0));
 }

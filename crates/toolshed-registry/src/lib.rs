@@ -42,7 +42,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use toolshed_auth::Role;
 use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
 mod records;
@@ -236,12 +235,13 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// The users in `scope` (one tenant's, or everyone), ordered by name.
     async fn list_users(&self, scope: &TenantScope) -> Result<Vec<UserRecord>>;
 
-    /// Change a user's password hash and/or role. Unknown: `NotFound`.
+    /// Change a user's password hash, role and/or tenant; any change bumps its token
+    /// generation, which ends its tokens. Unknown: `NotFound`.
     async fn update_user(
         &self,
         username: &str,
-        password_hash: Option<String>,
-        role: Option<Role>,
+        change: UserChange,
+        scope: &TenantScope,
     ) -> Result<UserRecord>;
 
     /// Remove a user in `scope`. Unknown, or another tenant's: `NotFound` (names of

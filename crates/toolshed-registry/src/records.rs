@@ -269,6 +269,28 @@ pub struct UserRecord {
     pub tenant: String,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
+    /// The generation every token of this user carries: bumped by every change of its
+    /// password, role or tenant, so the server refuses the tokens issued before.
+    pub token_generation: i64,
+}
+
+/// What [`RegistryStore::update_user`](crate::RegistryStore::update_user) changes:
+/// `None` keeps a field. Any change bumps the user's token generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserChange {
+    /// A new argon2 PHC string.
+    pub password_hash: Option<String>,
+    /// A new role.
+    pub role: Option<Role>,
+    /// A new tenant.
+    pub tenant: Option<String>,
+}
+
+impl UserChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.password_hash.is_none() && self.role.is_none() && self.tenant.is_none()
+    }
 }
 
 /// One run of the sandbox's execute route, as recorded: who ran what on which input, and

@@ -15,7 +15,7 @@ use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution,
     NewTool, NewUser, Page, RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter,
-    ToolRecord, ToolStatus, ToolUsage, UserRecord,
+    ToolRecord, ToolStatus, ToolUsage, UserChange, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -585,6 +585,7 @@ fn parse_agent_status(text: &str) -> Result<AgentStatus> {
 /// Add a user; a taken name is a conflict.
 pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<UserRecord> {
     let now = now_ms();
+    let generation = first_token_generation();
     let inserted = db
         .run(
             &sql::INSERT_USER,
@@ -594,6 +595,7 @@ pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<U
                 new.role.as_str().into(),
                 (&new.tenant).into(),
                 now.into(),
+                generation.into(),
             ],
         )
         .await?;
@@ -609,7 +611,19 @@ pub(crate) async fn create_user(db: &mut dyn Executor, new: NewUser) -> Result<U
         role: new.role,
         tenant: new.tenant,
         created_at_ms: now,
+        token_generation: generation,
     })
+}
+
+/// A new user's first token generation: random (below 2^53, so JSON readers keep it
+/// exact), not 1, so a user deleted and added again under the same name does not
+/// find the old user's tokens valid again.
+fn first_token_generation() -> i64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&bytes[..8]);
+    let value = u64::from_le_bytes(low) & ((1u64 << 53) - 1);
+    i64::try_from(value.max(1)).unwrap_or(1)
 }
 
 /// A user by name, if any.
@@ -633,21 +647,37 @@ pub(crate) async fn users(db: &mut dyn Executor, scope: &TenantScope) -> Result<
         .collect()
 }
 
-/// Change a user's hash and/or role.
+/// Change a user's hash, role and/or tenant in scope; any change bumps its token
+/// generation. As for a removal, another tenant's user is not found, and an
+/// organisation owner is changed only by a caller whose scope is every tenant; checked
+/// on the row this transaction locked.
 pub(crate) async fn update_user(
     db: &mut dyn Executor,
     username: &str,
-    password_hash: Option<String>,
-    role: Option<Role>,
+    change: UserChange,
+    scope: &TenantScope,
 ) -> Result<UserRecord> {
+    let current = db
+        .row(&sql::USER_FOR_UPDATE, &[username.into()])
+        .await?
+        .map(|row| user_from_row(&row))
+        .transpose()?
+        .filter(|u| scope.allows(&u.tenant))
+        .ok_or_else(|| user_not_found(username))?;
+    if current.role == Role::Owner && scope != &TenantScope::All {
+        return Err(RegistryError::OwnerOnly(current.username));
+    }
+    let step: i64 = if change.is_empty() { 0 } else { 1 };
     let changed = db
         .run(
             &sql::UPDATE_USER,
             &[
                 username.into(),
-                password_hash.into(),
-                role.map(Role::as_str).into(),
+                change.password_hash.into(),
+                change.role.map(Role::as_str).into(),
                 now_ms().into(),
+                step.into(),
+                change.tenant.into(),
             ],
         )
         .await?;
@@ -703,6 +733,7 @@ fn user_from_row(row: &Row) -> Result<UserRecord> {
         role,
         tenant: row.get(3)?,
         created_at_ms: row.get(4)?,
+        token_generation: row.get(5)?,
         username,
     })
 }

@@ -28,7 +28,7 @@ macro_rules! agent_columns {
 /// A user row's columns, in the order `rules::user_from_row` reads them.
 macro_rules! user_columns {
     () => {
-        "username, password_hash, role, tenant, created_at_ms"
+        "username, password_hash, role, tenant, created_at_ms, token_generation"
     };
 }
 
@@ -198,11 +198,11 @@ pub(crate) const LIST_AGENTS: Sql = Sql::same(concat!(
 // ---- users ----
 
 /// Add a user unless the name is taken.
-/// ?1 username, ?2 password_hash, ?3 role, ?4 tenant, ?5 now.
+/// ?1 username, ?2 password_hash, ?3 role, ?4 tenant, ?5 now, ?6 token generation.
 pub(crate) const INSERT_USER: Sql = Sql::same(concat!(
     "INSERT INTO registry_users (",
     user_columns!(),
-    ", updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT (username) DO NOTHING"
+    ", updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5) ON CONFLICT (username) DO NOTHING"
 ));
 
 /// A user by name.
@@ -234,10 +234,13 @@ pub(crate) const USER_FOR_UPDATE: Sql = Sql::per_dialect(
     ),
 );
 
-/// Change a user's hash and/or role (NULL keeps it). ?1 username, ?2 hash, ?3 role, ?4 now.
+/// Change a user's hash, role and/or tenant (NULL keeps it), and add ?5 to its token
+/// generation (1 when anything changes, which ends every token it had).
+/// ?1 username, ?2 hash, ?3 role, ?4 now, ?5 generation step, ?6 tenant.
 pub(crate) const UPDATE_USER: Sql = Sql::same(
     "UPDATE registry_users SET password_hash = COALESCE(?2, password_hash), \
-     role = COALESCE(?3, role), updated_at_ms = ?4 WHERE username = ?1",
+     role = COALESCE(?3, role), tenant = COALESCE(?6, tenant), \
+     token_generation = token_generation + ?5, updated_at_ms = ?4 WHERE username = ?1",
 );
 
 /// Remove a user.

@@ -3,13 +3,12 @@
 //! itself is in `rules.rs`, the same for both databases.
 
 use async_trait::async_trait;
-use toolshed_auth::Role;
 use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
 use crate::rules;
 use crate::{
     AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
-    SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserRecord,
+    SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
 };
 
 /// The registry's migrations: its tables beside the journal's, its version under
@@ -39,6 +38,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 4,
             sqlite: include_str!("../migrations/sqlite/0004_code.sql"),
             postgres: include_str!("../migrations/postgres/0004_code.sql"),
+        },
+        Migration {
+            version: 5,
+            sqlite: include_str!("../migrations/sqlite/0005_token_generation.sql"),
+            postgres: include_str!("../migrations/postgres/0005_token_generation.sql"),
         },
     ],
 };
@@ -224,15 +228,14 @@ impl RegistryStore for SqlRegistry {
     async fn update_user(
         &self,
         username: &str,
-        password_hash: Option<String>,
-        role: Option<Role>,
+        change: UserChange,
+        scope: &TenantScope,
     ) -> Result<UserRecord> {
+        let scope = scope.clone();
         let username = username.to_owned();
         self.db
             .write(move |db| {
-                Box::pin(
-                    async move { rules::update_user(db, &username, password_hash, role).await },
-                )
+                Box::pin(async move { rules::update_user(db, &username, change, &scope).await })
             })
             .await
     }

@@ -18,6 +18,7 @@ use serde_json::json;
 use toolshed_registry::{
     AgentStatus, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution, NewTool, NewUser,
     RegistryCode, RegistryError, RegistryStore, SqlRegistry, TenantScope, ToolFilter, ToolStatus,
+    UserChange,
 };
 
 // ---- harness ----
@@ -854,19 +855,37 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
         .collect();
     assert_eq!(listed, ["admin", "bob", "carol"]);
 
+    let carol = store.get_user("carol").await.unwrap().unwrap();
+    assert!(
+        carol.token_generation > 0,
+        "a user starts at a generation above 0"
+    );
     let promoted = store
-        .update_user("carol", None, Some(toolshed_auth::Role::Admin))
+        .update_user("carol", role(toolshed_auth::Role::Admin), &TenantScope::All)
         .await
         .unwrap();
+    assert_eq!(
+        promoted.token_generation,
+        carol.token_generation + 1,
+        "a role change ends the user's tokens"
+    );
     assert_eq!(promoted.role, toolshed_auth::Role::Admin);
     assert_eq!(
         promoted.password_hash,
         user("carol", "viewer").password_hash
     );
     let rehashed = store
-        .update_user("carol", Some("$argon2id$new".into()), None)
+        .update_user(
+            "carol",
+            UserChange {
+                password_hash: Some("$argon2id$new".into()),
+                ..UserChange::default()
+            },
+            &TenantScope::All,
+        )
         .await
         .unwrap();
+    assert_eq!(rehashed.token_generation, promoted.token_generation + 1);
     assert_eq!(
         (rehashed.role.as_str(), rehashed.password_hash.as_str()),
         ("admin", "$argon2id$new")
@@ -874,30 +893,69 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     let both = store
         .update_user(
             "carol",
-            Some("$argon2id$newer".into()),
-            Some(toolshed_auth::Role::Viewer),
+            UserChange {
+                password_hash: Some("$argon2id$newer".into()),
+                role: Some(toolshed_auth::Role::Viewer),
+                tenant: Some("globex".into()),
+            },
+            &TenantScope::All,
         )
         .await
         .unwrap();
     assert_eq!(store.get_user("carol").await.unwrap(), Some(both.clone()));
     assert_eq!(both.created_at_ms, promoted.created_at_ms);
-    let unchanged = store.update_user("bob", None, None).await.unwrap();
+    assert_eq!(both.tenant, "globex");
+    assert_eq!(both.token_generation, rehashed.token_generation + 1);
+    let bob = store.get_user("bob").await.unwrap().unwrap();
+    let unchanged = store
+        .update_user("bob", UserChange::default(), &TenantScope::All)
+        .await
+        .unwrap();
     assert_eq!(unchanged.role, toolshed_auth::Role::Deployer);
+    assert_eq!(
+        unchanged.token_generation, bob.token_generation,
+        "no change, no new generation"
+    );
 
     assert_not_found(
         store
-            .update_user("nobody", None, Some(toolshed_auth::Role::Admin))
+            .update_user(
+                "nobody",
+                role(toolshed_auth::Role::Admin),
+                &TenantScope::All,
+            )
             .await,
         "user",
         "nobody",
     );
-    store.delete_user("carol", &home()).await.unwrap();
-    assert_not_found(store.delete_user("carol", &home()).await, "user", "carol");
+    // In one tenant's scope, another tenant's user is not found (carol is globex's now).
+    assert_not_found(
+        store
+            .update_user("carol", role(toolshed_auth::Role::Admin), &home())
+            .await,
+        "user",
+        "carol",
+    );
+    store.delete_user("carol", &TenantScope::All).await.unwrap();
+    assert_not_found(
+        store.delete_user("carol", &TenantScope::All).await,
+        "user",
+        "carol",
+    );
     assert_eq!(store.get_user("carol").await.unwrap(), None);
     assert_eq!(store.count_users().await.unwrap(), 2);
-    // The name is free again.
-    store.create_user(user("carol", "viewer")).await.unwrap();
+    // The name is free again, and the new carol does not inherit the old one's
+    // generation (the old tokens stay dead).
+    let again = store.create_user(user("carol", "viewer")).await.unwrap();
     assert_eq!(store.count_users().await.unwrap(), 3);
+    assert_ne!(again.token_generation, both.token_generation);
+}
+
+fn role(role: toolshed_auth::Role) -> UserChange {
+    UserChange {
+        role: Some(role),
+        ..UserChange::default()
+    }
 }
 
 // ---- tenants ----
@@ -1128,7 +1186,9 @@ async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
         &id,
     );
     assert_not_found(
-        store.update_user("ghost", None, None).await,
+        store
+            .update_user("ghost", UserChange::default(), &TenantScope::All)
+            .await,
         "user",
         "ghost",
     );
@@ -1452,7 +1512,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2, 3, 4]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1580,7 +1640,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = sqlite_at(&path).await.unwrap();
-        assert_eq!(store.applied_migrations(), [3, 4]);
+        assert_eq!(store.applied_migrations(), [3, 4, 5]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
         assert_eq!(
             store.tool_versions("t1").await.unwrap()[0].tenant,
@@ -1636,7 +1696,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (4)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (5)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1767,7 +1827,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1860,7 +1920,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2]);
-                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

@@ -24,6 +24,7 @@ pub struct ApiError {
     code: ApiCode,
     message: String,
     details: Option<ErrorDetails>,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -40,6 +41,7 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            retry_after: None,
         }
     }
 
@@ -70,6 +72,17 @@ impl ApiError {
     /// The details, when there are any.
     pub fn details(&self) -> Option<&ErrorDetails> {
         self.details.as_ref()
+    }
+
+    /// The same error answered with `Retry-After: SECONDS` (a 429 says when to retry).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The `Retry-After` seconds, when the answer has them.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
     }
 
     /// The same error listing these field problems.
@@ -141,7 +154,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.to_envelope())).into_response()
+        let mut response = (self.status, axum::Json(self.to_envelope())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 

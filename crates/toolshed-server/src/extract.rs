@@ -8,13 +8,13 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use toolshed_api::ApiCode;
-use toolshed_auth::{Claims, Role};
+use toolshed_auth::{Claims, Role, TokenKind};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The caller, from `Authorization: Bearer TOKEN`. Missing, malformed, tampered or
-/// expired → 401.
+/// The caller, from `Authorization: Bearer TOKEN`. Missing, malformed, tampered,
+/// expired, a refresh token, or withdrawn (its user removed or changed since) → 401.
 #[derive(Debug, Clone)]
 pub struct Auth(pub Claims);
 
@@ -57,7 +57,34 @@ impl FromRequestParts<AppState> for Auth {
             ));
         };
         let claims = state.verify_token(token)?;
+        if claims.kind != TokenKind::Access {
+            return Err(unauthenticated(
+                "this is a refresh token: exchange it at POST /api/v1/auth/refresh and send the access token it gives",
+            ));
+        }
+        // Checked on every request, so a withdrawn token stops working within the
+        // stamp cache's lifetime (see `AppState::check_current`).
+        state.check_current(&claims).await?;
         Ok(Auth(claims))
+    }
+}
+
+/// The client's address, when the server was started with connection info (as
+/// [`Server::run`](crate::Server::run) does); `None` otherwise (a router served some
+/// other way).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
     }
 }
 

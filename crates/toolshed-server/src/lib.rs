@@ -40,6 +40,7 @@ pub use axum::Json;
 pub mod code;
 mod error;
 mod extract;
+pub mod login_limits;
 pub mod routes;
 pub mod sandbox;
 mod state;
@@ -66,8 +67,13 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How long one request may take (default 10 minutes); longer is a 503.
     pub request_timeout: Duration,
-    /// How long a login token is valid (default 12 hours).
+    /// How long an access token is valid (default 15 minutes). A withdrawn token is
+    /// refused within seconds whatever this says; this bounds a stolen one.
     pub token_ttl: Duration,
+    /// How long a refresh token is valid (default 12 hours).
+    pub refresh_ttl: Duration,
+    /// Login limits: hashing slots, attempts per user and per address.
+    pub login: login_limits::LoginLimits,
     /// The token issuer, also the principal's `iss` (default `toolshed`).
     pub issuer: String,
     /// The token signing secret. `None`: one is generated on first start and kept in
@@ -96,7 +102,9 @@ impl ServerConfig {
             database_url: database_url.into(),
             max_body_bytes: 2 * 1024 * 1024,
             request_timeout: Duration::from_secs(600),
-            token_ttl: Duration::from_secs(12 * 3600),
+            token_ttl: Duration::from_secs(15 * 60),
+            refresh_ttl: Duration::from_secs(12 * 3600),
+            login: login_limits::LoginLimits::default(),
             issuer: "toolshed".into(),
             jwt_secret: None,
             admin_password: None,
@@ -182,13 +190,23 @@ toolshed_core::wire_enum! {
     }
 }
 
-/// What the first start of an empty database created.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the first start of an empty database created. Its `Debug` leaves the
+/// password out.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Seeded {
     /// The admin account and its password, when one was created.
     pub admin: Option<(String, String)>,
     /// How many stdlib tools were registered.
     pub tools: usize,
+}
+
+impl std::fmt::Debug for Seeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seeded")
+            .field("admin", &self.admin.as_ref().map(|(user, _)| (user, "***")))
+            .field("tools", &self.tools)
+            .finish()
+    }
 }
 
 /// A bound server, ready to run.
@@ -227,7 +245,8 @@ impl Server {
                 .map_err(ServerError::Registry)?,
         };
         let tokens = Tokens::new(secret.as_bytes(), &config.issuer, config.token_ttl)
-            .map_err(ServerError::Auth)?;
+            .map_err(ServerError::Auth)?
+            .with_refresh_ttl(config.refresh_ttl);
         match &config.dispatcher.isolation {
             toolshed_dispatch::Isolation::Unsandboxed => tracing::warn!(
                 isolation = "unsandboxed",
@@ -289,6 +308,8 @@ impl Server {
     ) -> Result<(), ServerError> {
         let addr = self.local_addr();
         let app = router(self.state.clone());
+        // With the peer's address on every request: the login limiter counts per address.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let result = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -1,11 +1,13 @@
 //! What every request handler shares: the stores, the token signer, the dispatcher, the
-//! sandbox and the caches of registry tools ready to execute and of verified tokens.
+//! sandbox, the login limiter, and the caches of registry tools ready to execute, of
+//! verified tokens and of users' token generations.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
-use toolshed_auth::{Claims, Tokens};
+use toolshed_api::ApiCode;
+use toolshed_auth::{Claims, Role, Tokens};
 use toolshed_dispatch::Dispatcher;
 use toolshed_journal::Journal;
 use toolshed_registry::{RegistryStore, ToolRecord};
@@ -14,6 +16,7 @@ use toolshed_runtime::Runtime;
 use crate::ServerConfig;
 use crate::code::CodeCache;
 use crate::error::ApiError;
+use crate::login_limits::LoginLimiter;
 use crate::sandbox::SandboxHandle;
 use crate::tools::{build_runtime, find_tool};
 
@@ -32,6 +35,15 @@ const VERIFIED_TOKENS: u64 = 4096;
 /// hit; this only bounds how long an unused entry stays.
 const VERIFIED_TTL: Duration = Duration::from_secs(600);
 
+/// How long a user's token generation (and role and tenant) is trusted before the
+/// store is asked again. Changes made through this server invalidate at once; this
+/// bounds how long a token withdrawn by another server sharing the database (or by
+/// `toolshed user` writing to it directly) stays usable.
+const USER_STAMP_TTL: Duration = Duration::from_secs(2);
+
+/// Users whose stamp is remembered at most. A miss costs one read of the user's row.
+const USER_STAMPS: u64 = 65_536;
+
 /// Shared state of the server. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -46,8 +58,19 @@ struct Inner {
     dispatcher: Dispatcher,
     prepared: Cache<String, Arc<Prepared>>,
     verified: Cache<String, Claims>,
+    /// Per user name: what its current tokens must say, or `None` for no such user.
+    users: Cache<String, Option<Arc<UserStamp>>>,
+    logins: LoginLimiter,
     sandbox: SandboxHandle,
     code: Option<Arc<CodeCache>>,
+}
+
+/// What a user's current tokens carry: a token saying anything else was withdrawn.
+#[derive(Debug, PartialEq, Eq)]
+struct UserStamp {
+    generation: i64,
+    role: Role,
+    tenant: String,
 }
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
@@ -69,6 +92,7 @@ impl AppState {
         dispatcher: Dispatcher,
         sandbox: SandboxHandle,
     ) -> Self {
+        let logins = LoginLimiter::new(config.login.clone());
         AppState {
             inner: Arc::new(Inner {
                 config,
@@ -84,6 +108,11 @@ impl AppState {
                     .max_capacity(VERIFIED_TOKENS)
                     .time_to_live(VERIFIED_TTL)
                     .build(),
+                users: Cache::builder()
+                    .max_capacity(USER_STAMPS)
+                    .time_to_live(USER_STAMP_TTL)
+                    .build(),
+                logins,
                 sandbox,
                 code: None,
             }),
@@ -165,6 +194,52 @@ impl AppState {
         let claims = self.inner.tokens.verify(token)?;
         self.inner.verified.insert(token.to_owned(), claims.clone());
         Ok(claims)
+    }
+
+    /// Refuse a token that was withdrawn: its user is gone, or its generation, role or
+    /// tenant is no longer the user's (a password, role or tenant change bumps the
+    /// generation). Role and tenant are compared too, so a change that forgot the
+    /// generation still ends the token. The user's row is read at most once per
+    /// `USER_STAMP_TTL` per server; on a hit this is one cache lookup.
+    pub async fn check_current(&self, claims: &Claims) -> Result<(), ApiError> {
+        let stamp = match self.inner.users.get(&claims.sub) {
+            Some(stamp) => stamp,
+            None => {
+                let stamp = self.registry().get_user(&claims.sub).await?.map(|u| {
+                    Arc::new(UserStamp {
+                        generation: u.token_generation,
+                        role: u.role,
+                        tenant: u.tenant,
+                    })
+                });
+                self.inner.users.insert(claims.sub.clone(), stamp.clone());
+                stamp
+            }
+        };
+        let current = stamp.is_some_and(|s| {
+            u64::try_from(s.generation).ok() == Some(claims.generation)
+                && s.role == claims.role
+                && claims.tenant.as_deref() == Some(s.tenant.as_str())
+        });
+        if current {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                ApiCode::Unauthenticated,
+                "the token was withdrawn (its user was removed, or its password, role or tenant changed); log in again (POST /api/v1/auth/login)",
+            ))
+        }
+    }
+
+    /// Forget what is known of a user's tokens (after this server changed or removed
+    /// it), so its old tokens are refused from the next request on.
+    pub fn forget_user(&self, username: &str) {
+        self.inner.users.invalidate(username);
+    }
+
+    /// The login limiter.
+    pub(crate) fn logins(&self) -> &LoginLimiter {
+        &self.inner.logins
     }
 
     /// The dispatcher (with the stdlib as built-ins).

@@ -33,7 +33,7 @@ mod tests {
         let tokens =
             toolshed_auth::Tokens::new(&[7u8; 32], "toolshed", std::time::Duration::from_secs(60))
                 .expect("a valid secret");
-        let token = tokens.issue("u", role, tenant).expect("signed");
+        let token = tokens.issue("u", role, tenant, 1).expect("signed");
         tokens.verify(&token).expect("verified")
     }
 

@@ -14,7 +14,6 @@ use axum::Router;
 use axum::routing::get;
 use common::{ADMIN_PASSWORD, SECRET, TestServer, expired_token, tampered};
 use serde_json::{Value, json};
-use toolshed_auth::Role;
 use toolshed_server::{AppState, Server, ServerConfig};
 
 /// A server whose router has the embedding application's routes `extra`, with an
@@ -43,9 +42,15 @@ impl Embedded {
         let server = Server::open(config).await.unwrap();
         let state = server.state().clone();
         drop(server); // its listener; this test serves the router itself
+        let admin = state.registry().get_user("admin").await.unwrap().unwrap();
         let token = state
             .tokens()
-            .issue("admin", Role::Admin, Some(toolshed_server::DEFAULT_TENANT))
+            .issue(
+                "admin",
+                admin.role,
+                Some(toolshed_server::DEFAULT_TENANT),
+                u64::try_from(admin.token_generation).unwrap(),
+            )
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -518,7 +518,7 @@ async fn two_tenants_executing_one_tool_never_share_a_worker() {
         .call(
             "POST",
             "/api/v1/registry/tools",
-            Some(&s.deployer),
+            Some(&s.admin),
             Some(json!({"name": "worker", "endpoint": format!("python:{py}")})),
         )
         .await;

@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -15,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolshed_agent::{RegistryLookup, RegistryLookupError, RegistryTool};
-use toolshed_api::requests::LoginBody;
+use toolshed_api::requests::{LoginBody, RefreshBody};
 use toolshed_api::views::{CodeDownload, CodeView, TokenView, ToolDetail};
 use toolshed_api::{ApiCode, Data, ErrorDetails, ErrorEnvelope};
 use toolshed_core::file::ToolFile;
@@ -46,7 +47,9 @@ pub enum TokenSource {
 #[derive(Debug, Clone)]
 pub struct Client {
     base: Url,
-    token: Option<(String, TokenSource)>,
+    /// Replaced when a saved access token ran out and the saved refresh token bought a
+    /// new one.
+    token: Arc<Mutex<Option<(String, TokenSource)>>>,
     http: reqwest::Client,
 }
 
@@ -215,7 +218,11 @@ impl Client {
                 code: EXIT_INTERNAL,
                 error: anyhow!("cannot build the HTTP client: {e}"),
             })?;
-        Ok(Client { base, token, http })
+        Ok(Client {
+            base,
+            token: Arc::new(Mutex::new(token)),
+            http,
+        })
     }
 
     /// Whether the user pointed the CLI at a server: `TOOLSHED_URL` is set or a token is
@@ -274,8 +281,28 @@ impl Client {
         body: Option<&B>,
     ) -> Result<Answer<T>, ClientError> {
         let path = url.path().to_owned();
+        let (status, bytes) = self.exchange(&method, url.clone(), body).await?;
+        // A saved access token lives minutes; the refresh token saved beside it buys
+        // the next one, once per request.
+        if status == StatusCode::UNAUTHORIZED && self.refresh().await {
+            let (status, bytes) = self.exchange(&method, url, body).await?;
+            return self.read(&method, &path, status, &bytes);
+        }
+        self.read(&method, &path, status, &bytes)
+    }
+
+    fn token(&self) -> Option<(String, TokenSource)> {
+        self.token.lock().ok().and_then(|t| t.clone())
+    }
+
+    async fn exchange<B: Serialize + ?Sized>(
+        &self,
+        method: &Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let mut request = self.http.request(method.clone(), url);
-        if let Some((token, _)) = &self.token {
+        if let Some((token, _)) = self.token() {
             request = request.bearer_auth(token);
         }
         if let Some(b) = body {
@@ -284,7 +311,48 @@ impl Client {
         let response = request.send().await.map_err(|e| self.unreachable(&e))?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| self.unreachable(&e))?;
-        self.read(&method, &path, status, &bytes)
+        Ok((status, bytes.to_vec()))
+    }
+
+    /// After the saved token was refused: exchange the saved refresh token for new
+    /// tokens and save them. Whether the request is worth sending again (a token from
+    /// `TOOLSHED_API_TOKEN` is never replaced).
+    async fn refresh(&self) -> bool {
+        if !matches!(self.token(), Some((_, TokenSource::File(_)))) {
+            return false;
+        }
+        let Some(refresh_token) = refresh_token_path()
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+        else {
+            return false;
+        };
+        let url = self.url(&["api", "v1", "auth", "refresh"], &[]);
+        let Ok(response) = self
+            .http
+            .post(url)
+            .json(&RefreshBody { refresh_token })
+            .send()
+            .await
+        else {
+            return false;
+        };
+        if !response.status().is_success() {
+            return false;
+        }
+        let Ok(answer) = response.json::<Data<TokenView>>().await else {
+            return false;
+        };
+        let t = answer.data;
+        let Ok(path) = save_tokens(&t.token, &t.refresh_token) else {
+            return false;
+        };
+        if let Ok(mut slot) = self.token.lock() {
+            *slot = Some((t.token, TokenSource::File(path)));
+        }
+        true
     }
 
     /// Read an answer: a success as `T`, an error as the API's error envelope (or, when
@@ -317,7 +385,7 @@ impl Client {
                 code: envelope.error.code,
                 message: envelope.error.message,
                 details: envelope.error.details,
-                token: self.token.as_ref().map(|(_, s)| s.clone()),
+                token: self.token().map(|(_, s)| s),
             }),
             Err(_) => {
                 let text = String::from_utf8_lossy(bytes);
@@ -428,12 +496,23 @@ pub fn find_token() -> anyhow::Result<Option<(String, TokenSource)>> {
     }
 }
 
+/// The saved refresh token's file, beside the access token's.
+pub fn refresh_token_path() -> anyhow::Result<PathBuf> {
+    Ok(config_dir()?.join("refresh_token"))
+}
+
+/// Save a login's access and refresh tokens; the access token's file is returned.
+pub fn save_tokens(token: &str, refresh_token: &str) -> anyhow::Result<PathBuf> {
+    let path = save_token_to(token_path()?, token)?;
+    save_token_to(refresh_token_path()?, refresh_token)?;
+    Ok(path)
+}
+
 /// Save a token for later commands: the folder is created (mode 0700), the file is
 /// written whole with mode 0600 and then moved into place.
-pub fn save_token(token: &str) -> anyhow::Result<PathBuf> {
+fn save_token_to(path: PathBuf, token: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 
-    let path = token_path()?;
     let dir = path
         .parent()
         .ok_or_else(|| anyhow!("{} has no folder", path.display()))?;
@@ -442,7 +521,13 @@ pub fn save_token(token: &str) -> anyhow::Result<PathBuf> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| anyhow!("cannot create {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(".token.{}", std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -494,7 +579,8 @@ pub async fn login(args: LoginArgs) -> Result<(), Failure> {
         .post(
             &["api", "v1", "auth", "login"],
             &LoginBody {
-                username: username.clone(),
+                username: Some(username.clone()),
+                email: None,
                 password,
             },
         )
@@ -503,8 +589,10 @@ pub async fn login(args: LoginArgs) -> Result<(), Failure> {
         token,
         expires_in,
         role,
+        refresh_token,
+        ..
     } = answer.body.data;
-    let path = save_token(&token).map_err(|error| Failure::Error {
+    let path = save_tokens(&token, &refresh_token).map_err(|error| Failure::Error {
         code: EXIT_INTERNAL,
         error,
     })?;
@@ -694,7 +782,7 @@ mod tests {
             base: parse_base("http://example.invalid:8000/prefix/").unwrap_or_else(|e| {
                 panic!("{e}");
             }),
-            token: None,
+            token: Default::default(),
             http: reqwest::Client::new(),
         };
         let url = client.url(
@@ -717,7 +805,7 @@ mod tests {
     fn client() -> Client {
         Client {
             base: parse_base("http://example.invalid:8000").unwrap(),
-            token: None,
+            token: Default::default(),
             http: reqwest::Client::new(),
         }
     }

@@ -67,6 +67,19 @@ pub struct ServeArgs {
     /// cache folder, `$TOOLSHED_CACHE_DIR` or `~/.cache/toolshed`).
     #[arg(long, env = "TOOLSHED_CODE_DIR", value_name = "DIR")]
     code_dir: Option<std::path::PathBuf>,
+    /// How long an access token is valid, in seconds (default 900). A withdrawn token
+    /// is refused within seconds whatever this says.
+    #[arg(long, env = "TOOLSHED_TOKEN_TTL_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    token_ttl_seconds: Option<u64>,
+    /// How long a refresh token is valid, in seconds (default 43200, 12 hours).
+    #[arg(long, env = "TOOLSHED_REFRESH_TTL_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    refresh_ttl_seconds: Option<u64>,
+    /// Where to write the first admin's generated password (a new file, mode 0600),
+    /// when this start creates it. Without it the password is shown once on stderr if
+    /// that is a terminal, and nowhere otherwise (set one with `toolshed user passwd`).
+    /// Never written to the log.
+    #[arg(long, env = "TOOLSHED_ADMIN_PASSWORD_FILE", value_name = "PATH")]
+    admin_password_file: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -83,6 +96,12 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     if let Some(s) = args.request_timeout_secs {
         config.request_timeout = Duration::from_secs(s);
     }
+    if let Some(s) = args.token_ttl_seconds {
+        config.token_ttl = Duration::from_secs(s);
+    }
+    if let Some(s) = args.refresh_ttl_seconds {
+        config.refresh_ttl = Duration::from_secs(s);
+    }
     sandbox_settings(&args, &mut config.sandbox)?;
     config.code.tool_roots = args.tool_roots.clone();
     config.code.dir = args.code_dir.clone();
@@ -94,7 +113,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     let shutdown = shutdown_signal()?;
     let server = Server::open(config).await.map_err(server_failure)?;
     let addr = server.local_addr();
-    announce(&server, addr);
+    announce(&server, addr, args.admin_password_file.as_deref());
     tracing::info!(%addr, database = %toolshed_store::mask_password(database_url), "registry server started");
     server.run(shutdown).await.map_err(server_failure)?;
     tracing::info!("registry server stopped");
@@ -156,8 +175,12 @@ fn secret_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// What an operator needs to start using the server, on stdout.
-fn announce(server: &Server, addr: SocketAddr) {
+/// What an operator needs to start using the server, on stdout. A generated admin
+/// password is never written there (stdout is often a log): it goes to the file the
+/// operator named, or to stderr when that is a terminal, once.
+fn announce(server: &Server, addr: SocketAddr, password_file: Option<&std::path::Path>) {
+    use std::io::IsTerminal;
+
     let url = format!("http://{addr}");
     let mut out = std::io::stdout().lock();
     // The first line alone, flushed: scripts and tests read the port from it.
@@ -166,18 +189,38 @@ fn announce(server: &Server, addr: SocketAddr) {
     let seeded = server.seeded();
     let mut text = String::new();
     if let Some((user, password)) = &seeded.admin {
-        let shown = if std::env::var(ADMIN_PASSWORD_VAR).is_ok_and(|v| !v.is_empty()) {
-            format!("the one in {ADMIN_PASSWORD_VAR}")
-        } else {
-            password.clone()
-        };
-        text.push_str(&format!(
-            "created the first admin: user {user}, password {shown}\n  log in with:\n    export TOOLSHED_URL={url}\n    toolshed login --username {user}\n"
-        ));
-        if !shown.starts_with("the one") {
-            text.push_str(
-                "  (the password is shown once; keep it, or add users with `toolshed user add`)\n",
+        let how_to_log_in = format!(
+            "  log in with:\n    export TOOLSHED_URL={url}\n    toolshed login --username {user}\n"
+        );
+        if std::env::var(ADMIN_PASSWORD_VAR).is_ok_and(|v| !v.is_empty()) {
+            text.push_str(&format!(
+                "created the first admin: user {user}, password the one in {ADMIN_PASSWORD_VAR}\n{how_to_log_in}"
+            ));
+        } else if let Some(path) = password_file {
+            match write_secret_file(path, password) {
+                Ok(()) => text.push_str(&format!(
+                    "created the first admin: user {user}, password written to {} (mode 0600)\n{how_to_log_in}",
+                    path.display()
+                )),
+                Err(e) => text.push_str(&format!(
+                    "created the first admin: user {user}, but its password could not be written to {} ({e}); set one with `toolshed user passwd {user}`\n",
+                    path.display()
+                )),
+            }
+        } else if std::io::stderr().is_terminal() {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "the first admin's password (shown once, never logged): {password}\n  keep it, or set another with `toolshed user passwd {user}`"
             );
+            let _ = err.flush();
+            text.push_str(&format!(
+                "created the first admin: user {user}, password shown on the terminal\n{how_to_log_in}"
+            ));
+        } else {
+            text.push_str(&format!(
+                "created the first admin: user {user}; its generated password is not shown (stderr is not a terminal and no --admin-password-file was given): set one with `toolshed user passwd {user}`\n"
+            ));
         }
     }
     if seeded.tools > 0 {
@@ -191,6 +234,21 @@ fn announce(server: &Server, addr: SocketAddr) {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// Write a secret to a new file only its owner can read; an existing file is not
+/// replaced.
+fn write_secret_file(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(secret.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
 }
 
 /// A future completing on Ctrl-C (SIGINT) or SIGTERM. The handlers are installed here,

@@ -1,5 +1,6 @@
 //! `toolshed user …`: the operator's bootstrap commands, written straight into the
-//! database named by `--database-url` (no server needed): add a user, list users.
+//! database named by `--database-url` (no server needed): add a user, list users, set a
+//! user's password (which ends its tokens on every server within seconds).
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::{Value, json};
 use toolshed_auth::{AuthError, Role};
-use toolshed_registry::{NewUser, RegistryError, RegistryStore, UserRecord};
+use toolshed_registry::{NewUser, RegistryError, RegistryStore, UserChange, UserRecord};
 
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json, table};
 use crate::prompt;
@@ -34,6 +35,14 @@ pub enum UserCommand {
     },
     /// List the users.
     List,
+    /// Set a user's password (default: the first admin, `admin`). The password is asked
+    /// for twice without echo, or read as one line from stdin when it is not a
+    /// terminal; never from the command line. Every token the user had ends.
+    Passwd {
+        /// The user name.
+        #[arg(default_value = "admin")]
+        name: String,
+    },
 }
 
 /// Run a `user` subcommand.
@@ -46,7 +55,55 @@ pub async fn run(cmd: UserCommand, database_url: &str, json_out: bool) -> Result
             tenant,
         } => add(name, &role, password, tenant, database_url, json_out).await,
         UserCommand::List => list(database_url, json_out).await,
+        UserCommand::Passwd { name } => passwd(name, database_url, json_out).await,
     }
+}
+
+async fn passwd(name: String, database_url: &str, json_out: bool) -> Result<(), Failure> {
+    toolshed_server::routes::auth::check_username(&name)
+        .map_err(|m| Failure::bad_input(anyhow!("{m}")))?;
+    // The user must exist before a password is asked for.
+    let store = open(database_url).await?;
+    if store
+        .get_user(&name)
+        .await
+        .map_err(registry_failure)?
+        .is_none()
+    {
+        return Err(Failure::bad_input(anyhow!(
+            "no user `{name}`; add one with `toolshed user add {name} --role …`"
+        )));
+    }
+    let password =
+        prompt::new_password(&format!("new password for {name}: ")).map_err(Failure::bad_input)?;
+    let hash = tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
+        .await
+        .map_err(|e| Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("password hashing failed: {e}"),
+        })?
+        .map_err(auth_failure)?;
+    let user = store
+        .update_user(
+            &name,
+            UserChange {
+                password_hash: Some(hash),
+                ..UserChange::default()
+            },
+            // The operator at the database: every tenant.
+            &toolshed_registry::TenantScope::All,
+        )
+        .await
+        .map_err(registry_failure)?;
+    if json_out {
+        print_json(&user_json(&user));
+    } else {
+        print(&format!(
+            "set the password of {}; their earlier tokens stop working within seconds; they log in with `toolshed login --username {}`",
+            user.username, user.username
+        ));
+    }
+    Ok(())
 }
 
 async fn add(

@@ -1,6 +1,7 @@
 //! `POST /api/v1/auth/login` and user management: an admin manages its own tenant's
 //! users (another tenant's are not listed, and removing one is a 404 as for an unknown
-//! name; adding one there is a 403), the organisation's owner every tenant's.
+//! name; adding one there is a 403), the organisation's owner every tenant's. The rest
+//! of a session (refresh, me, password changes, user changes) is in `session`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -12,46 +13,50 @@ use toolshed_registry::NewUser;
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Body};
+use crate::extract::{Auth, Body, ClientAddr};
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
 
-/// Exchange a user name and password for a bearer token.
+/// Exchange a user name (as `username`, or `email`) and password for an access token
+/// and a refresh token. Limited per user name and per client address, and by the
+/// server's password hashing slots: past them, 429 with `Retry-After`.
 #[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginBody,
     responses(
-        (status = 200, description = "A token", body = Data<TokenView>),
+        (status = 200, description = "Tokens", body = Data<TokenView>),
+        (status = 400, description = "The body is not JSON", body = ErrorEnvelope),
         (status = 401, description = "Wrong user name or password", body = ErrorEnvelope),
         (status = 422, description = "A field is missing or wrong", body = ErrorEnvelope),
+        (status = 429, description = "Too many attempts, or the server is busy checking passwords; see `Retry-After`", body = ErrorEnvelope),
     ))]
 pub async fn login(
     State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
     Body(body): Body<LoginBody>,
 ) -> Result<Json<Data<TokenView>>, ApiError> {
-    let wrong = || ApiError::new(ApiCode::Unauthenticated, "wrong user name or password");
-    let user = state.registry().get_user(&body.username).await?;
-    // Verify against a fixed hash when the user is unknown, so both answers take as long.
-    let hash = user.as_ref().map(|u| u.password_hash.clone());
-    let password = body.password;
-    let ok = tokio::task::spawn_blocking(move || {
-        let hash = hash.as_deref().unwrap_or(crate::dummy_hash());
-        toolshed_auth::verify_password(&password, hash)
-    })
-    .await
-    .map_err(|e| ApiError::internal("password check failed", e))?
-    .unwrap_or(false);
-    let Some(user) = user.filter(|_| ok) else {
-        return Err(wrong());
+    let username = match (body.username, body.email) {
+        (Some(name), None) | (None, Some(name)) => name,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::field(
+                "username",
+                "give `username` or `email`, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::field(
+                "username",
+                "missing: send the user name as `username` (or `email`)",
+            ));
+        }
     };
-    let role: Role = user.role;
-    let token = state
-        .tokens()
-        .issue(&user.username, role, Some(&user.tenant))?;
+    let user = super::session::check_password(&state, &username, body.password, addr).await?;
+    let Some(user) = user else {
+        return Err(ApiError::new(
+            ApiCode::Unauthenticated,
+            "wrong user name or password",
+        ));
+    };
     Ok(Json(Data {
-        data: TokenView {
-            token,
-            expires_in: state.config().token_ttl.as_secs(),
-            role: crate::views::role(role),
-        },
+        data: super::session::tokens_for(&state, &user)?,
     }))
 }
 
@@ -173,6 +178,8 @@ pub async fn delete_user(
         .registry()
         .delete_user(&username, &scope_of(claims))
         .await?;
+    // Its tokens are refused from the next request on (other servers: within seconds).
+    state.forget_user(&username);
     Ok(Json(Data {
         data: DeletedUser {
             username,
@@ -182,7 +189,7 @@ pub async fn delete_user(
 }
 
 /// A 403 naming the field that asks for more than the caller may give.
-fn refused(field: &str, message: String) -> ApiError {
+pub(crate) fn refused(field: &str, message: String) -> ApiError {
     ApiError::new(ApiCode::Forbidden, message.clone())
         .with_fields(vec![FieldProblem::new(field, message)])
 }

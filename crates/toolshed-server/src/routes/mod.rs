@@ -14,6 +14,7 @@ pub mod meta;
 pub mod registry;
 pub mod runs;
 pub mod sandbox;
+pub mod session;
 
 /// Every route, each with its OpenAPI operation (`#[utoipa::path]` on the handler). The
 /// router serves what this lists and the document describes the same list, so the two
@@ -48,6 +49,10 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::deny))
         .routes(routes!(runs::answer))
         .routes(routes!(registry::tool_code))
+        .routes(routes!(session::refresh))
+        .routes(routes!(session::me))
+        .routes(routes!(session::change_password))
+        .routes(routes!(session::update_user))
 }
 
 /// The OpenAPI document: the routes of [`api`] with their schemas, under the API's
