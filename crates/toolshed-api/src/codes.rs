@@ -69,6 +69,9 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 429: the tenant executed faster than the server's `--execute-rate` allows; the
+        /// `Retry-After` header says how many seconds to wait.
+        RateLimited,
     }
 }
 
@@ -96,6 +99,7 @@ impl ApiCode {
             | ApiCode::WeakPassword
             | ApiCode::InvalidAnswer
             | ApiCode::NotSandboxable => 422,
+            ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable

@@ -24,6 +24,8 @@ pub struct ApiError {
     code: ApiCode,
     message: String,
     details: Option<ErrorDetails>,
+    /// Seconds for the `Retry-After` header, when the client should wait.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -40,7 +42,14 @@ impl ApiError {
             code,
             message: message.into(),
             details: None,
+            retry_after: None,
         }
+    }
+
+    /// The same error with a `Retry-After` header of `seconds` (at least 1).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
     }
 
     /// `REQUEST_REJECTED` with the status a layer answered (anything but the statuses
@@ -141,7 +150,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.to_envelope())).into_response()
+        let mut response = (self.status, axum::Json(self.to_envelope())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 

@@ -39,6 +39,8 @@ pub use axum::Json;
 
 mod error;
 mod extract;
+pub mod limits;
+mod listen;
 pub mod routes;
 pub mod sandbox;
 mod state;
@@ -81,6 +83,8 @@ pub struct ServerConfig {
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
     pub sandbox: sandbox::SandboxSettings,
+    /// Limits on clients: the connection cap and timeouts, the execute rate.
+    pub limits: limits::Limits,
 }
 
 impl ServerConfig {
@@ -97,6 +101,7 @@ impl ServerConfig {
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -266,19 +271,17 @@ impl Server {
     }
 
     /// Serve until `shutdown` completes, then stop accepting, let requests in flight
-    /// finish, and stop the tool workers.
+    /// finish, and stop the tool workers. Connections are capped and timed out as
+    /// [`limits::ConnectionLimits`] says.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let addr = self.local_addr();
         let app = router(self.state.clone());
-        let result = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| ServerError::Listen { addr, source });
+        let limits = self.state.config().limits.connections;
+        listen::serve(self.listener, app, limits, shutdown).await;
         self.state.dispatcher().shutdown();
-        result
+        Ok(())
     }
 }
 

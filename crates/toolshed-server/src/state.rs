@@ -46,6 +46,7 @@ struct Inner {
     prepared: Cache<String, Arc<Prepared>>,
     verified: Cache<String, Claims>,
     sandbox: SandboxHandle,
+    execute_rate: Option<crate::limits::RateLimiter>,
 }
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
@@ -67,6 +68,10 @@ impl AppState {
         dispatcher: Dispatcher,
         sandbox: SandboxHandle,
     ) -> Self {
+        let execute_rate = config
+            .limits
+            .execute_rate
+            .map(crate::limits::RateLimiter::new);
         AppState {
             inner: Arc::new(Inner {
                 config,
@@ -82,9 +87,30 @@ impl AppState {
                     .max_capacity(VERIFIED_TOKENS)
                     .time_to_live(VERIFIED_TTL)
                     .build(),
+                execute_rate,
                 sandbox,
             }),
         }
+    }
+
+    /// Take one execute from `tenant`'s bucket, or the 429 `RATE_LIMITED` saying how
+    /// long to wait. Always allowed without `--execute-rate`.
+    pub(crate) fn check_execute_rate(&self, tenant: &str) -> Result<(), ApiError> {
+        let Some(limiter) = &self.inner.execute_rate else {
+            return Ok(());
+        };
+        limiter.check(tenant).map_err(|wait| {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let rate = limiter.rate();
+            ApiError::new(
+                toolshed_api::ApiCode::RateLimited,
+                format!(
+                    "tenant `{tenant}` is executing faster than this server allows ({} per second, bursts of {}); retry in {seconds} s",
+                    rate.per_second, rate.burst
+                ),
+            )
+            .with_retry_after(seconds)
+        })
     }
 
     /// The sandbox of the execute route, or the 503 saying why this host has none.

@@ -52,6 +52,9 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// The connection cap and timeouts, and the execute rate.
+    #[command(flatten)]
+    limits: crate::serve_limits::LimitArgs,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -69,6 +72,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.request_timeout = Duration::from_secs(s);
     }
     sandbox_settings(&args, &mut config.sandbox)?;
+    args.limits.apply(&mut config.limits);
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }

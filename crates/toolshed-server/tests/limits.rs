@@ -1,0 +1,152 @@
+//! The server's limits against a real server on loopback: the per-tenant execute rate,
+//! the connection timeouts, and hostile approval predicates and schema patterns at
+//! registration.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::TestServer;
+use serde_json::json;
+use toolshed_server::limits::Rate;
+
+const EXECUTE: &str = "/api/v1/registry/tools/get_current_time/execute";
+
+#[tokio::test]
+async fn a_tenant_over_its_execute_rate_gets_429_with_retry_after_and_others_do_not() {
+    let s = TestServer::start_with(|c| {
+        // A burst of 3, then one every 1000 s: the fourth call is over the rate.
+        c.limits.execute_rate = Some(Rate {
+            per_second: 0.001,
+            burst: 3,
+        });
+    })
+    .await;
+    for _ in 0..3 {
+        let (status, answer) = s
+            .call("POST", EXECUTE, Some(&s.deployer), Some(json!({"args": {}})))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let resp = s
+        .client
+        .post(format!("{}{EXECUTE}", s.base))
+        .bearer_auth(&s.deployer)
+        .json(&json!({"args": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((900..=1000).contains(&retry), "Retry-After {retry}");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "RATE_LIMITED", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tenant `default`"),
+        "{body}"
+    );
+    // The admin is of the same tenant: the same bucket.
+    let (status, answer) = s
+        .call("POST", EXECUTE, Some(&s.admin), Some(json!({"args": {}})))
+        .await;
+    assert_eq!(status, 429, "{answer}");
+
+    // Another tenant has a bucket of its own.
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/users",
+            Some(&s.admin),
+            Some(json!({"username": "ota", "password": "password-123", "role": "deployer", "tenant": "other"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let other = s.login("ota", "password-123").await;
+    let (status, answer) = s
+        .call("POST", EXECUTE, Some(&other), Some(json!({"args": {}})))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    // Reads are not rate limited.
+    let (status, answer) = s
+        .call("GET", "/api/v1/registry/tools", Some(&s.deployer), None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_rate_executes_are_not_limited() {
+    let s = TestServer::start().await;
+    for _ in 0..20 {
+        let (status, answer) = s
+            .call("POST", EXECUTE, Some(&s.deployer), Some(json!({"args": {}})))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    s.stop().await;
+}
+
+/// Read until the server closes the connection (or `deadline` passes, a failure).
+fn closed_by_server(stream: &mut std::net::TcpStream, deadline: Duration) -> Vec<u8> {
+    stream.set_read_timeout(Some(deadline)).unwrap();
+    let mut got = Vec::new();
+    match stream.read_to_end(&mut got) {
+        Ok(_) => got,
+        // A reset is a close too.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => got,
+        Err(e) => panic!("the server did not close the connection: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_connections_are_closed_and_kept_alive_ones_time_out() {
+    let s = TestServer::start_with(|c| {
+        c.limits.connections.header_timeout = Duration::from_secs(1);
+        c.limits.connections.idle_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    let generous = Duration::from_secs(60);
+    let (silent, partial, kept) = tokio::task::spawn_blocking(move || {
+        // Sends nothing.
+        let mut silent = std::net::TcpStream::connect(&addr).unwrap();
+        let silent = closed_by_server(&mut silent, generous);
+        // Sends half a head, then stalls.
+        let mut partial = std::net::TcpStream::connect(&addr).unwrap();
+        partial
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .unwrap();
+        let partial = closed_by_server(&mut partial, generous);
+        // A whole request is answered; the connection, kept alive, then times out.
+        let mut kept = std::net::TcpStream::connect(&addr).unwrap();
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let kept = closed_by_server(&mut kept, generous);
+        (silent, partial, kept)
+    })
+    .await
+    .unwrap();
+    assert!(silent.is_empty(), "{}", String::from_utf8_lossy(&silent));
+    // hyper answers a head cut short by the timeout with nothing, or a 408.
+    let partial = String::from_utf8_lossy(&partial);
+    assert!(
+        partial.is_empty() || partial.starts_with("HTTP/1.1 408"),
+        "{partial}"
+    );
+    let kept = String::from_utf8_lossy(&kept);
+    assert!(kept.starts_with("HTTP/1.1 200"), "{kept}");
+    // And the server still answers.
+    let (status, _) = s.call("GET", "/healthz", None, None).await;
+    assert_eq!(status, 200);
+    s.stop().await;
+}
