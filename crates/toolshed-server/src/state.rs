@@ -178,9 +178,19 @@ impl AppState {
         Ok(prepared)
     }
 
-    /// Forget a prepared tool (after an update or a delete through this server).
+    /// Forget a prepared tool (after an update or a delete through this server), and
+    /// drop the warm pools of its endpoint so its workers exit now.
     pub fn forget(&self, record: &ToolRecord) {
         self.inner.prepared.invalidate(&record.id);
         self.inner.prepared.invalidate(&record.name);
+        let column = record.endpoint.as_deref();
+        let defined = record.definition.get("endpoint").and_then(|v| v.as_str());
+        for text in column.into_iter().chain(defined.filter(|d| Some(*d) != column)) {
+            if let Ok(endpoint) = toolshed_dispatch::Endpoint::parse(text)
+                && endpoint.is_subprocess()
+            {
+                self.inner.dispatcher.drop_pools(&endpoint);
+            }
+        }
     }
 }

@@ -150,3 +150,120 @@ async fn silent_and_slow_connections_are_closed_and_kept_alive_ones_time_out() {
     assert_eq!(status, 200);
     s.stop().await;
 }
+
+/// Whether a process is gone: no `/proc` entry, or exited and waiting to be reaped.
+fn exited(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+    }
+}
+
+/// Wait for `pid` to exit; false when it is still running after `deadline`.
+async fn waits_for_exit(pid: u64, deadline: Duration) -> bool {
+    let end = tokio::time::Instant::now() + deadline;
+    while tokio::time::Instant::now() < end {
+        if exited(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    exited(pid)
+}
+
+const PID_TOOL: &str = "import os\n\ndef pid() -> dict:\n    \"\"\"The worker's process id.\"\"\"\n    return {\"pid\": os.getpid()}\n";
+
+/// A server whose workers run on the host (their pids are the host's), pooled, with
+/// this idle timeout; a `pid` tool registered.
+async fn pid_server(idle_timeout: Duration) -> TestServer {
+    let s = TestServer::start_with(|c| {
+        c.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
+        c.dispatcher.mode = toolshed_dispatch::Mode::Pool;
+        c.dispatcher.pool.idle_timeout = idle_timeout;
+    })
+    .await;
+    let py = s.write("pid.py", PID_TOOL);
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "pid", "description": "its pid", "endpoint": format!("python:{py}")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    s
+}
+
+async fn worker_pid(s: &TestServer) -> u64 {
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/pid/execute",
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let pid = answer["data"]["output"]["pid"].as_u64().unwrap();
+    assert!(!exited(pid), "the pooled worker {pid} stays after its call");
+    pid
+}
+
+#[tokio::test]
+async fn a_deleted_tools_warm_worker_exits() {
+    // An idle timeout far past the test: only the delete can end the worker.
+    let s = pid_server(Duration::from_secs(3600)).await;
+    let pid = worker_pid(&s).await;
+    // The same worker serves the next call (it is warm).
+    assert_eq!(worker_pid(&s).await, pid);
+    let (status, answer) = s
+        .call("DELETE", "/api/v1/registry/tools/pid", Some(&s.deployer), None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        waits_for_exit(pid, Duration::from_secs(60)).await,
+        "worker {pid} still runs after its tool was deleted"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_updated_tools_old_worker_exits() {
+    let s = pid_server(Duration::from_secs(3600)).await;
+    let pid = worker_pid(&s).await;
+    let py = s.write("pid2.py", PID_TOOL);
+    let (status, answer) = s
+        .call(
+            "PUT",
+            "/api/v1/registry/tools/pid",
+            Some(&s.deployer),
+            Some(json!({"name": "pid", "description": "its pid, v2", "endpoint": format!("python:{py}:pid")})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        waits_for_exit(pid, Duration::from_secs(60)).await,
+        "worker {pid} of the old revision still runs"
+    );
+    // The new revision runs in a new worker.
+    let new = worker_pid(&s).await;
+    assert_ne!(new, pid);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_pool_is_evicted_with_its_worker() {
+    let s = pid_server(Duration::from_millis(500)).await;
+    let pid = worker_pid(&s).await;
+    assert!(
+        waits_for_exit(pid, Duration::from_secs(60)).await,
+        "idle worker {pid} was not evicted"
+    );
+    // The tool still runs: a new pool, a new worker.
+    assert_ne!(worker_pid(&s).await, pid);
+    s.stop().await;
+}
