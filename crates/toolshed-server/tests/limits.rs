@@ -267,3 +267,80 @@ async fn an_idle_pool_is_evicted_with_its_worker() {
     assert_ne!(worker_pid(&s).await, pid);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn hostile_predicates_and_patterns_are_refused_at_registration() {
+    let s = TestServer::start().await;
+    let nested = "args.l.all(a, args.l.all(b, args.l.all(c, a == b && b == c)))";
+    let chain = (0..150)
+        .map(|i| format!("args.a=={i}"))
+        .collect::<Vec<_>>()
+        .join("||");
+    let cases = [
+        (json!({"approval": {"when": nested}}), "approval.when", "more than 2 deep"),
+        // A chain of operators that overflowed the CEL parser's stack (an abort of the
+        // whole server) before parsing moved to a deep-stack thread.
+        (json!({"approval": {"when": chain}}), "approval.when", "nodes"),
+        (
+            json!({"approval": {"when": "args.l.map(x, args.l + args.l).exists(y, true)"}}),
+            "approval.when",
+            "builds itself",
+        ),
+        (
+            json!({"schema_definition": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(?!admin)"}}}}),
+            "schema_definition.properties.code.pattern",
+            "look-around",
+        ),
+        (
+            json!({"schema_definition": {"type": "object", "properties": {"code": {"type": "string", "pattern": "(a)\\1"}}}}),
+            "schema_definition.properties.code.pattern",
+            "backreferences",
+        ),
+    ];
+    for (extra, field, needle) in cases {
+        let mut body = json!({"name": "hostile", "description": "d", "endpoint": "builtin:get_current_time"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, answer) = s
+            .call("POST", "/api/v1/registry/tools", Some(&s.deployer), Some(body.clone()))
+            .await;
+        assert_eq!(status, 422, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(field), "{field} not in {message}");
+        assert!(message.contains(needle), "{needle} not in {message}");
+    }
+    let (status, _) = s.call("GET", "/healthz", None, None).await;
+    assert_eq!(status, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_catastrophic_pattern_answers_a_long_hostile_input() {
+    let s = TestServer::start().await;
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({
+                "name": "matcher", "description": "d", "endpoint": "builtin:get_current_time",
+                "schema_definition": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    // `aaaa…!` backtracks exponentially in a backtracking engine; here it just answers.
+    let hostile = format!("{}!", "a".repeat(50_000));
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/matcher/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {"s": hostile}})),
+        )
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["code"], "INVALID_ARGS");
+    s.stop().await;
+}
