@@ -460,7 +460,11 @@ mod tests {
             ),
         ] {
             let err = CompiledSchema::compile(&schema, "input_schema").unwrap_err();
-            assert!(err.field.starts_with(field), "{schema}: field {}", err.field);
+            assert!(
+                err.field.starts_with(field),
+                "{schema}: field {}",
+                err.field
+            );
             assert!(err.message.contains("look-around"), "{schema}: {err}");
         }
     }

@@ -182,7 +182,11 @@ impl CelPredicate {
     pub fn compile(source: &str) -> Result<Self, FieldError> {
         let refused = |why: String| {
             let shown: String = source.chars().take(80).collect();
-            let more = if shown.len() < source.len() { "…" } else { "" };
+            let more = if shown.len() < source.len() {
+                "…"
+            } else {
+                ""
+            };
             FieldError::new(
                 "approval.when",
                 format!("the approval predicate `{shown}{more}` {why}"),
@@ -527,7 +531,10 @@ mod tests {
         let nots = format!("{}true", "!".repeat(1000));
         let lists = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
         let long = format!("args.a == '{}'", "x".repeat(3000));
-        let wide = (0..120).map(|i| format!("args.a=={i}")).collect::<Vec<_>>().join("||");
+        let wide = (0..120)
+            .map(|i| format!("args.a=={i}"))
+            .collect::<Vec<_>>()
+            .join("||");
         for (source, says) in [
             (nested3, "more than 2 deep"),
             (built, "builds itself"),
@@ -574,7 +581,11 @@ mod tests {
         let big = json!({"l": vec![0; 1000], "s": "x".repeat(1 << 20)});
         let err = Approval::Cel(p.clone()).applies(&big).unwrap_err();
         assert!(err.message.contains("bytes"), "{}", err.message);
-        assert!(Approval::Cel(p).applies(&json!({"l": [1], "s": "ab"})).unwrap());
+        assert!(
+            Approval::Cel(p)
+                .applies(&json!({"l": [1], "s": "ab"}))
+                .unwrap()
+        );
     }
 
     #[test]

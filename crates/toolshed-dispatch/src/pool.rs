@@ -649,7 +649,10 @@ impl Pool {
                 self.closed.store(true, Ordering::Release);
                 let n = st.idle.len();
                 st.live = st.live.saturating_sub(n);
-                st.idle.drain(..).map(|i| (i.proc, Retire::Dropped)).collect()
+                st.idle
+                    .drain(..)
+                    .map(|i| (i.proc, Retire::Dropped))
+                    .collect()
             }
             Err(_) => {
                 self.closed.store(true, Ordering::Release);

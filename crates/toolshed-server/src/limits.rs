@@ -66,7 +66,9 @@ pub struct Rate {
 
 /// Why a rate did not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{given}` is not a rate: write PER_SECOND[:BURST], e.g. `50` or `50:100` (PER_SECOND above 0, BURST a whole number of at least 1)")]
+#[error(
+    "`{given}` is not a rate: write PER_SECOND[:BURST], e.g. `50` or `50:100` (PER_SECOND above 0, BURST a whole number of at least 1)"
+)]
 pub struct RateParseError {
     given: String,
 }
@@ -75,7 +77,9 @@ impl FromStr for Rate {
     type Err = RateParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || RateParseError { given: s.to_owned() };
+        let bad = || RateParseError {
+            given: s.to_owned(),
+        };
         let (rate, burst) = match s.split_once(':') {
             Some((r, b)) => (r, Some(b)),
             None => (s, None),
@@ -107,6 +111,9 @@ impl fmt::Display for Rate {
 /// tenant is seen for the first time.
 const SHARDS: usize = 16;
 
+/// One shard of the buckets: tenant → its bucket's theoretical arrival time.
+type Shard = RwLock<HashMap<Arc<str>, Arc<AtomicU64>>>;
+
 /// One token bucket per tenant, each a single atomic (GCRA: the bucket is the
 /// "theoretical arrival time" of the next call), in a sharded map. A check is one
 /// read lock, one hash and one compare-and-swap.
@@ -118,7 +125,7 @@ pub struct RateLimiter {
     tolerance_ns: u64,
     start: Instant,
     hasher: RandomState,
-    shards: Box<[RwLock<HashMap<Arc<str>, Arc<AtomicU64>>>]>,
+    shards: Box<[Shard]>,
 }
 
 impl fmt::Debug for RateLimiter {
@@ -210,7 +217,10 @@ mod tests {
         );
         for bad in ["", "0", "-1", "x", "5:0", "5:x", "inf", "NaN", "5:-2"] {
             let err = bad.parse::<Rate>().unwrap_err();
-            assert!(err.to_string().contains("PER_SECOND[:BURST]"), "{bad}: {err}");
+            assert!(
+                err.to_string().contains("PER_SECOND[:BURST]"),
+                "{bad}: {err}"
+            );
         }
     }
 

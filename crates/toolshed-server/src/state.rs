@@ -185,7 +185,10 @@ impl AppState {
         self.inner.prepared.invalidate(&record.name);
         let column = record.endpoint.as_deref();
         let defined = record.definition.get("endpoint").and_then(|v| v.as_str());
-        for text in column.into_iter().chain(defined.filter(|d| Some(*d) != column)) {
+        for text in column
+            .into_iter()
+            .chain(defined.filter(|d| Some(*d) != column))
+        {
             if let Ok(endpoint) = toolshed_dispatch::Endpoint::parse(text)
                 && endpoint.is_subprocess()
             {

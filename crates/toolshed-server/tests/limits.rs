@@ -27,7 +27,12 @@ async fn a_tenant_over_its_execute_rate_gets_429_with_retry_after_and_others_do_
     .await;
     for _ in 0..3 {
         let (status, answer) = s
-            .call("POST", EXECUTE, Some(&s.deployer), Some(json!({"args": {}})))
+            .call(
+                "POST",
+                EXECUTE,
+                Some(&s.deployer),
+                Some(json!({"args": {}})),
+            )
             .await;
         assert_eq!(status, 200, "{answer}");
     }
@@ -89,7 +94,12 @@ async fn without_a_rate_executes_are_not_limited() {
     let s = TestServer::start().await;
     for _ in 0..20 {
         let (status, answer) = s
-            .call("POST", EXECUTE, Some(&s.deployer), Some(json!({"args": {}})))
+            .call(
+                "POST",
+                EXECUTE,
+                Some(&s.deployer),
+                Some(json!({"args": {}})),
+            )
             .await;
         assert_eq!(status, 200, "{answer}");
     }
@@ -221,7 +231,12 @@ async fn a_deleted_tools_warm_worker_exits() {
     // The same worker serves the next call (it is warm).
     assert_eq!(worker_pid(&s).await, pid);
     let (status, answer) = s
-        .call("DELETE", "/api/v1/registry/tools/pid", Some(&s.deployer), None)
+        .call(
+            "DELETE",
+            "/api/v1/registry/tools/pid",
+            Some(&s.deployer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
     assert!(
@@ -277,10 +292,18 @@ async fn hostile_predicates_and_patterns_are_refused_at_registration() {
         .collect::<Vec<_>>()
         .join("||");
     let cases = [
-        (json!({"approval": {"when": nested}}), "approval.when", "more than 2 deep"),
+        (
+            json!({"approval": {"when": nested}}),
+            "approval.when",
+            "more than 2 deep",
+        ),
         // A chain of operators that overflowed the CEL parser's stack (an abort of the
         // whole server) before parsing moved to a deep-stack thread.
-        (json!({"approval": {"when": chain}}), "approval.when", "nodes"),
+        (
+            json!({"approval": {"when": chain}}),
+            "approval.when",
+            "nodes",
+        ),
         (
             json!({"approval": {"when": "args.l.map(x, args.l + args.l).exists(y, true)"}}),
             "approval.when",
@@ -298,12 +321,18 @@ async fn hostile_predicates_and_patterns_are_refused_at_registration() {
         ),
     ];
     for (extra, field, needle) in cases {
-        let mut body = json!({"name": "hostile", "description": "d", "endpoint": "builtin:get_current_time"});
+        let mut body =
+            json!({"name": "hostile", "description": "d", "endpoint": "builtin:get_current_time"});
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         let (status, answer) = s
-            .call("POST", "/api/v1/registry/tools", Some(&s.deployer), Some(body.clone()))
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(&s.deployer),
+                Some(body.clone()),
+            )
             .await;
         assert_eq!(status, 422, "{body}: {answer}");
         let message = answer["error"]["message"].as_str().unwrap();

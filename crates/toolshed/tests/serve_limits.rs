@@ -51,7 +51,12 @@ fn two_thousand_idle_connections_leave_fds_bounded_and_healthz_answering() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(["serve", "--addr", "127.0.0.1:0"])
         .args(["--max-connections", &CAP.to_string()])
-        .args(["--header-timeout-seconds", "1", "--idle-timeout-seconds", "1"])
+        .args([
+            "--header-timeout-seconds",
+            "1",
+            "--idle-timeout-seconds",
+            "1",
+        ])
         .current_dir(dir.path())
         .env("TOOLSHED_DATABASE_URL", &db)
         .env("TOOLSHED_ADMIN_PASSWORD", "admin-password-1")
@@ -98,8 +103,8 @@ fn two_thousand_idle_connections_leave_fds_bounded_and_healthz_answering() {
             std::thread::spawn(move || {
                 (0..CONNECTIONS / 20)
                     .filter_map(|i| {
-                        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(120))
-                            .ok()?;
+                        let mut s =
+                            TcpStream::connect_timeout(&addr, Duration::from_secs(120)).ok()?;
                         if (t + i) % 2 == 1 {
                             let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ");
                         }
