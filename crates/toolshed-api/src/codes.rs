@@ -79,6 +79,9 @@ toolshed_core::wire_enum! {
         /// 429: too many login attempts for this user or from this address, or every
         /// password check slot is busy; the `Retry-After` header says when to try again.
         TooManyAttempts,
+        /// 429: the tenant executed faster than the server's `--execute-rate` allows; the
+        /// `Retry-After` header says how many seconds to wait.
+        RateLimited,
     }
 }
 
@@ -107,6 +110,7 @@ impl ApiCode {
             | ApiCode::InvalidAnswer
             | ApiCode::NotSandboxable
             | ApiCode::DependencyInstallFailed => 422,
+            ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable

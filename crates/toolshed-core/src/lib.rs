@@ -28,6 +28,7 @@
 //! # });
 //! ```
 
+pub mod cel_limits;
 pub mod context;
 pub mod credentials;
 pub mod crumbs;

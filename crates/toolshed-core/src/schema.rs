@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use jsonschema::{Draft, Retrieve, Uri, Validator};
+use jsonschema::{Draft, PatternOptions, Retrieve, Uri, Validator};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -48,6 +48,44 @@ impl Retrieve for NoRemoteRefs {
         )
         .into())
     }
+}
+
+/// The most memory one compiled `pattern` (or `patternProperties` key) may take, in
+/// bytes: a pattern past it is refused when the schema is compiled.
+pub const PATTERN_SIZE_LIMIT: usize = 1024 * 1024;
+
+/// The regex engine of every schema toolshed compiles: the `regex` crate, which matches
+/// in time linear in the input whatever the pattern, instead of the default
+/// `fancy-regex`, whose backtracking makes `^(a+)+$`-style patterns exponential on an
+/// attacker's input. The price: look-around and backreferences are refused at
+/// registration (see [`compile_error_message`]).
+fn linear_patterns() -> PatternOptions<jsonschema::Regex> {
+    PatternOptions::regex()
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_SIZE_LIMIT)
+}
+
+/// The error of a schema that did not compile. A `pattern` (or `patternProperties`
+/// key) the linear engine refuses is named by its place in the schema, with the fix.
+fn compile_error(field: &str, err: &jsonschema::ValidationError<'_>) -> FieldError {
+    let is_regex = matches!(
+        err.kind(),
+        jsonschema::error::ValidationErrorKind::Format { format } if format == "regex"
+    );
+    if !is_regex {
+        return FieldError::new(field, format!("cannot compile JSON Schema: {err}"));
+    }
+    let at = pointer_to_dotted(err.schema_path().as_str());
+    FieldError::new(
+        join_field(field, &at),
+        format!(
+            "{} is not a pattern toolshed can match: patterns are matched in linear time, \
+             so look-around (`(?=`, `(?!`, `(?<=`, `(?<!`) and backreferences (`\\1`) are \
+             not supported, and a compiled pattern may take at most {PATTERN_SIZE_LIMIT} \
+             bytes; rewrite it without them",
+            truncate_json(err.instance(), 120)
+        ),
+    )
 }
 
 /// A schema checked against its meta-schema and compiled once, ready to validate
@@ -123,8 +161,9 @@ impl CompiledSchema {
         let validator = jsonschema::options()
             .with_draft(draft)
             .with_retriever(NoRemoteRefs)
+            .with_pattern_options(linear_patterns())
             .build(schema)
-            .map_err(|err| FieldError::new(field, format!("cannot compile JSON Schema: {err}")))?;
+            .map_err(|err| compile_error(field, &err))?;
         Ok(CompiledSchema {
             inner: Arc::new(Compiled {
                 has_defaults: contains_key(schema, "default"),
@@ -374,6 +413,60 @@ mod tests {
             "message `{}` should contain `{expect_in_msg}`",
             err.message
         );
+    }
+
+    #[test]
+    fn a_catastrophic_pattern_is_matched_in_linear_time() {
+        // `^(a+)+$` backtracks exponentially on `aaaa…!` in a backtracking engine; the
+        // linear engine answers at once. No timing assert: it must return an answer.
+        let hostile = format!("{}!", "a".repeat(100_000));
+        for (schema, bad, good) in [
+            (
+                json!({"type": "string", "pattern": "^(a+)+$"}),
+                json!(hostile),
+                json!("aaaa"),
+            ),
+            (
+                json!({"type": "string", "pattern": "^(a|aa)*(a|aa)*(a|aa)*b$"}),
+                json!(hostile),
+                json!("aaab"),
+            ),
+            (
+                json!({"patternProperties": {"^(a|a)*$": {"type": "integer"}}}),
+                json!({ hostile.clone(): 1, "aaa": "not an integer" }),
+                json!({ hostile.clone(): "anything", "aaa": 1 }),
+            ),
+        ] {
+            let compiled = CompiledSchema::compile(&schema, "input_schema").unwrap();
+            assert!(compiled.validate(&bad).is_err(), "{schema}");
+            assert!(compiled.validate(&good).is_ok(), "{schema}");
+        }
+    }
+
+    #[test]
+    fn patterns_the_linear_engine_cannot_match_are_refused_at_compile() {
+        for (schema, field) in [
+            (
+                json!({"type": "string", "pattern": "^(?=a)a+$"}),
+                "input_schema.pattern",
+            ),
+            (
+                json!({"properties": {"code": {"pattern": "(a)\\1"}}}),
+                "input_schema.properties.code.pattern",
+            ),
+            (
+                json!({"patternProperties": {"^(?!x)": {}}}),
+                "input_schema.patternProperties",
+            ),
+        ] {
+            let err = CompiledSchema::compile(&schema, "input_schema").unwrap_err();
+            assert!(
+                err.field.starts_with(field),
+                "{schema}: field {}",
+                err.field
+            );
+            assert!(err.message.contains("look-around"), "{schema}: {err}");
+        }
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl Approval {
 pub struct CelPredicate {
     source: Arc<str>,
     program: Arc<cel::Program>,
+    shape: crate::cel_limits::Shape,
 }
 
 impl fmt::Debug for CelPredicate {
@@ -175,17 +176,27 @@ impl fmt::Debug for CelPredicate {
 }
 
 impl CelPredicate {
-    /// Compile an expression; a syntax error names the `approval` field.
+    /// Compile an expression; a syntax error, or a predicate past the cost limits of
+    /// [`crate::cel_limits`] (its size, depth, loop nesting), names the `approval`
+    /// field.
     pub fn compile(source: &str) -> Result<Self, FieldError> {
-        let program = cel::Program::compile(source).map_err(|e| {
+        let refused = |why: String| {
+            let shown: String = source.chars().take(80).collect();
+            let more = if shown.len() < source.len() {
+                "…"
+            } else {
+                ""
+            };
             FieldError::new(
                 "approval.when",
-                format!("`{source}` is not a valid CEL expression: {e}"),
+                format!("the approval predicate `{shown}{more}` {why}"),
             )
-        })?;
+        };
+        let (program, shape) = crate::cel_limits::parse(source).map_err(refused)?;
         Ok(CelPredicate {
             source: Arc::from(source),
             program: Arc::new(program),
+            shape,
         })
     }
 
@@ -194,8 +205,16 @@ impl CelPredicate {
         &self.source
     }
 
-    /// Evaluate with `args` bound to the call's arguments.
+    /// Evaluate with `args` bound to the call's arguments. A predicate whose estimated
+    /// cost over these arguments is past [`crate::cel_limits::MAX_COST`] is an error
+    /// without running (the gate fails closed).
     pub fn evaluate(&self, args: &Value) -> Result<bool, ToolError> {
+        crate::cel_limits::check_cost(&self.shape, args).map_err(|why| {
+            ToolError::new(
+                ErrorCode::ApprovalPredicateError,
+                format!("approval predicate `{}` {why}", self.source),
+            )
+        })?;
         let mut ctx = cel::Context::default();
         ctx.add_variable("args", args.clone()).map_err(|e| {
             ToolError::new(
@@ -501,6 +520,72 @@ mod tests {
         assert_eq!(err.code, ErrorCode::ApprovalPredicateError);
         let closure = Approval::when(|a| a["n"].as_i64() == Some(3));
         assert!(closure.applies(&json!({"n": 3})).unwrap());
+    }
+
+    #[test]
+    fn hostile_cel_predicates_are_refused_at_compile() {
+        let nested3 = "args.l.all(a, args.l.all(b, args.l.all(c, a == b && b == c)))";
+        let built = "args.l.map(x, args.l.map(y, x)).exists(z, size(z) > 0)";
+        // Past the limits, whatever nesting a parser would overflow its stack on.
+        let deep = format!("{}true{}", "!(".repeat(400), ")".repeat(400));
+        let nots = format!("{}true", "!".repeat(1000));
+        let lists = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
+        let long = format!("args.a == '{}'", "x".repeat(3000));
+        let wide = (0..120)
+            .map(|i| format!("args.a=={i}"))
+            .collect::<Vec<_>>()
+            .join("||");
+        for (source, says) in [
+            (nested3, "more than 2 deep"),
+            (built, "builds itself"),
+            (deep.as_str(), "deep"),
+            (nots.as_str(), "in a row"),
+            (lists.as_str(), "at most 2048"),
+            (long.as_str(), "at most 2048"),
+            (wide.as_str(), "nodes"),
+        ] {
+            let err = CelPredicate::compile(source).unwrap_err();
+            assert_eq!(err.field, "approval.when");
+            assert!(err.message.contains(says), "{source}: {err}");
+        }
+        // Ordinary predicates, loops included, compile.
+        let ok = [
+            "args.amount > 100".to_owned(),
+            "args.items.exists(i, i.qty > 10)".to_owned(),
+            "args.orders.all(o, o.lines.all(l, l.price < 1000))".to_owned(),
+            "[1, 2, 3].exists(x, x == args.n)".to_owned(),
+            "args.items.filter(i, i.qty > 1).size() > 2".to_owned(),
+            // At the nesting limits, the parser's stack holds.
+            format!("{}args.a{}", "!(".repeat(6), ")".repeat(6)),
+            format!("{}1{} == args.a", "[".repeat(12), "]".repeat(12)),
+            format!("{}args.a{} > 0", "-(".repeat(4), ")".repeat(4)),
+        ];
+        for ok in &ok {
+            CelPredicate::compile(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_costly_predicate_over_big_arguments_is_stopped_before_it_runs() {
+        // Two nested loops over 100,000 items: 10^10 steps, refused at once.
+        let p = CelPredicate::compile("args.l.exists(a, args.l.exists(b, a + b == -1))").unwrap();
+        let big = json!({"l": vec![0; 100_000]});
+        let err = Approval::Cel(p.clone()).applies(&big).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ApprovalPredicateError);
+        assert!(err.message.contains("steps"), "{}", err.message);
+        // The same predicate over a small list runs.
+        assert!(!Approval::Cel(p).applies(&json!({"l": [1, 2, 3]})).unwrap());
+
+        // String growth in a loop: 1,000 copies of a 1 MB string.
+        let p = CelPredicate::compile("args.l.map(x, args.s + args.s).size() > 0").unwrap();
+        let big = json!({"l": vec![0; 1000], "s": "x".repeat(1 << 20)});
+        let err = Approval::Cel(p.clone()).applies(&big).unwrap_err();
+        assert!(err.message.contains("bytes"), "{}", err.message);
+        assert!(
+            Approval::Cel(p)
+                .applies(&json!({"l": [1], "s": "ab"}))
+                .unwrap()
+        );
     }
 
     #[test]

@@ -269,6 +269,13 @@ impl Dispatcher {
         self.pools.stats()
     }
 
+    /// Drop the warm pools of `endpoint`, every tenant's: idle workers are killed now,
+    /// busy ones when their call ends (a deleted or changed tool's workers must not
+    /// linger until their idle timeout). Returns how many pools there were.
+    pub fn drop_pools(&self, endpoint: &Endpoint) -> usize {
+        self.pools.drop_endpoint(endpoint)
+    }
+
     /// Stop every pooled worker (idle ones now, busy ones when their call ends).
     pub fn shutdown(&self) {
         self.pools.clear();

@@ -85,6 +85,8 @@ pub(crate) enum Retire {
     Calls,
     /// It was idle for `idle_timeout`.
     Idle,
+    /// Its pool was dropped: its tool was deleted or changed, or the dispatcher stops.
+    Dropped,
 }
 
 /// What is known of a worker when it comes back or sits idle.
@@ -203,6 +205,7 @@ impl Pools {
                 returned: Notify::new(),
                 started: AtomicU64::new(0),
                 retired: AtomicU64::new(0),
+                closed: std::sync::atomic::AtomicBool::new(false),
             })
         };
         match self.map.lock() {
@@ -253,8 +256,30 @@ impl Pools {
             Err(_) => HashMap::new(),
         };
         for pool in map.values() {
-            pool.retire_all_idle();
+            pool.close();
         }
+    }
+
+    /// Drop the pools of `endpoint` (every tenant and policy): their idle workers are
+    /// killed now, busy ones when their call ends; returns how many pools there were.
+    /// A call already under way for it may start a new pool, which the reaper retires
+    /// once idle.
+    pub fn drop_endpoint(&self, endpoint: &Endpoint) -> usize {
+        let dropped: Vec<Arc<Pool>> = match self.map.lock() {
+            Ok(mut map) => {
+                let keys: Vec<PoolKey> = map
+                    .keys()
+                    .filter(|k| k.endpoint == *endpoint)
+                    .cloned()
+                    .collect();
+                keys.iter().filter_map(|k| map.remove(k)).collect()
+            }
+            Err(_) => return 0,
+        };
+        for pool in &dropped {
+            pool.close();
+        }
+        dropped.len()
     }
 
     /// Start the task that retires idle workers (once, when a runtime is there).
@@ -319,6 +344,9 @@ pub(crate) struct Pool {
     returned: Notify,
     started: AtomicU64,
     retired: AtomicU64,
+    /// Dropped from the map ([`Pools::clear`], [`Pools::drop_endpoint`]): a worker
+    /// coming back is killed, not kept, and none is started to replace one.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// One worker, held by one call. Dropped without [`Lease::release`] (a call cut
@@ -468,6 +496,9 @@ impl Pool {
     /// Start a replacement in the background when the pool has no idle worker, so the
     /// next call finds a warm one.
     fn replenish(self: &Arc<Self>) {
+        if self.is_closed() {
+            return;
+        }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -500,18 +531,26 @@ impl Pool {
         });
     }
 
-    /// Put a worker back idle (it keeps its slot).
+    /// Put a worker back idle (it keeps its slot); a closed pool's is killed instead.
+    /// Closing is looked at under the state lock, so no worker slips in after
+    /// [`Pool::close`] drained the idle ones.
     fn put_idle(&self, proc: Proc) {
-        if let Ok(mut st) = self.state.lock() {
-            st.idle.push(Idle {
-                proc,
-                since: Instant::now(),
-            });
-        } else {
+        let Ok(mut st) = self.state.lock() else {
             drop(proc);
             self.free_slot();
             return;
+        };
+        if self.is_closed() {
+            st.live = st.live.saturating_sub(1);
+            drop(st);
+            self.retired_now(vec![(proc, Retire::Dropped)]);
+            return;
         }
+        st.idle.push(Idle {
+            proc,
+            since: Instant::now(),
+        });
+        drop(st);
         self.returned.notify_one();
         self.shared.freed.notify_waiters();
     }
@@ -602,16 +641,29 @@ impl Pool {
         found
     }
 
-    fn retire_all_idle(&self) {
+    /// Close the pool (dropped from the map): kill its idle workers now; busy ones are
+    /// killed when they come back.
+    fn close(&self) {
         let gone: Vec<(Proc, Retire)> = match self.state.lock() {
             Ok(mut st) => {
+                self.closed.store(true, Ordering::Release);
                 let n = st.idle.len();
                 st.live = st.live.saturating_sub(n);
-                st.idle.drain(..).map(|i| (i.proc, Retire::Idle)).collect()
+                st.idle
+                    .drain(..)
+                    .map(|i| (i.proc, Retire::Dropped))
+                    .collect()
             }
-            Err(_) => return,
+            Err(_) => {
+                self.closed.store(true, Ordering::Release);
+                return;
+            }
         };
         self.retired_now(gone);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     fn live(&self) -> usize {

@@ -24,6 +24,7 @@ pub struct ApiError {
     code: ApiCode,
     message: String,
     details: Option<ErrorDetails>,
+    /// Seconds for the `Retry-After` header, when the client should wait.
     retry_after: Option<u64>,
 }
 
@@ -43,6 +44,12 @@ impl ApiError {
             details: None,
             retry_after: None,
         }
+    }
+
+    /// The same error with a `Retry-After` header of `seconds` (at least 1).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
     }
 
     /// `REQUEST_REJECTED` with the status a layer answered (anything but the statuses
@@ -72,12 +79,6 @@ impl ApiError {
     /// The details, when there are any.
     pub fn details(&self) -> Option<&ErrorDetails> {
         self.details.as_ref()
-    }
-
-    /// The same error answered with `Retry-After: SECONDS` (a 429 says when to retry).
-    pub fn with_retry_after(mut self, seconds: u64) -> Self {
-        self.retry_after = Some(seconds);
-        self
     }
 
     /// The `Retry-After` seconds, when the answer has them.

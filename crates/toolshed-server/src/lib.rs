@@ -40,6 +40,8 @@ pub use axum::Json;
 pub mod code;
 mod error;
 mod extract;
+pub mod limits;
+mod listen;
 pub mod login_limits;
 pub mod routes;
 pub mod sandbox;
@@ -92,6 +94,8 @@ pub struct ServerConfig {
     /// Uploaded code (the cache folder, the upload caps) and the operator's tool roots
     /// for host-path endpoints.
     pub code: code::CodeSettings,
+    /// Limits on clients: the connection cap and timeouts, the execute rate.
+    pub limits: limits::Limits,
 }
 
 impl ServerConfig {
@@ -111,6 +115,7 @@ impl ServerConfig {
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
             code: code::CodeSettings::default(),
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -301,21 +306,17 @@ impl Server {
     }
 
     /// Serve until `shutdown` completes, then stop accepting, let requests in flight
-    /// finish, and stop the tool workers.
+    /// finish, and stop the tool workers. Connections are capped and timed out as
+    /// [`limits::ConnectionLimits`] says.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let addr = self.local_addr();
         let app = router(self.state.clone());
-        // With the peer's address on every request: the login limiter counts per address.
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        let result = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| ServerError::Listen { addr, source });
+        let limits = self.state.config().limits.connections;
+        listen::serve(self.listener, app, limits, shutdown).await;
         self.state.dispatcher().shutdown();
-        result
+        Ok(())
     }
 }
 

@@ -63,6 +63,7 @@ struct Inner {
     logins: LoginLimiter,
     sandbox: SandboxHandle,
     code: Option<Arc<CodeCache>>,
+    execute_rate: Option<crate::limits::RateLimiter>,
 }
 
 /// What a user's current tokens carry: a token saying anything else was withdrawn.
@@ -93,6 +94,10 @@ impl AppState {
         sandbox: SandboxHandle,
     ) -> Self {
         let logins = LoginLimiter::new(config.login.clone());
+        let execute_rate = config
+            .limits
+            .execute_rate
+            .map(crate::limits::RateLimiter::new);
         AppState {
             inner: Arc::new(Inner {
                 config,
@@ -113,6 +118,7 @@ impl AppState {
                     .time_to_live(USER_STAMP_TTL)
                     .build(),
                 logins,
+                execute_rate,
                 sandbox,
                 code: None,
             }),
@@ -149,6 +155,26 @@ impl AppState {
         )
         .await?;
         crate::tools::build_tool(self.dispatcher(), record, &env)
+    }
+
+    /// Take one execute from `tenant`'s bucket, or the 429 `RATE_LIMITED` saying how
+    /// long to wait. Always allowed without `--execute-rate`.
+    pub(crate) fn check_execute_rate(&self, tenant: &str) -> Result<(), ApiError> {
+        let Some(limiter) = &self.inner.execute_rate else {
+            return Ok(());
+        };
+        limiter.check(tenant).map_err(|wait| {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let rate = limiter.rate();
+            ApiError::new(
+                toolshed_api::ApiCode::RateLimited,
+                format!(
+                    "tenant `{tenant}` is executing faster than this server allows ({} per second, bursts of {}); retry in {seconds} s",
+                    rate.per_second, rate.burst
+                ),
+            )
+            .with_retry_after(seconds)
+        })
     }
 
     /// The sandbox of the execute route, or the 503 saying why this host has none.
@@ -263,9 +289,22 @@ impl AppState {
         Ok(prepared)
     }
 
-    /// Forget a prepared tool (after an update or a delete through this server).
+    /// Forget a prepared tool (after an update or a delete through this server), and
+    /// drop the warm pools of its endpoint so its workers exit now.
     pub fn forget(&self, record: &ToolRecord) {
         self.inner.prepared.invalidate(&record.id);
         self.inner.prepared.invalidate(&record.name);
+        let column = record.endpoint.as_deref();
+        let defined = record.definition.get("endpoint").and_then(|v| v.as_str());
+        for text in column
+            .into_iter()
+            .chain(defined.filter(|d| Some(*d) != column))
+        {
+            if let Ok(endpoint) = toolshed_dispatch::Endpoint::parse(text)
+                && endpoint.is_subprocess()
+            {
+                self.inner.dispatcher.drop_pools(&endpoint);
+            }
+        }
     }
 }

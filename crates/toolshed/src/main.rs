@@ -21,6 +21,7 @@ mod registry;
 mod runs;
 mod sandbox;
 mod serve;
+mod serve_limits;
 mod tools;
 mod user;
 

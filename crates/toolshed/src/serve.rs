@@ -80,6 +80,9 @@ pub struct ServeArgs {
     /// Never written to the log.
     #[arg(long, env = "TOOLSHED_ADMIN_PASSWORD_FILE", value_name = "PATH")]
     admin_password_file: Option<std::path::PathBuf>,
+    /// The connection cap and timeouts, and the execute rate.
+    #[command(flatten)]
+    limits: crate::serve_limits::LimitArgs,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -105,6 +108,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     sandbox_settings(&args, &mut config.sandbox)?;
     config.code.tool_roots = args.tool_roots.clone();
     config.code.dir = args.code_dir.clone();
+    args.limits.apply(&mut config.limits);
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }

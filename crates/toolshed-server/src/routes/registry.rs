@@ -274,6 +274,7 @@ pub async fn tool_usage(
         (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
         (status = 413, body = ErrorEnvelope),
         (status = 422, description = "The args do not match the tool's schema", body = ErrorEnvelope),
+        (status = 429, description = "The tenant's execute rate is used up (`Retry-After` says for how long)", body = ErrorEnvelope),
     ))]
 pub async fn execute_tool(
     State(state): State<AppState>,
@@ -282,6 +283,7 @@ pub async fn execute_tool(
     Body(body): Body<ExecuteBody>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
     let claims = auth.require(Role::Deployer)?;
+    state.check_execute_rate(claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT))?;
     let args = match body.args {
         None | Some(Value::Null) => json!({}),
         Some(a @ Value::Object(_)) => a,

@@ -1,0 +1,48 @@
+//! The flags of `toolshed serve` that limit clients: the connection cap and timeouts,
+//! and the per-tenant execute rate.
+
+use std::time::Duration;
+
+use clap::Args;
+use toolshed_server::limits::{Limits, Rate};
+
+/// Limits on clients (flattened into `toolshed serve`'s arguments).
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// The most connections held open at once (default 1024). At the cap the server
+    /// stops accepting; further connections wait in the kernel's backlog.
+    #[arg(long, env = "TOOLSHED_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+    /// How long a request's head (request line and headers) may take to arrive, in
+    /// seconds (default 10).
+    #[arg(long, env = "TOOLSHED_HEADER_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_seconds: Option<u64>,
+    /// How long a connection with no request in progress may stay silent, in seconds
+    /// (default 60).
+    #[arg(long, env = "TOOLSHED_IDLE_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_seconds: Option<u64>,
+    /// Executes allowed per tenant: PER_SECOND on average, bursts of BURST (default:
+    /// one second's worth). Off by default; over it, an execute is a 429 RATE_LIMITED
+    /// with Retry-After.
+    #[arg(long, env = "TOOLSHED_EXECUTE_RATE", value_name = "PER_SECOND[:BURST]")]
+    execute_rate: Option<Rate>,
+}
+
+impl LimitArgs {
+    /// The limits these flags set, over the defaults.
+    pub fn apply(&self, limits: &mut Limits) {
+        let c = &mut limits.connections;
+        if let Some(n) = self.max_connections {
+            c.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let Some(s) = self.header_timeout_seconds {
+            c.header_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = self.idle_timeout_seconds {
+            c.idle_timeout = Duration::from_secs(s);
+        }
+        if let Some(rate) = self.execute_rate {
+            limits.execute_rate = Some(rate);
+        }
+    }
+}
