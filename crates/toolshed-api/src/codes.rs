@@ -69,6 +69,9 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 422: a registered tool declares a credential outside the server's credentials
+        /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
+        CredentialNotAllowed,
     }
 }
 
@@ -95,7 +98,8 @@ impl ApiCode {
             | ApiCode::InvalidRole
             | ApiCode::WeakPassword
             | ApiCode::InvalidAnswer
-            | ApiCode::NotSandboxable => 422,
+            | ApiCode::NotSandboxable
+            | ApiCode::CredentialNotAllowed => 422,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable

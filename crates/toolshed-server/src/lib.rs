@@ -37,6 +37,7 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use axum::Json;
 
+pub mod credentials;
 mod error;
 mod extract;
 pub mod routes;
@@ -53,8 +54,9 @@ pub use toolshed_api::{ErrorBody, ErrorEnvelope};
 /// The tenant of users added without one.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// Settings of the server.
-#[derive(Debug, Clone)]
+/// Settings of the server. `Debug` prints `***` for the signing secret and the admin
+/// password, and the database URL with its password masked.
+#[derive(Clone)]
 pub struct ServerConfig {
     /// Where to listen (default `127.0.0.1:8000`; port 0 picks a free one).
     pub addr: SocketAddr,
@@ -81,6 +83,32 @@ pub struct ServerConfig {
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
     pub sandbox: sandbox::SandboxSettings,
+    /// Which credentials each tenant's tools may declare and where their values come
+    /// from (`toolshed serve --credentials-policy FILE`). Empty by default: no tool gets
+    /// a credential until the operator lists it; `TOOLSHED_*` names never.
+    pub credentials: credentials::CredentialsPolicy,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked = |s: &Option<String>| s.as_ref().map(|_| "***");
+        f.debug_struct("ServerConfig")
+            .field("addr", &self.addr)
+            .field(
+                "database_url",
+                &toolshed_store::mask_password(&self.database_url),
+            )
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("request_timeout", &self.request_timeout)
+            .field("token_ttl", &self.token_ttl)
+            .field("issuer", &self.issuer)
+            .field("jwt_secret", &masked(&self.jwt_secret))
+            .field("admin_password", &masked(&self.admin_password))
+            .field("dispatcher", &self.dispatcher)
+            .field("sandbox", &self.sandbox)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerConfig {
@@ -97,6 +125,7 @@ impl ServerConfig {
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
+            credentials: credentials::CredentialsPolicy::default(),
         }
     }
 }
@@ -131,6 +160,10 @@ pub enum ServerError {
     /// sandbox's routes answer 503.
     #[error("invalid sandbox settings")]
     SandboxSettings(#[source] toolshed_sandbox::SandboxError),
+    /// The credentials policy names Vault and Vault is not configured (or is
+    /// misconfigured).
+    #[error("invalid credentials policy")]
+    Credentials(#[source] toolshed_core::CredentialError),
 }
 
 impl ServerError {
@@ -144,6 +177,7 @@ impl ServerError {
             ServerError::Listen { .. } => ServerCode::ListenFailed,
             ServerError::Seed(_) => ServerCode::SeedFailed,
             ServerError::SandboxSettings(_) => ServerCode::SandboxSettings,
+            ServerError::Credentials(_) => ServerCode::CredentialsPolicy,
         }
     }
 }
@@ -166,6 +200,8 @@ toolshed_core::wire_enum! {
         SeedFailed,
         /// The sandbox settings are invalid.
         SandboxSettings,
+        /// The credentials policy is invalid, or names Vault without a usable Vault.
+        CredentialsPolicy,
     }
 }
 
@@ -200,6 +236,9 @@ impl Server {
             **c = config.sandbox.config.clone();
             shares_settings = true;
         }
+        // Checked now, so a policy naming a Vault that is not configured refuses the
+        // start (the state builds its own provider from the same policy).
+        credentials::PolicyProvider::open(&config.credentials).map_err(ServerError::Credentials)?;
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;

@@ -12,6 +12,7 @@ use toolshed_registry::{RegistryStore, ToolRecord};
 use toolshed_runtime::Runtime;
 
 use crate::ServerConfig;
+use crate::credentials::PolicyProvider;
 use crate::error::ApiError;
 use crate::sandbox::SandboxHandle;
 use crate::tools::{build_runtime, find_tool};
@@ -46,6 +47,7 @@ struct Inner {
     prepared: Cache<String, Arc<Prepared>>,
     verified: Cache<String, Claims>,
     sandbox: SandboxHandle,
+    credentials: Arc<PolicyProvider>,
 }
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
@@ -67,8 +69,13 @@ impl AppState {
         dispatcher: Dispatcher,
         sandbox: SandboxHandle,
     ) -> Self {
+        let credentials = Arc::new(
+            PolicyProvider::open(&config.credentials)
+                .unwrap_or_else(|_| PolicyProvider::without_vault(&config.credentials)),
+        );
         AppState {
             inner: Arc::new(Inner {
+                credentials,
                 config,
                 journal,
                 registry,
@@ -132,6 +139,11 @@ impl AppState {
         Ok(claims)
     }
 
+    /// The credential provider of registry tools: the operator's policy, per tenant.
+    pub fn credentials(&self) -> &Arc<PolicyProvider> {
+        &self.inner.credentials
+    }
+
     /// The dispatcher (with the stdlib as built-ins).
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.inner.dispatcher
@@ -144,7 +156,7 @@ impl AppState {
             return Ok(p);
         }
         let record = find_tool(self.registry().as_ref(), id_or_name).await?;
-        let runtime = build_runtime(self.dispatcher(), self.journal(), &record)?;
+        let runtime = build_runtime(self, &record)?;
         let prepared = Arc::new(Prepared { record, runtime });
         let cache = &self.inner.prepared;
         cache.insert(prepared.record.id.clone(), prepared.clone());

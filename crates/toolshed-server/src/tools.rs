@@ -11,11 +11,11 @@ use toolshed_core::{
     Handler, HandlerFuture, Pipeline, Reply, SpecError, Tool, ToolContext, ToolError, ToolSet,
 };
 use toolshed_dispatch::{Dispatcher, Endpoint};
-use toolshed_journal::Journal;
 use toolshed_registry::{NewTool, RegistryStore, ToolRecord};
 use toolshed_runtime::{Runtime, RuntimeConfig};
 
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// A registration (or update) body turned into a definition: the seed's fields
 /// (`schema_definition`, `tool_type`, `source`) and every `tool.yaml` field.
@@ -301,16 +301,21 @@ fn name_forms(name: &str) -> Vec<String> {
 }
 
 /// Build the runtime executing one registry tool.
-pub fn build_runtime(
-    dispatcher: &Dispatcher,
-    journal: &Arc<dyn Journal>,
-    record: &ToolRecord,
-) -> Result<Runtime, ApiError> {
-    let tool = build_tool(dispatcher, record)?;
+pub fn build_runtime(state: &AppState, record: &ToolRecord) -> Result<Runtime, ApiError> {
+    let tool = build_tool(state.dispatcher(), record)?;
     let set =
         ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
     let pipeline = Pipeline::builder(set).build();
-    Runtime::new(pipeline, journal.clone(), RuntimeConfig::default()).map_err(ApiError::from)
+    Runtime::new(pipeline, state.journal().clone(), runtime_config(state)).map_err(ApiError::from)
+}
+
+/// The settings of every runtime executing registry tools: credentials come from the
+/// operator's policy for the run's tenant, never from whatever a tool declares.
+pub fn runtime_config(state: &AppState) -> RuntimeConfig {
+    let mut config = RuntimeConfig::default();
+    let provider: Arc<dyn toolshed_core::CredentialProvider> = state.credentials().clone();
+    config.credentials = Some(provider);
+    config
 }
 
 /// A stored definition as an executable tool; a definition this server refuses is a

@@ -71,6 +71,7 @@ pub async fn create_tool(
     }
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
+    check_credentials(&state, &claims, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
@@ -89,6 +90,20 @@ fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError
     crate::tools::executable(state.dispatcher(), reg.file.clone())
         .map(drop)
         .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))
+}
+
+/// Every credential the tool declares must be in the operator's policy for the caller's
+/// tenant (a 422 `CREDENTIAL_NOT_ALLOWED` naming each one and the fix).
+fn check_credentials(
+    state: &AppState,
+    claims: &toolshed_auth::Claims,
+    reg: &Registration,
+) -> Result<(), ApiError> {
+    let tenant = claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT);
+    state
+        .credentials()
+        .policy()
+        .check_declared(tenant, &reg.file.credentials)
 }
 
 /// List tools, ordered by name.
@@ -160,6 +175,7 @@ pub async fn update_tool(
     let expected = reg.expected_revision;
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
+    check_credentials(&state, &claims, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state
         .registry()
