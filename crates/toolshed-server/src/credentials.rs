@@ -276,7 +276,7 @@ impl CredentialProvider for PolicyProvider {
             let tenant = tenant_of(principal);
             let Some(entry) = self.policy.entry(tenant, name) else {
                 return Err(CredentialError::new(
-                    ErrorCode::CredentialNotFound,
+                    ErrorCode::CredentialNotAllowed,
                     format!(
                         "credential `{name}` is not in the server's credentials policy for tenant `{tenant}`; the operator adds it with `toolshed serve --credentials-policy FILE`"
                     ),
