@@ -52,6 +52,17 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// A host name or address range (CIDR) HTTP tools may reach although it is not
+    /// public (loopback, private, link-local, metadata addresses are refused otherwise,
+    /// after DNS resolution). Repeatable; the variable takes a comma-separated list.
+    #[arg(long = "allow-http-host", env = "TOOLSHED_HTTP_ALLOW", value_name = "HOST|CIDR", value_delimiter = ',')]
+    allow_http_host: Vec<toolshed_dispatch::HttpAllow>,
+    /// The credentials policy (YAML or JSON): which credentials each tenant's tools may
+    /// declare and where each value comes from,
+    /// `{TENANT|"*": {NAME: {provider: env|vault, key: VARIABLE_OR_ENTRY}}}`. Without
+    /// one, no tool gets a credential; `TOOLSHED_*` names are never served.
+    #[arg(long, env = "TOOLSHED_CREDENTIALS_POLICY", value_name = "FILE")]
+    credentials_policy: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -71,6 +82,11 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     sandbox_settings(&args, &mut config.sandbox)?;
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
+    }
+    config.dispatcher.http.allow = args.allow_http_host.clone();
+    if let Some(path) = &args.credentials_policy {
+        config.credentials = toolshed_server::credentials::CredentialsPolicy::load(path)
+            .map_err(|e| Failure::bad_input(anyhow!("{e} [CREDENTIALS_POLICY]")))?;
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
@@ -201,7 +217,9 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 /// (2); a database or address that cannot be used is 3.
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
-        ServerError::Auth(_) | ServerError::SandboxSettings(_) => EXIT_BAD_INPUT,
+        ServerError::Auth(_) | ServerError::SandboxSettings(_) | ServerError::Credentials(_) => {
+            EXIT_BAD_INPUT
+        }
         ServerError::Journal(JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         ServerError::Registry(RegistryError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         _ => EXIT_INTERNAL,
