@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// A login.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A login. `Debug` prints the password as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     /// The user name.
@@ -15,8 +15,17 @@ pub struct LoginBody {
     pub password: String,
 }
 
-/// A new user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+impl std::fmt::Debug for LoginBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginBody")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+/// A new user. `Debug` prints the password as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUserBody {
     /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
@@ -28,6 +37,17 @@ pub struct NewUserBody {
     /// The tenant (default `default`).
     #[serde(default)]
     pub tenant: Option<String>,
+}
+
+impl std::fmt::Debug for NewUserBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewUserBody")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
 }
 
 /// A tool registration: the seed's fields plus any `tool.yaml` field (`output_schema`,
@@ -115,4 +135,36 @@ pub struct SandboxExecuteBody {
     /// lowered to it and listed in `clamped`.
     #[serde(default)]
     pub memory_mb: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_a_password() {
+        let login = LoginBody {
+            username: "ann".into(),
+            password: "hunter2-secret".into(),
+        };
+        let user = NewUserBody {
+            username: "ann".into(),
+            password: "hunter2-secret".into(),
+            role: "admin".into(),
+            tenant: None,
+        };
+        let token: crate::views::TokenView = serde_json::from_value(serde_json::json!(
+            {"token": "eyJ.hunter2-token.sig", "expires_in": 60, "role": "admin"}
+        ))
+        .unwrap_or_else(|e| panic!("a token view: {e}"));
+        for text in [
+            format!("{login:?}"),
+            format!("{user:?}"),
+            format!("{login:#?}"),
+            format!("{token:?}"),
+        ] {
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("***") && text.contains("ann"), "{text}");
+        }
+    }
 }

@@ -228,8 +228,8 @@ pub struct DeletedUser {
     pub deleted: bool,
 }
 
-/// A login's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A login's answer. `Debug` prints the token as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TokenView {
     /// The bearer token (a JWT).
     pub token: String,
@@ -237,6 +237,16 @@ pub struct TokenView {
     pub expires_in: u64,
     /// The user's role.
     pub role: Role,
+}
+
+impl std::fmt::Debug for TokenView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenView")
+            .field("token", &"***")
+            .field("expires_in", &self.expires_in)
+            .field("role", &self.role)
+            .finish()
+    }
 }
 
 toolshed_core::wire_enum! {

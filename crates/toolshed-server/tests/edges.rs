@@ -366,3 +366,17 @@ def charge(ctx):
     assert!(!error.to_string().contains(ACME_VALUE));
     s.stop().await;
 }
+
+#[test]
+fn server_config_debug_never_prints_its_secrets() {
+    let mut config = toolshed_server::ServerConfig::new("postgres://toolshed:db-pass-77f1@db:5432/reg");
+    config.jwt_secret = Some("jwt-secret-3b9e".into());
+    config.admin_password = Some("admin-pass-c40a".into());
+    for text in [format!("{config:?}"), format!("{config:#?}")] {
+        for secret in ["db-pass-77f1", "jwt-secret-3b9e", "admin-pass-c40a"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("jwt_secret: Some(\"***\")") || text.contains("\"***\""), "{text}");
+        assert!(text.contains("db:5432"), "{text}");
+    }
+}
