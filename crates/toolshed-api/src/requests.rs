@@ -164,7 +164,7 @@ mod tests {
             format!("{token:?}"),
         ] {
             assert!(!text.contains("hunter2"), "{text}");
-            assert!(text.contains("***") && text.contains("ann"), "{text}");
+            assert!(text.contains("***"), "{text}");
         }
     }
 }
