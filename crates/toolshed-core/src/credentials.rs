@@ -323,6 +323,46 @@ mod tests {
         );
     }
 
+    /// A provider answering with the tenant it was asked for.
+    #[derive(Debug)]
+    struct PerTenant;
+
+    impl CredentialProvider for PerTenant {
+        fn describe(&self) -> String {
+            "per-tenant".into()
+        }
+        fn get<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+            Box::pin(std::future::ready(Err(CredentialError::new(
+                ErrorCode::CredentialNotFound,
+                "asked without a principal",
+            ))))
+        }
+        fn get_for<'a>(
+            &'a self,
+            principal: Option<&'a Principal>,
+            _name: &'a str,
+        ) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+            let tenant = principal.and_then(|p| p.tenant.clone()).unwrap_or_default();
+            Box::pin(std::future::ready(Ok(Secret::new(format!("for-{tenant}")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_is_told_the_runs_principal() {
+        let run = RunContext::builder()
+            .principal(Principal {
+                iss: "t".into(),
+                sub: "ann".into(),
+                tenant: Some("acme".into()),
+            })
+            .build();
+        let creds = Credentials::new(Arc::from(vec!["K".to_string()]), Arc::new(PerTenant));
+        let unknown = creds.clone().get("K").await.unwrap();
+        assert_eq!(unknown.expose(), "for-", "no run, no principal");
+        let secret = creds.for_run(&run).get("K").await.unwrap();
+        assert_eq!(secret.expose(), "for-acme");
+    }
+
     #[test]
     fn scrubbing() {
         let secrets = vec![Secret::new("s3cr3t-value")];

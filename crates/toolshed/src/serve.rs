@@ -260,4 +260,26 @@ mod tests {
         }
         assert!(parse(&["--unsandboxed"]).unwrap_or(false));
     }
+
+    #[test]
+    fn allow_http_host_takes_hosts_and_ranges_and_refuses_anything_else() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.allow_http_host)
+        };
+        let allowed = parse(&[
+            "--allow-http-host",
+            "10.0.0.0/8",
+            "--allow-http-host",
+            "api.internal,127.0.0.1",
+        ])
+        .unwrap_or_default();
+        let shown: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "api.internal", "127.0.0.1/32"]);
+        let err = parse(&["--allow-http-host", "10.0.0.0/40"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("10.0.0.0/40") && err.contains("prefix"), "{err}");
+    }
 }
