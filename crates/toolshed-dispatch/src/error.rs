@@ -163,15 +163,13 @@ pub enum DispatchError {
     },
     /// An HTTP endpoint's host is (or resolves to) an address tools may not reach.
     #[error(
-        "HTTP endpoint {url} of tool {tool} is refused: {host} is {address}, {kind}; tools reach only public addresses unless the operator allowlists the host or its range (`toolshed serve --allow-http-host HOST|CIDR` or TOOLSHED_HTTP_ALLOW)"
+        "HTTP endpoint {url} of tool {tool} is refused: its host is or resolves to {address}, {kind}; tools reach only public addresses unless the operator allowlists the host or its range (`toolshed serve --allow-http-host HOST|CIDR` or TOOLSHED_HTTP_ALLOW)"
     )]
     HttpAddressRefused {
         /// The tool.
         tool: String,
-        /// The URL.
+        /// The URL (naming the host).
         url: String,
-        /// The host as the URL names it.
-        host: String,
         /// The address refused.
         address: std::net::IpAddr,
         /// What kind of address it is (`a loopback address`, …).

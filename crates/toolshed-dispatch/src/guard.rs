@@ -95,7 +95,9 @@ impl fmt::Display for HttpAllow {
 
 /// Why an allowlist entry was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{entry}` is not a host name or an address range: {why}; write e.g. `api.internal`, `10.0.0.0/8` or `127.0.0.1`")]
+#[error(
+    "`{entry}` is not a host name or an address range: {why}; write e.g. `api.internal`, `10.0.0.0/8` or `127.0.0.1`"
+)]
 pub struct HttpAllowError {
     /// The entry as given.
     pub entry: String,
@@ -199,8 +201,7 @@ fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
         "a carrier-grade NAT address"
     } else if ip.is_multicast() || ip.is_broadcast() || a >= 240 {
         "a multicast, broadcast or reserved address"
-    } else if (a == 192 && b == 0 && ip.octets()[2] == 0) || (a == 198 && (18..20).contains(&b))
-    {
+    } else if (a == 192 && b == 0 && ip.octets()[2] == 0) || (a == 198 && (18..20).contains(&b)) {
         "a reserved address"
     } else {
         return None;
@@ -282,7 +283,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
                         host: host.clone(),
                         address: addr.ip(),
                         kind,
-                    }) as Box<dyn std::error::Error + Send + Sync>);
+                    })
+                        as Box<dyn std::error::Error + Send + Sync>);
                 }
             }
             let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
@@ -351,8 +353,18 @@ mod tests {
         assert!(policy.check("x", ip("10.2.0.1")).is_err());
         assert!(policy.check("x", ip("127.0.0.2")).is_ok());
         assert!(policy.check("x", ip("127.0.0.1")).is_err());
-        assert!(HttpPolicy::default().with_loopback().check("x", ip("127.0.0.1")).is_ok());
-        assert!(HttpPolicy::default().with_loopback().check("x", ip("169.254.169.254")).is_err());
+        assert!(
+            HttpPolicy::default()
+                .with_loopback()
+                .check("x", ip("127.0.0.1"))
+                .is_ok()
+        );
+        assert!(
+            HttpPolicy::default()
+                .with_loopback()
+                .check("x", ip("169.254.169.254"))
+                .is_err()
+        );
     }
 
     #[test]

@@ -176,7 +176,6 @@ fn refused(tool: &str, url: &str, r: &Refused) -> DispatchError {
     DispatchError::HttpAddressRefused {
         tool: tool.to_owned(),
         url: url.to_owned(),
-        host: r.host.clone(),
         address: r.address,
         kind: r.kind,
     }

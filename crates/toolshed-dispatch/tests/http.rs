@@ -90,11 +90,7 @@ async fn answer(mut stream: TcpStream) {
             "application/json",
             format!("\"{}\"", "x".repeat(2 << 20)),
         ),
-        "/redirect" => (
-            "302 Found",
-            "text/plain",
-            String::new(),
-        ),
+        "/redirect" => ("302 Found", "text/plain", String::new()),
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             ("200 OK", "application/json", "1".to_owned())
@@ -231,19 +227,41 @@ async fn loopback_and_metadata_are_refused_unless_allowlisted_and_redirects_are_
     // A literal address, a name resolving to loopback (checked after resolution), the
     // IPv4-mapped form, and the metadata address: all refused before any connection.
     for (endpoint, kind) in [
-        (format!("http://127.0.0.1:{port}/echo"), "a loopback address"),
-        (format!("http://localhost:{port}/echo"), "a loopback address"),
-        (format!("http://[::ffff:127.0.0.1]:{port}/echo"), "a loopback address"),
-        ("http://169.254.169.254/latest/meta-data/".to_owned(), "a cloud metadata address"),
-        ("http://[fd00:ec2::254]/".to_owned(), "a cloud metadata address"),
+        (
+            format!("http://127.0.0.1:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            format!("http://localhost:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "a cloud metadata address",
+        ),
+        (
+            "http://[fd00:ec2::254]/".to_owned(),
+            "a cloud metadata address",
+        ),
         ("http://10.0.0.1:9/".to_owned(), "a private address"),
     ] {
         let err = guarded
-            .execute(&Endpoint::parse(&endpoint).unwrap(), Request::new("lookup", json!({})))
+            .execute(
+                &Endpoint::parse(&endpoint).unwrap(),
+                Request::new("lookup", json!({})),
+            )
             .await
             .result
             .unwrap_err();
-        assert_eq!(dispatch_code(&err), "HTTP_ADDRESS_REFUSED", "{endpoint}: {err}");
+        assert_eq!(
+            dispatch_code(&err),
+            "HTTP_ADDRESS_REFUSED",
+            "{endpoint}: {err}"
+        );
         assert!(err.message.contains(kind), "{endpoint}: {err}");
         assert!(err.message.contains("--allow-http-host"), "{err}");
     }
@@ -267,14 +285,23 @@ async fn loopback_and_metadata_are_refused_unless_allowlisted_and_redirects_are_
     // A redirect (here to the metadata address) is an error naming its Location.
     let allowed = dispatcher(Mode::Pool);
     let err = allowed
-        .execute(&self::url(addr, "/redirect"), Request::new("lookup", json!({})))
+        .execute(
+            &self::url(addr, "/redirect"),
+            Request::new("lookup", json!({})),
+        )
         .await
         .result
         .unwrap_err();
     assert_eq!(dispatch_code(&err), "HTTP_REDIRECT_REFUSED", "{err}");
     assert!(
-        err.message.contains("302") && err.message.contains("http://169.254.169.254/latest/meta-data/"),
+        err.message.contains("302")
+            && err
+                .message
+                .contains("http://169.254.169.254/latest/meta-data/"),
         "{err}"
     );
-    assert_eq!(err.details.unwrap()["location"], "http://169.254.169.254/latest/meta-data/");
+    assert_eq!(
+        err.details.unwrap()["location"],
+        "http://169.254.169.254/latest/meta-data/"
+    );
 }

@@ -193,7 +193,10 @@ impl CredentialsPolicy {
         let text: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
         Err(ApiError::new(
             toolshed_api::ApiCode::CredentialNotAllowed,
-            format!("the tool declares credentials it may not have: {}", text.join("; ")),
+            format!(
+                "the tool declares credentials it may not have: {}",
+                text.join("; ")
+            ),
         )
         .with_fields(problems))
     }
@@ -312,10 +315,19 @@ mod tests {
     #[test]
     fn reserved_names_and_the_servers_variables_are_refused_in_a_policy() {
         for (text, needle) in [
-            ("acme: {TOOLSHED_JWT_SECRET: {provider: env}}", "server's own"),
+            (
+                "acme: {TOOLSHED_JWT_SECRET: {provider: env}}",
+                "server's own",
+            ),
             ("acme: {toolshed_x: {provider: env}}", "server's own"),
-            ("acme: {X: {provider: env, key: TOOLSHED_ADMIN_PASSWORD}}", "TOOLSHED_ADMIN_PASSWORD"),
-            ("acme: {X: {provider: env, key: VAULT_TOKEN}}", "VAULT_TOKEN"),
+            (
+                "acme: {X: {provider: env, key: TOOLSHED_ADMIN_PASSWORD}}",
+                "TOOLSHED_ADMIN_PASSWORD",
+            ),
+            (
+                "acme: {X: {provider: env, key: VAULT_TOKEN}}",
+                "VAULT_TOKEN",
+            ),
             ("acme: {X: {provider: file}}", "provider"),
             ("acme: {X: {provider: env, extra: 1}}", "extra"),
             ("acme: {\"a/b\": {provider: env}}", "the name"),
@@ -333,11 +345,17 @@ mod tests {
             "p.json",
         )
         .expect("valid");
-        assert_eq!(p.entry("acme", "STRIPE_KEY").and_then(|e| e.key.as_deref()), Some("ACME_STRIPE"));
+        assert_eq!(
+            p.entry("acme", "STRIPE_KEY").and_then(|e| e.key.as_deref()),
+            Some("ACME_STRIPE")
+        );
         assert!(p.entry("beta", "STRIPE_KEY").is_none());
         assert!(p.entry("beta", "MAPS").is_some());
         assert!(p.uses_vault());
-        assert!(p.check_declared("acme", &["STRIPE_KEY".into(), "MAPS".into()]).is_ok());
+        assert!(
+            p.check_declared("acme", &["STRIPE_KEY".into(), "MAPS".into()])
+                .is_ok()
+        );
         let e = p
             .check_declared("beta", &["MAPS".into(), "STRIPE_KEY".into()])
             .expect_err("not beta's");

@@ -103,7 +103,10 @@ async fn an_http_tool_at_127_0_0_1_is_refused_with_a_clear_error() {
     assert_eq!(status, 201, "{body}");
     let (error, output) = execute(&s, &s.deployer, "internal").await;
     assert_eq!(output, Value::Null);
-    assert_eq!(error["details"]["dispatch_code"], "HTTP_ADDRESS_REFUSED", "{error}");
+    assert_eq!(
+        error["details"]["dispatch_code"], "HTTP_ADDRESS_REFUSED",
+        "{error}"
+    );
     let message = error["message"].as_str().unwrap();
     assert!(
         message.contains("a loopback address") && message.contains("--allow-http-host"),
@@ -119,8 +122,11 @@ async fn an_allowlisted_first_hop_redirecting_to_127_0_0_1_is_refused_naming_the
     // The target: a loopback service the operator did not allowlist.
     let (target, target_hits) = serve("127.0.0.1", None).await;
     // The first hop, on an address the operator did allowlist, answers 302 to it.
-    let (hop, hop_hits) =
-        serve("127.0.0.2", Some(format!("http://127.0.0.1:{}/echo", target.port()))).await;
+    let (hop, hop_hits) = serve(
+        "127.0.0.2",
+        Some(format!("http://127.0.0.1:{}/echo", target.port())),
+    )
+    .await;
     let s = TestServer::start_with(|c| {
         c.dispatcher.http.allow = vec!["127.0.0.2".parse().unwrap()];
     })
@@ -134,7 +140,10 @@ async fn an_allowlisted_first_hop_redirecting_to_127_0_0_1_is_refused_naming_the
     .await;
     assert_eq!(status, 201, "{body}");
     let (error, _) = execute(&s, &s.deployer, "hop").await;
-    assert_eq!(error["details"]["dispatch_code"], "HTTP_REDIRECT_REFUSED", "{error}");
+    assert_eq!(
+        error["details"]["dispatch_code"], "HTTP_REDIRECT_REFUSED",
+        "{error}"
+    );
     let location = format!("http://127.0.0.1:{}/echo", target.port());
     assert_eq!(error["details"]["location"], location.as_str());
     assert!(
@@ -142,7 +151,11 @@ async fn an_allowlisted_first_hop_redirecting_to_127_0_0_1_is_refused_naming_the
         "{error}"
     );
     assert_eq!(hop_hits.load(Ordering::SeqCst), 1);
-    assert_eq!(target_hits.load(Ordering::SeqCst), 0, "the redirect was followed");
+    assert_eq!(
+        target_hits.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
     s.stop().await;
 }
 
@@ -172,7 +185,10 @@ async fn an_allowlisted_http_tool_works_and_an_oversize_answer_is_cut_with_a_cle
     assert_eq!(error["code"], "RESULT_TOO_LARGE", "{error}");
     assert_eq!(error["details"]["dispatch_code"], "HTTP_RESPONSE_TOO_LARGE");
     assert!(
-        error["message"].as_str().unwrap().contains("more than 65536 bytes"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 65536 bytes"),
         "{error}"
     );
     // The loopback address next to the allowlisted one stays refused.
@@ -185,7 +201,10 @@ async fn an_allowlisted_http_tool_works_and_an_oversize_answer_is_cut_with_a_cle
     .await;
     assert_eq!(status, 201);
     let (error, _) = execute(&s, &s.deployer, "next-door").await;
-    assert_eq!(error["details"]["dispatch_code"], "HTTP_ADDRESS_REFUSED", "{error}");
+    assert_eq!(
+        error["details"]["dispatch_code"], "HTTP_ADDRESS_REFUSED",
+        "{error}"
+    );
     s.stop().await;
 }
 
@@ -194,8 +213,7 @@ async fn a_tool_declaring_toolshed_jwt_secret_is_refused_at_registration_and_upd
     let s = TestServer::start_with(|c| {
         // Even a policy cannot serve it: such a policy is refused when it is read.
         assert!(
-            CredentialsPolicy::parse("'*': {TOOLSHED_JWT_SECRET: {provider: env}}", "p")
-                .is_err()
+            CredentialsPolicy::parse("'*': {TOOLSHED_JWT_SECRET: {provider: env}}", "p").is_err()
         );
         c.credentials = CredentialsPolicy::parse("'*': {MAPS_KEY: {provider: env}}", "p").unwrap();
     })
@@ -267,7 +285,8 @@ const SERVER_SECRETS: [(&str, &str); 2] = [
     ("TOOLSHED_JWT_SECRET", "jwt-secret-in-the-env-4c1d"),
     ("TOOLSHED_ADMIN_PASSWORD", "admin-password-in-the-env-9a2e"),
 ];
-const TENANT_TEST: &str = "an_allowed_credential_is_served_to_its_tenant_only_and_no_tool_sees_the_servers_secrets";
+const TENANT_TEST: &str =
+    "an_allowed_credential_is_served_to_its_tenant_only_and_no_tool_sees_the_servers_secrets";
 
 #[test]
 fn an_allowed_credential_is_served_to_its_tenant_only_and_no_tool_sees_the_servers_secrets() {
@@ -339,7 +358,12 @@ def charge(ctx):
     let (status, body) = register(&s, &beta, tool.clone()).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "CREDENTIAL_NOT_ALLOWED");
-    assert!(body["error"]["message"].as_str().unwrap().contains("tenant `beta`"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tenant `beta`")
+    );
     let (status, body) = register(&s, &acme, tool).await;
     assert_eq!(status, 201, "{body}");
 
@@ -353,7 +377,10 @@ def charge(ctx):
         assert!(!seen.contains(value), "the tool saw {name}: {seen}");
         assert!(!seen.contains(name), "the tool saw {name}: {seen}");
     }
-    assert!(!seen.contains(ACME_VAR), "the tool saw the variable itself: {seen}");
+    assert!(
+        !seen.contains(ACME_VAR),
+        "the tool saw the variable itself: {seen}"
+    );
 
     // Beta's run of the same tool is not served acme's credential.
     let (error, output) = execute(&s, &beta, "charge").await;
@@ -369,14 +396,18 @@ def charge(ctx):
 
 #[test]
 fn server_config_debug_never_prints_its_secrets() {
-    let mut config = toolshed_server::ServerConfig::new("postgres://toolshed:db-pass-77f1@db:5432/reg");
+    let mut config =
+        toolshed_server::ServerConfig::new("postgres://toolshed:db-pass-77f1@db:5432/reg");
     config.jwt_secret = Some("jwt-secret-3b9e".into());
     config.admin_password = Some("admin-pass-c40a".into());
     for text in [format!("{config:?}"), format!("{config:#?}")] {
         for secret in ["db-pass-77f1", "jwt-secret-3b9e", "admin-pass-c40a"] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
-        assert!(text.contains("jwt_secret: Some(\"***\")") || text.contains("\"***\""), "{text}");
+        assert!(
+            text.contains("jwt_secret: Some(\"***\")") || text.contains("\"***\""),
+            "{text}"
+        );
         assert!(text.contains("db:5432"), "{text}");
     }
 }

@@ -159,11 +159,16 @@ mod safe {
         // The root is the operator's setting (it may itself be a link they made).
         std::fs::create_dir_all(base)
             .map_err(|e| format!("cannot create the output folder {}: {e}", base.display()))?;
-        let root = rustix::fs::open(base, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| format!("cannot open the output folder {}: {e}", base.display()))?;
+        let root = rustix::fs::open(
+            base,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open the output folder {}: {e}", base.display()))?;
         let mut shown = tenant.to_owned();
         let mut dir = child_dir(&root, tenant, &shown)?;
-        let tenant_dir = rustix::io::dup(&dir).map_err(|e| format!("cannot use the tenant's folder: {e}"))?;
+        let tenant_dir =
+            rustix::io::dup(&dir).map_err(|e| format!("cannot use the tenant's folder: {e}"))?;
         let parts: Vec<&std::ffi::OsStr> = relative
             .components()
             .filter_map(|c| match c {
@@ -182,10 +187,19 @@ mod safe {
         let name = file.to_string_lossy().into_owned();
         shown.push('/');
         shown.push_str(&name);
-        let existing = match rustix::fs::openat(&dir, name.as_str(), OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) {
+        let existing = match rustix::fs::openat(
+            &dir,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
             Ok(fd) => Some(fd),
             Err(Errno::NOENT) => None,
-            Err(Errno::LOOP) => return Err(format!("{shown} is a symlink; markdown_writer never follows one")),
+            Err(Errno::LOOP) => {
+                return Err(format!(
+                    "{shown} is a symlink; markdown_writer never follows one"
+                ));
+            }
             Err(e) => return Err(format!("cannot open {shown}: {e}")),
         };
         let mut replaced = 0;
@@ -197,8 +211,8 @@ mod safe {
             replaced = u64::try_from(stat.st_size).unwrap_or(0);
             if !overwrite {
                 // A keyed re-run after a crash writes the same bytes: not an error.
-                let same = replaced == bytes.len() as u64
-                    && std::fs::File::from(fd).bytes_equal(bytes);
+                let same =
+                    replaced == bytes.len() as u64 && std::fs::File::from(fd).bytes_equal(bytes);
                 if same {
                     return Ok(());
                 }
@@ -208,7 +222,11 @@ mod safe {
             }
         }
         let used = usage(&tenant_dir)?;
-        if used.saturating_sub(replaced).saturating_add(bytes.len() as u64) > MAX_TENANT_BYTES {
+        if used
+            .saturating_sub(replaced)
+            .saturating_add(bytes.len() as u64)
+            > MAX_TENANT_BYTES
+        {
             return Err(format!(
                 "the tenant's output folder holds {used} bytes; this file would take it past {MAX_TENANT_BYTES}: remove files or overwrite one"
             ));
@@ -236,7 +254,11 @@ mod safe {
     }
 
     /// Open (creating it, 0700) the folder `name` beneath `parent`, refusing a symlink.
-    fn child_dir(parent: &OwnedFd, name: impl rustix::path::Arg + Copy, shown: &str) -> Result<OwnedFd, String> {
+    fn child_dir(
+        parent: &OwnedFd,
+        name: impl rustix::path::Arg + Copy,
+        shown: &str,
+    ) -> Result<OwnedFd, String> {
         match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(format!("cannot create the folder {shown}: {e}")),
@@ -253,9 +275,12 @@ mod safe {
     fn usage(dir: &OwnedFd) -> Result<u64, String> {
         let mut total = 0u64;
         let mut entries = 0usize;
-        let mut stack = vec![rustix::io::dup(dir).map_err(|e| format!("cannot walk the tenant's folder: {e}"))?];
+        let mut stack = vec![
+            rustix::io::dup(dir).map_err(|e| format!("cannot walk the tenant's folder: {e}"))?,
+        ];
         while let Some(fd) = stack.pop() {
-            let listing = rustix::fs::Dir::read_from(&fd).map_err(|e| format!("cannot list the tenant's folder: {e}"))?;
+            let listing = rustix::fs::Dir::read_from(&fd)
+                .map_err(|e| format!("cannot list the tenant's folder: {e}"))?;
             for entry in listing {
                 let entry = entry.map_err(|e| format!("cannot list the tenant's folder: {e}"))?;
                 let name = entry.file_name();

@@ -305,7 +305,8 @@ async fn a_new_sqlite_database_its_wal_and_shm_are_created_0600() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("new-folder").join("toolshed.db");
-    let location = toolshed_store::Location::parse(&format!("sqlite://{}", path.display())).unwrap();
+    let location =
+        toolshed_store::Location::parse(&format!("sqlite://{}", path.display())).unwrap();
     let db = Db::open(&location, &NOTES, OPTIONS).await.unwrap();
     db.write(|tx| Box::pin(async move { tx.run(&INSERT, &note("n1")).await }))
         .await

@@ -54,7 +54,10 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("base", &self.base.as_str())
-            .field("token", &self.token.as_ref().map(|(_, source)| ("***", source)))
+            .field(
+                "token",
+                &self.token.as_ref().map(|(_, source)| ("***", source)),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -55,7 +55,12 @@ pub struct ServeArgs {
     /// A host name or address range (CIDR) HTTP tools may reach although it is not
     /// public (loopback, private, link-local, metadata addresses are refused otherwise,
     /// after DNS resolution). Repeatable; the variable takes a comma-separated list.
-    #[arg(long = "allow-http-host", env = "TOOLSHED_HTTP_ALLOW", value_name = "HOST|CIDR", value_delimiter = ',')]
+    #[arg(
+        long = "allow-http-host",
+        env = "TOOLSHED_HTTP_ALLOW",
+        value_name = "HOST|CIDR",
+        value_delimiter = ','
+    )]
     allow_http_host: Vec<toolshed_dispatch::HttpAllow>,
     /// The credentials policy (YAML or JSON): which credentials each tenant's tools may
     /// declare and where each value comes from,
@@ -280,6 +285,9 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(err.contains("10.0.0.0/40") && err.contains("prefix"), "{err}");
+        assert!(
+            err.contains("10.0.0.0/40") && err.contains("prefix"),
+            "{err}"
+        );
     }
 }

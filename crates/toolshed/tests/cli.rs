@@ -370,7 +370,9 @@ fn serve_refuses_a_credentials_policy_serving_a_toolshed_name_with_exit_2() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let err = stderr(&o);
     assert!(
-        err.contains("TOOLSHED_JWT_SECRET") && err.contains("never served") && err.contains("policy.yaml"),
+        err.contains("TOOLSHED_JWT_SECRET")
+            && err.contains("never served")
+            && err.contains("policy.yaml"),
         "{err}"
     );
 }

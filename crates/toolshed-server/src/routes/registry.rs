@@ -71,7 +71,7 @@ pub async fn create_tool(
     }
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    check_credentials(&state, &claims, &reg)?;
+    check_credentials(&state, claims, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
@@ -175,7 +175,7 @@ pub async fn update_tool(
     let expected = reg.expected_revision;
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    check_credentials(&state, &claims, &reg)?;
+    check_credentials(&state, claims, &reg)?;
     let new = new_tool(&reg, &claims.sub)?;
     let record = state
         .registry()
