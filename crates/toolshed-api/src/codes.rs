@@ -69,6 +69,9 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 403: the tool or agent belongs to another tenant (the message names it): only
+        /// its tenant's users, or the organisation's owner, may change it.
+        NotOwner,
         /// 422: a registered tool declares a credential outside the server's credentials
         /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
         CredentialNotAllowed,
@@ -82,7 +85,7 @@ impl ApiCode {
         Some(match self {
             ApiCode::InvalidJson | ApiCode::InvalidQuery => 400,
             ApiCode::Unauthenticated => 401,
-            ApiCode::Forbidden => 403,
+            ApiCode::Forbidden | ApiCode::NotOwner => 403,
             ApiCode::NotFound => 404,
             ApiCode::MethodNotAllowed => 405,
             ApiCode::Conflict
