@@ -82,6 +82,9 @@ toolshed_core::wire_enum! {
         /// 429: the tenant executed faster than the server's `--execute-rate` allows; the
         /// `Retry-After` header says how many seconds to wait.
         RateLimited,
+        /// 422: a registered tool declares a credential outside the server's credentials
+        /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
+        CredentialNotAllowed,
     }
 }
 
@@ -109,7 +112,8 @@ impl ApiCode {
             | ApiCode::WeakPassword
             | ApiCode::InvalidAnswer
             | ApiCode::NotSandboxable
-            | ApiCode::DependencyInstallFailed => 422,
+            | ApiCode::DependencyInstallFailed
+            | ApiCode::CredentialNotAllowed => 422,
             ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
             ApiCode::JournalUnavailable

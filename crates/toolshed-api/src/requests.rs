@@ -6,8 +6,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 /// A login: the user name (as `username`, or as `email`, the name AgentBreeder's CLI
-/// sends) and the password.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// sends) and the password. `Debug` prints the password as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     /// The user name. Required unless `email` is given.
@@ -22,6 +22,16 @@ pub struct LoginBody {
     pub password: String,
 }
 
+impl std::fmt::Debug for LoginBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginBody")
+            .field("username", &self.username)
+            .field("email", &self.email)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
 /// A refresh: the refresh token a login gave, for a new access token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -31,7 +41,7 @@ pub struct RefreshBody {
 }
 
 /// A password change by the user itself: the current password and the new one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangePasswordBody {
     /// The current password. Required unless `old_password` is given.
@@ -47,7 +57,7 @@ pub struct ChangePasswordBody {
 
 /// An admin's change to a user: any of role, tenant and password (left out: kept).
 /// Every change ends the user's tokens.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserChangeBody {
     /// `viewer`, `deployer` or `admin`.
@@ -61,8 +71,8 @@ pub struct UserChangeBody {
     pub password: Option<String>,
 }
 
-/// A new user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// A new user. `Debug` prints the password as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUserBody {
     /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
@@ -77,6 +87,17 @@ pub struct NewUserBody {
     /// an owner to any.
     #[serde(default)]
     pub tenant: Option<String>,
+}
+
+impl std::fmt::Debug for NewUserBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewUserBody")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
 }
 
 /// A tool registration: the seed's fields plus any `tool.yaml` field (`output_schema`,
@@ -182,4 +203,71 @@ pub struct SandboxExecuteBody {
     /// lowered to it and listed in `clamped`.
     #[serde(default)]
     pub memory_mb: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_a_password() {
+        let login = LoginBody {
+            username: Some("ann".into()),
+            email: None,
+            password: "hunter2-secret".into(),
+        };
+        let user = NewUserBody {
+            username: "ann".into(),
+            password: "hunter2-secret".into(),
+            role: "admin".into(),
+            tenant: None,
+        };
+        let token: crate::views::TokenView = serde_json::from_value(serde_json::json!(
+            {"token": "eyJ.hunter2-token.sig", "access_token": "eyJ.hunter2-token.sig",
+             "token_type": "bearer", "expires_in": 60, "refresh_token": "eyJ.hunter2-refresh.sig",
+             "refresh_expires_in": 3600, "role": "admin"}
+        ))
+        .unwrap_or_else(|e| panic!("a token view: {e}"));
+        let change = ChangePasswordBody {
+            current_password: Some("hunter2-old".into()),
+            old_password: Some("hunter2-old".into()),
+            new_password: "hunter2-new".into(),
+        };
+        let patch = UserChangeBody {
+            password: Some("hunter2-new".into()),
+            ..UserChangeBody::default()
+        };
+        for text in [
+            format!("{change:?}"),
+            format!("{patch:?}"),
+            format!("{login:?}"),
+            format!("{user:?}"),
+            format!("{login:#?}"),
+            format!("{token:?}"),
+        ] {
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("***"), "{text}");
+        }
+    }
+}
+
+impl std::fmt::Debug for ChangePasswordBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked = |p: &Option<String>| p.as_ref().map(|_| "***");
+        f.debug_struct("ChangePasswordBody")
+            .field("current_password", &masked(&self.current_password))
+            .field("old_password", &masked(&self.old_password))
+            .field("new_password", &"***")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for UserChangeBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserChangeBody")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }

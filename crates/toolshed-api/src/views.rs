@@ -270,8 +270,8 @@ pub struct DeletedUser {
 }
 
 /// A login's (or a refresh's, or a password change's) answer: a short-lived access
-/// token and the refresh token that buys the next one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// token and the refresh token that buys the next one. `Debug` prints the tokens as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TokenView {
     /// The bearer token (a JWT) to send as `Authorization: Bearer`.
     pub token: String,
@@ -315,6 +315,20 @@ pub struct MeView {
     pub team: String,
     /// Always false: toolshed does not force a password change at login.
     pub must_change_password: bool,
+}
+
+impl std::fmt::Debug for TokenView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenView")
+            .field("token", &"***")
+            .field("access_token", &"***")
+            .field("token_type", &self.token_type)
+            .field("expires_in", &self.expires_in)
+            .field("refresh_token", &"***")
+            .field("refresh_expires_in", &self.refresh_expires_in)
+            .field("role", &self.role)
+            .finish()
+    }
 }
 
 toolshed_core::wire_enum! {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use crate::context::{Principal, RunContext};
 use crate::error::{ErrorCode, ToolError};
 
 /// A secret value. `Debug` and `Display` print `Secret(***)`, so a secret that ends up in
@@ -72,6 +73,18 @@ pub trait CredentialProvider: Send + Sync + fmt::Debug {
     /// Read the credential `name`. The name has been checked by
     /// [`check_credential_name`] and against the tool's allowlist before this is called.
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, CredentialError>>;
+
+    /// Read the credential `name` for the run's `principal` (its tenant): a provider
+    /// whose answer depends on who asks (a server's per-tenant policy) overrides this;
+    /// the default ignores the principal and calls [`CredentialProvider::get`].
+    fn get_for<'a>(
+        &'a self,
+        principal: Option<&'a Principal>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+        let _ = principal;
+        self.get(name)
+    }
 }
 
 /// Reads credentials from the process environment.
@@ -135,6 +148,9 @@ pub struct Credentials {
     allowed: Arc<[String]>,
     provider: Arc<dyn CredentialProvider>,
     handed_out: Arc<Mutex<Vec<Secret>>>,
+    /// The run asking, whose principal the provider is told
+    /// ([`CredentialProvider::get_for`]).
+    run: Option<RunContext>,
 }
 
 impl fmt::Debug for Credentials {
@@ -153,7 +169,14 @@ impl Credentials {
             allowed,
             provider,
             handed_out: Arc::new(Mutex::new(Vec::new())),
+            run: None,
         }
+    }
+
+    /// The same credentials read on behalf of `run`'s principal.
+    pub fn for_run(mut self, run: &RunContext) -> Self {
+        self.run = Some(run.clone());
+        self
     }
 
     /// Read a declared credential. Undeclared names fail with `CREDENTIAL_NOT_DECLARED`,
@@ -177,7 +200,8 @@ impl Credentials {
                 },
             ));
         }
-        let secret = self.provider.get(name).await?;
+        let principal = self.run.as_ref().and_then(RunContext::principal);
+        let secret = self.provider.get_for(principal, name).await?;
         if let Ok(mut seen) = self.handed_out.lock() {
             seen.push(secret.clone());
         }
@@ -297,6 +321,46 @@ mod tests {
             none.get("HOME").await.unwrap_err().code,
             ErrorCode::CredentialNotDeclared
         );
+    }
+
+    /// A provider answering with the tenant it was asked for.
+    #[derive(Debug)]
+    struct PerTenant;
+
+    impl CredentialProvider for PerTenant {
+        fn describe(&self) -> String {
+            "per-tenant".into()
+        }
+        fn get<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+            Box::pin(std::future::ready(Err(CredentialError::new(
+                ErrorCode::CredentialNotFound,
+                "asked without a principal",
+            ))))
+        }
+        fn get_for<'a>(
+            &'a self,
+            principal: Option<&'a Principal>,
+            _name: &'a str,
+        ) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+            let tenant = principal.and_then(|p| p.tenant.clone()).unwrap_or_default();
+            Box::pin(std::future::ready(Ok(Secret::new(format!("for-{tenant}")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_is_told_the_runs_principal() {
+        let run = RunContext::builder()
+            .principal(Principal {
+                iss: "t".into(),
+                sub: "ann".into(),
+                tenant: Some("acme".into()),
+            })
+            .build();
+        let creds = Credentials::new(Arc::from(vec!["K".to_string()]), Arc::new(PerTenant));
+        let unknown = creds.clone().get("K").await.unwrap();
+        assert_eq!(unknown.expose(), "for-", "no run, no principal");
+        let secret = creds.for_run(&run).get("K").await.unwrap();
+        assert_eq!(secret.expose(), "for-acme");
     }
 
     #[test]

@@ -143,6 +143,9 @@ crate::wire_enum! {
         /// A keyed call was started `max_attempts` times without completing (crashes);
         /// it fails closed instead of running again.
         AttemptsExhausted,
+        /// The operator's credentials policy does not serve this credential to the run's
+        /// tenant (or it is a `TOOLSHED_*` name, never served).
+        CredentialNotAllowed,
     }
 }
 

@@ -415,7 +415,8 @@ impl Pipeline {
             .or_else(|| run.credential_provider())
             .cloned()
             .unwrap_or_else(|| Arc::new(EnvProvider));
-        let credentials = Credentials::new(tool.declared_credentials().clone(), provider);
+        let credentials =
+            Credentials::new(tool.declared_credentials().clone(), provider).for_run(run);
         let key: Option<Arc<str>> = options.idempotency_key.map(Arc::from);
         let hook_call = |attempt| HookCall {
             spec,

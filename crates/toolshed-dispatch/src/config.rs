@@ -215,8 +215,11 @@ pub struct DispatcherConfig {
     pub stdout_cap: usize,
     /// Bytes of stderr kept per call (the tail; older bytes are dropped and counted).
     pub stderr_cap: usize,
-    /// Bytes an HTTP endpoint may answer.
+    /// Bytes an HTTP endpoint may answer (read as it streams; the call fails at the cap).
     pub http_response_cap: usize,
+    /// Where HTTP endpoints may connect (public addresses only unless allowlisted, after
+    /// DNS resolution; no redirects followed) and their time caps.
+    pub http: crate::guard::HttpPolicy,
     /// The timeout of [`crate::Dispatcher::execute`] when the request sets none. Calls
     /// through the pipeline use the tool's (the pipeline's) timeout instead.
     pub default_timeout: Duration,
@@ -243,6 +246,7 @@ impl Default for DispatcherConfig {
             stdout_cap: 1024 * 1024,
             stderr_cap: 64 * 1024,
             http_response_cap: 1024 * 1024,
+            http: crate::guard::HttpPolicy::default(),
             default_timeout: Duration::from_secs(30),
             exit_grace: Duration::from_secs(2),
             env: ChildEnv::default(),

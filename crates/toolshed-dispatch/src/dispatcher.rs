@@ -41,7 +41,7 @@ pub struct Dispatcher {
     launcher: Arc<Launcher>,
     pools: Arc<Pools>,
     builtins: Arc<HashMap<String, Tool>>,
-    http: reqwest::Client,
+    http: http::Http,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -133,10 +133,7 @@ pub struct Execution {
 impl Dispatcher {
     /// A dispatcher with these settings. Nothing starts until the first call.
     pub fn new(config: DispatcherConfig) -> Self {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("toolshed-dispatch/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+        let http = http::client(&config.http);
         Dispatcher {
             pools: Pools::new(config.pool.clone()),
             launcher: Arc::new(Launcher::new(config)),

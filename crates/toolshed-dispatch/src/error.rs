@@ -161,6 +161,34 @@ pub enum DispatchError {
         /// The cap in bytes.
         cap: usize,
     },
+    /// An HTTP endpoint's host is (or resolves to) an address tools may not reach.
+    #[error(
+        "HTTP endpoint {url} of tool {tool} is refused: its host is or resolves to {address}, {kind}; tools reach only public addresses unless the operator allowlists the host or its range (`toolshed serve --allow-http-host HOST|CIDR` or TOOLSHED_HTTP_ALLOW)"
+    )]
+    HttpAddressRefused {
+        /// The tool.
+        tool: String,
+        /// The URL (naming the host).
+        url: String,
+        /// The address refused.
+        address: std::net::IpAddr,
+        /// What kind of address it is (`a loopback address`, …).
+        kind: &'static str,
+    },
+    /// An HTTP endpoint answered with a redirect, which is never followed.
+    #[error(
+        "HTTP endpoint {url} answered tool {tool} with a redirect ({status}) to {location}; redirects are not followed: register the tool with the final URL"
+    )]
+    HttpRedirect {
+        /// The tool.
+        tool: String,
+        /// The URL.
+        url: String,
+        /// The 3xx status.
+        status: u16,
+        /// The `Location` it named (an excerpt).
+        location: String,
+    },
     /// The npm packages that run TypeScript tools are missing.
     #[error("{message}")]
     TranspilerNotInstalled {
@@ -225,6 +253,8 @@ impl DispatchError {
             DispatchError::Http { .. } => DispatchCode::HttpError,
             DispatchError::HttpNotJson { .. } => DispatchCode::HttpNotJson,
             DispatchError::HttpTooLarge { .. } => DispatchCode::HttpResponseTooLarge,
+            DispatchError::HttpAddressRefused { .. } => DispatchCode::HttpAddressRefused,
+            DispatchError::HttpRedirect { .. } => DispatchCode::HttpRedirectRefused,
             DispatchError::TranspilerNotInstalled { .. } => DispatchCode::TranspilerNotInstalled,
             DispatchError::Transpile { .. } => DispatchCode::TranspileFailed,
             DispatchError::Inference { .. } => DispatchCode::SchemaInferenceFailed,
@@ -258,6 +288,15 @@ impl DispatchError {
             }
             DispatchError::HttpStatus { status, .. } => {
                 details.insert("status".into(), json!(status));
+            }
+            DispatchError::HttpRedirect {
+                status, location, ..
+            } => {
+                details.insert("status".into(), json!(status));
+                details.insert("location".into(), json!(location));
+            }
+            DispatchError::HttpAddressRefused { address, .. } => {
+                details.insert("address".into(), json!(address.to_string()));
             }
             DispatchError::Sandbox { source, .. } => {
                 details.insert("sandbox_code".into(), json!(source.code().as_str()));
@@ -315,6 +354,11 @@ toolshed_core::wire_enum! {
         HttpNotJson,
         /// An HTTP response body is larger than the cap.
         HttpResponseTooLarge,
+        /// An HTTP endpoint's host is, or resolves to, a loopback, private, link-local,
+        /// metadata or other non-public address the operator has not allowlisted.
+        HttpAddressRefused,
+        /// An HTTP endpoint answered a redirect, which is not followed.
+        HttpRedirectRefused,
         /// The TypeScript transpiler is not installed.
         TranspilerNotInstalled,
         /// A TypeScript source could not be transpiled.

@@ -80,6 +80,7 @@ mod conversation;
 mod dispatcher;
 pub mod endpoint;
 pub mod error;
+pub mod guard;
 mod http;
 pub mod infer;
 mod launcher;
@@ -91,6 +92,7 @@ pub use config::{ChildEnv, DispatcherConfig, Isolation, Mode, PoolConfig, Sandbo
 pub use dispatcher::{Dispatcher, Execution, Request};
 pub use endpoint::Endpoint;
 pub use error::{DispatchCode, DispatchError};
+pub use guard::{HttpAllow, HttpAllowError, HttpPolicy};
 pub use infer::{InferredTool, infer_node_schema, infer_python_schema};
 pub use pool::PoolStats;
 pub use protocol::CallContext;

@@ -1,5 +1,6 @@
 //! HTTP endpoints against a tiny HTTP/1.1 server started in the test on 127.0.0.1:0:
-//! a JSON answer, a 500, a body that is not JSON, one too large, one too slow.
+//! a JSON answer, a 500, a body that is not JSON, one too large, one too slow, a
+//! redirect; and the address guard (loopback refused unless allowlisted, after DNS).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -89,14 +90,20 @@ async fn answer(mut stream: TcpStream) {
             "application/json",
             format!("\"{}\"", "x".repeat(2 << 20)),
         ),
+        "/redirect" => ("302 Found", "text/plain", String::new()),
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             ("200 OK", "application/json", "1".to_owned())
         }
         _ => ("404 Not Found", "text/plain", String::new()),
     };
+    let location = if path == "/redirect" {
+        "location: http://169.254.169.254/latest/meta-data/\r\n"
+    } else {
+        ""
+    };
     let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{location}connection: close\r\n\r\n{reply}",
         reply.len()
     );
     let _ = stream.write_all(response.as_bytes()).await;
@@ -207,4 +214,94 @@ async fn http_failures_are_error_results() {
         .unwrap_err();
     assert_eq!(dispatch_code(&err), "HTTP_ERROR");
     assert!(err.message.contains(&closed.to_string()), "{err}");
+}
+
+#[tokio::test]
+async fn loopback_and_metadata_are_refused_unless_allowlisted_and_redirects_are_not_followed() {
+    let addr = serve().await;
+    let guarded = Dispatcher::new(DispatcherConfig {
+        http: toolshed_dispatch::HttpPolicy::default(),
+        ..config(Mode::Pool)
+    });
+    let port = addr.port();
+    // A literal address, a name resolving to loopback (checked after resolution), the
+    // IPv4-mapped form, and the metadata address: all refused before any connection.
+    for (endpoint, kind) in [
+        (
+            format!("http://127.0.0.1:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            format!("http://localhost:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/echo"),
+            "a loopback address",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "a cloud metadata address",
+        ),
+        (
+            "http://[fd00:ec2::254]/".to_owned(),
+            "a cloud metadata address",
+        ),
+        ("http://10.0.0.1:9/".to_owned(), "a private address"),
+    ] {
+        let err = guarded
+            .execute(
+                &Endpoint::parse(&endpoint).unwrap(),
+                Request::new("lookup", json!({})),
+            )
+            .await
+            .result
+            .unwrap_err();
+        assert_eq!(
+            dispatch_code(&err),
+            "HTTP_ADDRESS_REFUSED",
+            "{endpoint}: {err}"
+        );
+        assert!(err.message.contains(kind), "{endpoint}: {err}");
+        assert!(err.message.contains("--allow-http-host"), "{err}");
+    }
+
+    // Allowlisted by name: the same server answers.
+    let by_name = Dispatcher::new(DispatcherConfig {
+        http: toolshed_dispatch::HttpPolicy {
+            allow: vec!["localhost".parse().unwrap()],
+            ..Default::default()
+        },
+        ..config(Mode::Pool)
+    });
+    let url = Endpoint::parse(&format!("http://localhost:{port}/echo")).unwrap();
+    let v = by_name
+        .execute(&url, Request::new("lookup", json!({})))
+        .await
+        .result
+        .unwrap();
+    assert_eq!(v["received"]["tool"], "lookup");
+
+    // A redirect (here to the metadata address) is an error naming its Location.
+    let allowed = dispatcher(Mode::Pool);
+    let err = allowed
+        .execute(
+            &self::url(addr, "/redirect"),
+            Request::new("lookup", json!({})),
+        )
+        .await
+        .result
+        .unwrap_err();
+    assert_eq!(dispatch_code(&err), "HTTP_REDIRECT_REFUSED", "{err}");
+    assert!(
+        err.message.contains("302")
+            && err
+                .message
+                .contains("http://169.254.169.254/latest/meta-data/"),
+        "{err}"
+    );
+    assert_eq!(
+        err.details.unwrap()["location"],
+        "http://169.254.169.254/latest/meta-data/"
+    );
 }

@@ -242,8 +242,8 @@ pub struct ToolUsage {
     pub agent_status: AgentStatus,
 }
 
-/// What adding a user stores.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What adding a user stores. `Debug` prints the hash as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewUser {
     /// The user name (unique).
     pub username: String,
@@ -255,8 +255,19 @@ pub struct NewUser {
     pub tenant: String,
 }
 
-/// A user as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+impl std::fmt::Debug for NewUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewUser")
+            .field("username", &self.username)
+            .field("password_hash", &"***")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
+}
+
+/// A user as stored. `Debug` prints the hash as `***`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserRecord {
     /// The user name.
     pub username: String,
@@ -290,6 +301,18 @@ impl UserChange {
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
         self.password_hash.is_none() && self.role.is_none() && self.tenant.is_none()
+    }
+}
+
+impl std::fmt::Debug for UserRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserRecord")
+            .field("username", &self.username)
+            .field("password_hash", &"***")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .field("created_at_ms", &self.created_at_ms)
+            .finish()
     }
 }
 
@@ -334,4 +357,31 @@ pub struct SandboxExecutionRecord {
     pub execution: NewSandboxExecution,
     /// When (milliseconds since the Unix epoch).
     pub created_at_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_a_password_hash() {
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA";
+        let new = NewUser {
+            username: "ann".into(),
+            password_hash: hash.into(),
+            role: Role::Admin,
+            tenant: "acme".into(),
+        };
+        let stored = UserRecord {
+            username: "ann".into(),
+            password_hash: hash.into(),
+            role: Role::Admin,
+            tenant: "acme".into(),
+            created_at_ms: 1,
+        };
+        for text in [format!("{new:?}"), format!("{stored:#?}")] {
+            assert!(!text.contains("argon2"), "{text}");
+            assert!(text.contains("***") && text.contains("acme"), "{text}");
+        }
+    }
 }

@@ -38,6 +38,7 @@ use tower_http::timeout::TimeoutLayer;
 pub use axum::Json;
 
 pub mod code;
+pub mod credentials;
 mod error;
 mod extract;
 pub mod limits;
@@ -58,8 +59,9 @@ pub use toolshed_api::{ErrorBody, ErrorEnvelope};
 /// The tenant of users added without one.
 pub const DEFAULT_TENANT: &str = "default";
 
-/// Settings of the server.
-#[derive(Debug, Clone)]
+/// Settings of the server. `Debug` prints `***` for the signing secret and the admin
+/// password, and the database URL with its password masked.
+#[derive(Clone)]
 pub struct ServerConfig {
     /// Where to listen (default `127.0.0.1:8000`; port 0 picks a free one).
     pub addr: SocketAddr,
@@ -96,6 +98,32 @@ pub struct ServerConfig {
     pub code: code::CodeSettings,
     /// Limits on clients: the connection cap and timeouts, the execute rate.
     pub limits: limits::Limits,
+    /// Which credentials each tenant's tools may declare and where their values come
+    /// from (`toolshed serve --credentials-policy FILE`). Empty by default: no tool gets
+    /// a credential until the operator lists it; `TOOLSHED_*` names never.
+    pub credentials: credentials::CredentialsPolicy,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked = |s: &Option<String>| s.as_ref().map(|_| "***");
+        f.debug_struct("ServerConfig")
+            .field("addr", &self.addr)
+            .field(
+                "database_url",
+                &toolshed_store::mask_password(&self.database_url),
+            )
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("request_timeout", &self.request_timeout)
+            .field("token_ttl", &self.token_ttl)
+            .field("issuer", &self.issuer)
+            .field("jwt_secret", &masked(&self.jwt_secret))
+            .field("admin_password", &masked(&self.admin_password))
+            .field("dispatcher", &self.dispatcher)
+            .field("sandbox", &self.sandbox)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerConfig {
@@ -116,6 +144,7 @@ impl ServerConfig {
             sandbox: sandbox::SandboxSettings::default(),
             code: code::CodeSettings::default(),
             limits: limits::Limits::default(),
+            credentials: credentials::CredentialsPolicy::default(),
         }
     }
 }
@@ -154,6 +183,10 @@ pub enum ServerError {
     /// why).
     #[error("invalid code settings: {0}")]
     CodeSettings(String),
+    /// The credentials policy names Vault and Vault is not configured (or is
+    /// misconfigured).
+    #[error("invalid credentials policy")]
+    Credentials(#[source] toolshed_core::CredentialError),
 }
 
 impl ServerError {
@@ -168,6 +201,7 @@ impl ServerError {
             ServerError::Seed(_) => ServerCode::SeedFailed,
             ServerError::SandboxSettings(_) => ServerCode::SandboxSettings,
             ServerError::CodeSettings(_) => ServerCode::CodeSettings,
+            ServerError::Credentials(_) => ServerCode::CredentialsPolicy,
         }
     }
 }
@@ -192,6 +226,8 @@ toolshed_core::wire_enum! {
         SandboxSettings,
         /// The code cache folder or a tool root cannot be used.
         CodeSettings,
+        /// The credentials policy is invalid, or names Vault without a usable Vault.
+        CredentialsPolicy,
     }
 }
 
@@ -236,6 +272,9 @@ impl Server {
             **c = config.sandbox.config.clone();
             shares_settings = true;
         }
+        // Checked now, so a policy naming a Vault that is not configured refuses the
+        // start (the state builds its own provider from the same policy).
+        credentials::PolicyProvider::open(&config.credentials).map_err(ServerError::Credentials)?;
         let journal = toolshed_journal::open(&config.database_url)
             .await
             .map_err(ServerError::Journal)?;

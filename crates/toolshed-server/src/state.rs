@@ -15,6 +15,7 @@ use toolshed_runtime::Runtime;
 
 use crate::ServerConfig;
 use crate::code::CodeCache;
+use crate::credentials::PolicyProvider;
 use crate::error::ApiError;
 use crate::login_limits::LoginLimiter;
 use crate::sandbox::SandboxHandle;
@@ -64,6 +65,7 @@ struct Inner {
     sandbox: SandboxHandle,
     code: Option<Arc<CodeCache>>,
     execute_rate: Option<crate::limits::RateLimiter>,
+    credentials: Arc<PolicyProvider>,
 }
 
 /// What a user's current tokens carry: a token saying anything else was withdrawn.
@@ -98,8 +100,13 @@ impl AppState {
             .limits
             .execute_rate
             .map(crate::limits::RateLimiter::new);
+        let credentials = Arc::new(
+            PolicyProvider::open(&config.credentials)
+                .unwrap_or_else(|_| PolicyProvider::without_vault(&config.credentials)),
+        );
         AppState {
             inner: Arc::new(Inner {
+                credentials,
                 config,
                 journal,
                 registry,
@@ -268,6 +275,11 @@ impl AppState {
         &self.inner.logins
     }
 
+    /// The credential provider of registry tools: the operator's policy, per tenant.
+    pub fn credentials(&self) -> &Arc<PolicyProvider> {
+        &self.inner.credentials
+    }
+
     /// The dispatcher (with the stdlib as built-ins).
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.inner.dispatcher
@@ -281,7 +293,7 @@ impl AppState {
         }
         let record = find_tool(self.registry().as_ref(), id_or_name).await?;
         let tool = self.runnable(&record).await?;
-        let runtime = build_runtime(self.journal(), tool)?;
+        let runtime = build_runtime(self, tool)?;
         let prepared = Arc::new(Prepared { record, runtime });
         let cache = &self.inner.prepared;
         cache.insert(prepared.record.id.clone(), prepared.clone());

@@ -14,12 +14,12 @@ use toolshed_core::{
     Handler, HandlerFuture, Pipeline, Reply, SpecError, Tool, ToolContext, ToolError, ToolSet,
 };
 use toolshed_dispatch::{Dispatcher, Endpoint};
-use toolshed_journal::Journal;
 use toolshed_registry::{NewTool, RegistryStore, ToolRecord};
 use toolshed_runtime::{Runtime, RuntimeConfig};
 
 use crate::code::{CodeCache, RunEnv, Upload};
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// A registration (or update) body turned into a definition: the seed's fields
 /// (`schema_definition`, `tool_type`, `source`) and every `tool.yaml` field.
@@ -479,11 +479,20 @@ fn name_forms(name: &str) -> Vec<String> {
 }
 
 /// Build the runtime executing one registry tool.
-pub fn build_runtime(journal: &Arc<dyn Journal>, tool: Tool) -> Result<Runtime, ApiError> {
+pub fn build_runtime(state: &AppState, tool: Tool) -> Result<Runtime, ApiError> {
     let set =
         ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
     let pipeline = Pipeline::builder(set).build();
-    Runtime::new(pipeline, journal.clone(), RuntimeConfig::default()).map_err(ApiError::from)
+    Runtime::new(pipeline, state.journal().clone(), runtime_config(state)).map_err(ApiError::from)
+}
+
+/// The settings of every runtime executing registry tools: credentials come from the
+/// operator's policy for the run's tenant, never from whatever a tool declares.
+pub fn runtime_config(state: &AppState) -> RuntimeConfig {
+    let mut config = RuntimeConfig::default();
+    let provider: Arc<dyn toolshed_core::CredentialProvider> = state.credentials().clone();
+    config.credentials = Some(provider);
+    config
 }
 
 /// A stored definition as an executable tool; a definition this server refuses is a

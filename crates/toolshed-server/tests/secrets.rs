@@ -22,8 +22,9 @@ use toolshed_core::{
 };
 use toolshed_runtime::{CallStep, NewRunBuilder, Runtime, RuntimeConfig};
 
-/// The credential's name, also the variable the child process has it in.
-const CREDENTIAL: &str = "TOOLSHED_TEST_LEAKY_KEY";
+/// The credential's name, also the variable the child process has it in (the server's
+/// credentials policy serves it from there; a `TOOLSHED_*` name would never be served).
+const CREDENTIAL: &str = "LEAKY_TEST_KEY";
 /// Its value.
 const SECRET: &str = "sk-live-7f3a9c1e5b2d4086";
 /// This test's name, to run it alone in the child.
@@ -63,7 +64,14 @@ async fn in_the_child() {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let s = TestServer::start().await;
+    let s = TestServer::start_with(|c| {
+        c.credentials = toolshed_server::credentials::CredentialsPolicy::parse(
+            &format!("'*': {{{CREDENTIAL}: {{provider: env}}}}"),
+            "policy.yaml",
+        )
+        .unwrap();
+    })
+    .await;
     let mut answers: Vec<Value> = Vec::new();
     let python_runs = python_tool_through_the_server(&s, &mut answers).await;
     let rust_runs = rust_tool_on_the_same_journal(&s).await;

@@ -4,14 +4,17 @@
 //! | tool | what it does |
 //! | --- | --- |
 //! | `get_current_time` | the current time as ISO 8601 (UTC or a fixed offset) and Unix seconds |
-//! | `markdown_writer` | writes a Markdown file under the output folder, never outside it |
+//! | `markdown_writer` | writes a Markdown file in the run's tenant's folder under the output folder, never outside it, never through a symlink, size-capped |
 
 use toolshed_core::Tool;
 
 mod markdown;
 mod time;
 
-pub use markdown::{OUTPUT_DIR_ENV, WrittenFile, markdown_writer, markdown_writer_tool};
+pub use markdown::{
+    DEFAULT_TENANT, MAX_FILE_BYTES, MAX_TENANT_BYTES, MAX_TENANT_ENTRIES, OUTPUT_DIR_ENV,
+    WrittenFile, markdown_writer, markdown_writer_tool,
+};
 pub use time::{CurrentTime, get_current_time, get_current_time_tool};
 
 /// Every built-in tool.

@@ -34,7 +34,7 @@ async fn markdown_writer_writes_inside_the_output_folder() {
         )
         .await;
     let result = out.result.unwrap();
-    let written = std::fs::read_to_string(dir.path().join("notes/a.md")).unwrap();
+    let written = std::fs::read_to_string(dir.path().join("default/notes/a.md")).unwrap();
     assert_eq!(written, "# Hello\n\nbody\n");
     assert_eq!(result["bytes"], json!(written.len()));
     assert_eq!(
@@ -77,7 +77,7 @@ async fn markdown_writer_writes_inside_the_output_folder() {
         .await;
     assert!(forced.result.is_ok());
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("notes/a.md")).unwrap(),
+        std::fs::read_to_string(dir.path().join("default/notes/a.md")).unwrap(),
         "other\n"
     );
 }
@@ -143,4 +143,165 @@ fn specs_are_complete() {
     }
     let mw = toolshed_stdlib::get("markdown_writer").unwrap();
     assert_eq!(mw.spec().idempotency, toolshed_core::Idempotency::Keyed);
+}
+
+fn run_as(dir: &std::path::Path, tenant: &str) -> RunContext {
+    RunContext::builder()
+        .env(BTreeMap::from([(
+            toolshed_stdlib::OUTPUT_DIR_ENV.to_string(),
+            dir.display().to_string(),
+        )]))
+        .principal(toolshed_core::Principal {
+            iss: "toolshed".into(),
+            sub: "ann".into(),
+            tenant: Some(tenant.into()),
+        })
+        .build()
+}
+
+async fn write(
+    p: &Pipeline,
+    run: &RunContext,
+    args: serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    p.call(run, ToolCall::new("markdown_writer", args))
+        .await
+        .result
+        .map_err(|e| e.message)
+}
+
+#[tokio::test]
+async fn markdown_writer_keeps_each_tenants_files_in_its_own_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pipeline();
+    let acme = run_as(dir.path(), "acme");
+    let beta = run_as(dir.path(), "beta");
+    write(
+        &p,
+        &acme,
+        json!({"filename": "plan.md", "content": "acme's plan"}),
+    )
+    .await
+    .unwrap();
+    // Beta's file of the same name is its own: acme's is neither read nor replaced,
+    // with or without `overwrite`.
+    let out = write(
+        &p,
+        &beta,
+        json!({"filename": "plan.md", "content": "beta's", "overwrite": true}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out["path"].as_str().unwrap().ends_with("beta/plan.md"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("acme/plan.md")).unwrap(),
+        "acme's plan\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("beta/plan.md")).unwrap(),
+        "beta's\n"
+    );
+    // A tenant cannot name another's folder through the filename.
+    let e = write(
+        &p,
+        &beta,
+        json!({"filename": "../acme/plan.md", "content": "x", "overwrite": true}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("relative path"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("acme/plan.md")).unwrap(),
+        "acme's plan\n"
+    );
+}
+
+#[tokio::test]
+async fn markdown_writer_never_follows_a_symlink_planted_in_the_output_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("victim.md"), "untouched\n").unwrap();
+    let p = pipeline();
+    let acme = run_as(dir.path(), "acme");
+    // The tenant's folder itself is a link out.
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("acme")).unwrap();
+    let e = write(
+        &p,
+        &acme,
+        json!({"filename": "victim.md", "content": "pwned", "overwrite": true}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("symlink"), "{e}");
+    // A subfolder is a link out.
+    std::fs::remove_file(dir.path().join("acme")).unwrap();
+    std::fs::create_dir(dir.path().join("acme")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("acme/reports")).unwrap();
+    let e = write(
+        &p,
+        &acme,
+        json!({"filename": "reports/victim.md", "content": "pwned", "overwrite": true}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("symlink"), "{e}");
+    // The file is a link out: refused, even with `overwrite`.
+    std::os::unix::fs::symlink(
+        outside.path().join("victim.md"),
+        dir.path().join("acme/victim.md"),
+    )
+    .unwrap();
+    let e = write(
+        &p,
+        &acme,
+        json!({"filename": "victim.md", "content": "pwned", "overwrite": true}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("symlink"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("victim.md")).unwrap(),
+        "untouched\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "nothing was written outside"
+    );
+}
+
+#[tokio::test]
+async fn markdown_writer_caps_each_file_and_each_tenants_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pipeline();
+    let acme = run_as(dir.path(), "acme");
+    let big = "x".repeat(toolshed_stdlib::MAX_FILE_BYTES + 1);
+    let e = write(&p, &acme, json!({"filename": "big.md", "content": big}))
+        .await
+        .unwrap_err();
+    assert!(e.contains("more than the 1048576"), "{e}");
+    // A folder already at its cap (a sparse file counts at its size) takes no more.
+    std::fs::create_dir_all(dir.path().join("acme")).unwrap();
+    let full = std::fs::File::create(dir.path().join("acme/full.md")).unwrap();
+    full.set_len(toolshed_stdlib::MAX_TENANT_BYTES).unwrap();
+    let e = write(
+        &p,
+        &acme,
+        json!({"filename": "one-more.md", "content": "x"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("past 67108864"), "{e}");
+    // Another tenant is not held back by it.
+    let beta = run_as(dir.path(), "beta");
+    write(
+        &p,
+        &beta,
+        json!({"filename": "one-more.md", "content": "x"}),
+    )
+    .await
+    .unwrap();
 }

@@ -7,6 +7,7 @@
 //! future is complete when polled, so a rule finishes in that one poll.
 
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,8 @@ use crate::sql::{Dialect, Executor, Param, Row, Value};
 /// How long a connection waits for another connection's (or process's) lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Open the write connection of a store's file: create the folder, refuse a file that
+/// Open the write connection of a store's file: create the folder (0700 when new) and
+/// the file (0600 when new: [`create_private`]), refuse a file that
 /// is not a toolshed database (before changing anything), switch to WAL with
 /// `synchronous = FULL`, foreign keys on, temporary storage in memory, then migrate.
 /// Returns the connection and the versions this open applied.
@@ -41,13 +43,18 @@ pub fn open_writer(
     if let Some(parent) = path.parent()
         && !parent.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(parent).map_err(|e| {
-            unavailable(
-                path,
-                format!("cannot create the folder `{}`: {e}", parent.display()),
-            )
-        })?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| {
+                unavailable(
+                    path,
+                    format!("cannot create the folder `{}`: {e}", parent.display()),
+                )
+            })?;
     }
+    create_private(path)?;
     let noun = migrations.noun;
     let conn = Connection::open(path).map_err(|e| open_error(path, noun, &e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
@@ -68,6 +75,43 @@ pub fn open_writer(
     .map_err(|e| open_error(path, noun, &e))?;
     let applied = migrate(&conn, path, migrations)?;
     Ok((conn, applied))
+}
+
+/// Create the database file readable and writable by its owner only (0600), whatever
+/// the umask, unless it exists. SQLite gives the `-wal` and `-shm` files it creates the
+/// database file's permissions, so they are 0600 too. The file holds tool definitions,
+/// run arguments and results, password hashes and the token signing secret. An existing
+/// file keeps its mode (the operator may have chosen it); one that others can read is
+/// named in a warning.
+pub fn create_private(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if let Ok(meta) = std::fs::metadata(path)
+                && meta.permissions().mode() & 0o077 != 0
+            {
+                tracing::warn!(
+                    path = %path.display(),
+                    mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                    "the database file is readable by other users; `chmod 600` it (and its -wal and -shm files)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(unavailable(
+            path,
+            format!("cannot create the database file: {e}"),
+        )),
+    }
 }
 
 /// Refuse a database that has tables but no `toolshed_meta` (someone else's).

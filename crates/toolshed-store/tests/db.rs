@@ -296,3 +296,28 @@ async fn a_postgres_write_whose_caller_gave_up_leaves_no_transaction_open() {
     })
     .await;
 }
+
+/// The database file, its WAL and its shared-memory file are the owner's alone (0600),
+/// whatever the umask would give (0644 under the usual 022), and a folder made for them
+/// is 0700: they hold password hashes, the signing secret and every run's data.
+#[tokio::test]
+async fn a_new_sqlite_database_its_wal_and_shm_are_created_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new-folder").join("toolshed.db");
+    let location =
+        toolshed_store::Location::parse(&format!("sqlite://{}", path.display())).unwrap();
+    let db = Db::open(&location, &NOTES, OPTIONS).await.unwrap();
+    db.write(|tx| Box::pin(async move { tx.run(&INSERT, &note("n1")).await }))
+        .await
+        .map_err(|e: DbError| e)
+        .unwrap();
+    assert_eq!(count(&db).await, 1);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+        assert!(file.exists(), "{} was not created", file.display());
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    assert_eq!(mode(&dir.path().join("new-folder")), 0o700);
+}

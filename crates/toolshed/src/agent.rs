@@ -47,8 +47,13 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
 }
 
 async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
-    let dispatcher =
-        Dispatcher::new(DispatcherConfig::default()).with_builtins(toolshed_stdlib::tools());
+    // On the user's own machine, HTTP tools may reach loopback (a service under
+    // development at http://localhost:8080), nothing else that is not public.
+    let config = DispatcherConfig {
+        http: toolshed_dispatch::HttpPolicy::default().with_loopback(),
+        ..DispatcherConfig::default()
+    };
+    let dispatcher = Dispatcher::new(config).with_builtins(toolshed_stdlib::tools());
     let implementations = DispatchImplementations::new(dispatcher.clone()).with_project(dir);
     let lookup = |name: &str| std::env::var(name).ok();
     // The registry step of the resolver chain, only when a server is configured.

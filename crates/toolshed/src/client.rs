@@ -43,14 +43,28 @@ pub enum TokenSource {
     File(PathBuf),
 }
 
-/// A client of one registry server.
-#[derive(Debug, Clone)]
+/// A client of one registry server. `Debug` prints the token as `***`.
+#[derive(Clone)]
 pub struct Client {
     base: Url,
     /// Replaced when a saved access token ran out and the saved refresh token bought a
     /// new one.
     token: Arc<Mutex<Option<(String, TokenSource)>>>,
     http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = self
+            .token
+            .lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|(_, source)| format!("{source:?}")));
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("token", &source.map(|source| ("***", source)))
+            .finish_non_exhaustive()
+    }
 }
 
 /// A successful answer: its envelope (`Data<…>` or `Paged<…>` of `toolshed_api`) as
@@ -547,8 +561,8 @@ fn save_token_to(path: PathBuf, token: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Arguments of `toolshed login`.
-#[derive(Debug, Args)]
+/// Arguments of `toolshed login`. `Debug` prints the password as `***`.
+#[derive(Args)]
 pub struct LoginArgs {
     /// The user name (asked for when left out).
     #[arg(long, short = 'u')]
@@ -560,6 +574,16 @@ pub struct LoginArgs {
     /// Print the answer as JSON (`token` left out).
     #[arg(long)]
     json: bool,
+}
+
+impl std::fmt::Debug for LoginArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginArgs")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("json", &self.json)
+            .finish()
+    }
 }
 
 /// `toolshed login`: exchange a user name and password for a token and save it.

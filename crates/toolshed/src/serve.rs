@@ -83,6 +83,22 @@ pub struct ServeArgs {
     /// The connection cap and timeouts, and the execute rate.
     #[command(flatten)]
     limits: crate::serve_limits::LimitArgs,
+    /// A host name or address range (CIDR) HTTP tools may reach although it is not
+    /// public (loopback, private, link-local, metadata addresses are refused otherwise,
+    /// after DNS resolution). Repeatable; the variable takes a comma-separated list.
+    #[arg(
+        long = "allow-http-host",
+        env = "TOOLSHED_HTTP_ALLOW",
+        value_name = "HOST|CIDR",
+        value_delimiter = ','
+    )]
+    allow_http_host: Vec<toolshed_dispatch::HttpAllow>,
+    /// The credentials policy (YAML or JSON): which credentials each tenant's tools may
+    /// declare and where each value comes from,
+    /// `{TENANT|"*": {NAME: {provider: env|vault, key: VARIABLE_OR_ENTRY}}}`. Without
+    /// one, no tool gets a credential; `TOOLSHED_*` names are never served.
+    #[arg(long, env = "TOOLSHED_CREDENTIALS_POLICY", value_name = "FILE")]
+    credentials_policy: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -111,6 +127,11 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     args.limits.apply(&mut config.limits);
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
+    }
+    config.dispatcher.http.allow = args.allow_http_host.clone();
+    if let Some(path) = &args.credentials_policy {
+        config.credentials = toolshed_server::credentials::CredentialsPolicy::load(path)
+            .map_err(|e| Failure::bad_input(anyhow!("{e} [CREDENTIALS_POLICY]")))?;
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
@@ -280,9 +301,10 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, Failur
 /// (2); a database or address that cannot be used is 3.
 fn server_failure(e: ServerError) -> Failure {
     let code = match &e {
-        ServerError::Auth(_) | ServerError::SandboxSettings(_) | ServerError::CodeSettings(_) => {
-            EXIT_BAD_INPUT
-        }
+        ServerError::Auth(_)
+        | ServerError::SandboxSettings(_)
+        | ServerError::CodeSettings(_)
+        | ServerError::Credentials(_) => EXIT_BAD_INPUT,
         ServerError::Journal(JournalError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         ServerError::Registry(RegistryError::InvalidUrl { .. }) => EXIT_BAD_INPUT,
         _ => EXIT_INTERNAL,
@@ -341,6 +363,31 @@ mod tests {
         assert_eq!(
             parse(&["--tool-root", "/srv/a:/srv/b"]),
             [std::path::PathBuf::from("/srv/a"), "/srv/b".into()]
+        );
+    }
+
+    #[test]
+    fn allow_http_host_takes_hosts_and_ranges_and_refuses_anything_else() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.allow_http_host)
+        };
+        let allowed = parse(&[
+            "--allow-http-host",
+            "10.0.0.0/8",
+            "--allow-http-host",
+            "api.internal,127.0.0.1",
+        ])
+        .unwrap_or_default();
+        let shown: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "api.internal", "127.0.0.1/32"]);
+        let err = parse(&["--allow-http-host", "10.0.0.0/40"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("10.0.0.0/40") && err.contains("prefix"),
+            "{err}"
         );
     }
 }

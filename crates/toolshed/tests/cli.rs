@@ -354,3 +354,25 @@ fn agent_validate_loads_the_project_and_lists_every_missing_env_var() {
         .collect();
     assert_eq!(names, vec!["order_lookup", "get_current_time"]);
 }
+
+#[test]
+fn serve_refuses_a_credentials_policy_serving_a_toolshed_name_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "acme:\n  TOOLSHED_JWT_SECRET: {provider: env}\n").unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["--database-url", &db, "serve", "--addr", "127.0.0.1:0"])
+        .arg("--credentials-policy")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("TOOLSHED_JWT_SECRET")
+            && err.contains("never served")
+            && err.contains("policy.yaml"),
+        "{err}"
+    );
+}

@@ -193,7 +193,7 @@ fn a_plan_with_a_human_tool_waits_for_a_valid_answer() {
         .to_owned();
     assert_eq!(parked["waiting_for"][0]["gate"]["kind"], "answer");
     assert!(
-        !env.dir.path().join("output/post.md").exists(),
+        !env.dir.path().join("output/default/post.md").exists(),
         "the plan stopped at the human tool"
     );
 
@@ -232,7 +232,7 @@ fn a_plan_with_a_human_tool_waits_for_a_valid_answer() {
         calls[3]["result"],
         json!({"approved": true, "note": "ship it"})
     );
-    assert!(env.dir.path().join("output/post.md").exists());
+    assert!(env.dir.path().join("output/default/post.md").exists());
     // Each call executed once: the journal holds 5 calls, each with one result.
     let o = env.run(&["runs", "show", &run_id, "--json"]);
     let shown = stdout_json(&o);

@@ -32,12 +32,14 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// The test configuration: a private cache and the given mode, tools sandboxed (the
-/// default).
+/// default), and loopback allowlisted for HTTP endpoints explicitly (the tests' HTTP
+/// servers listen on 127.0.0.1, which the default policy refuses).
 pub fn config(mode: Mode) -> DispatcherConfig {
     DispatcherConfig {
         cache_dir: cache_dir(),
         mode,
         exec_mode: mode,
+        http: toolshed_dispatch::HttpPolicy::default().with_loopback(),
         ..DispatcherConfig::default()
     }
 }

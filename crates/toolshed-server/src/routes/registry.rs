@@ -75,6 +75,7 @@ pub async fn create_tool(
     }
     let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
     check_executable(&state, &reg)?;
+    check_credentials(&state, claims, &reg)?;
     let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
@@ -93,6 +94,19 @@ fn check_executable(state: &AppState, reg: &Registration) -> Result<(), ApiError
     crate::tools::executable(state.dispatcher(), reg.file.clone(), &reg.run_env)
         .map(drop)
         .map_err(|reason| ApiError::invalid_body(format!("tool `{}` {reason}", reg.file.name)))
+}
+
+/// Every credential the tool declares must be in the operator's policy for the caller's
+/// tenant (a 422 `CREDENTIAL_NOT_ALLOWED` naming each one and the fix).
+fn check_credentials(
+    state: &AppState,
+    claims: &toolshed_auth::Claims,
+    reg: &Registration,
+) -> Result<(), ApiError> {
+    state
+        .credentials()
+        .policy()
+        .check_declared(tenant_of(claims), &reg.file.credentials)
 }
 
 /// List tools, ordered by name.
@@ -176,6 +190,7 @@ pub async fn update_tool(
     let expected = reg.expected_revision;
     let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
     check_executable(&state, &reg)?;
+    check_credentials(&state, claims, &reg)?;
     let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state
         .registry()

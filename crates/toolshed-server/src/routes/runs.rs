@@ -246,7 +246,7 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
     Runtime::new(
         toolshed_core::Pipeline::builder(set).build(),
         state.journal().clone(),
-        toolshed_runtime::RuntimeConfig::default(),
+        crate::tools::runtime_config(state),
     )
     .map_err(ApiError::from)
 }
