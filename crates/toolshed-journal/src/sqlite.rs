@@ -23,7 +23,7 @@ use crate::rules::{
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
 use crate::store::{Counters, MIGRATIONS, Request, Writer};
-use crate::{CallRecord, CallStatus, JournalError, Result};
+use crate::{CallRecord, CallStatus, JournalError, PruneRule, Pruned, Result, Space};
 
 /// How long a caller whose write is the only one in flight polls for its answer
 /// (yielding to other tasks between polls) before parking. Waking a parked thread
@@ -141,6 +141,12 @@ impl Core {
         if !wait {
             let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         }
+        self.checkpoint_if_wanted();
+        batch
+    }
+
+    /// Copy the WAL back now if the WAL hook asked for it after the last commit.
+    fn checkpoint_if_wanted(&self) {
         if self.checkpoint_wanted.swap(false, Ordering::AcqRel)
             && let Err(e) = self
                 .conn
@@ -148,7 +154,47 @@ impl Core {
         {
             tracing::debug!(error = %e, "a checkpoint after a lone write failed");
         }
-        batch
+    }
+
+    /// One batch of a prune, in its own transaction on the write connection.
+    fn prune_batch(&mut self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+        let pruned = toolshed_store::sqlite::transact(&mut self.conn, |db| {
+            let rule = rule.clone();
+            Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
+        });
+        self.checkpoint_if_wanted();
+        pruned
+    }
+
+    /// Return up to `pages` free pages (none for 0) and measure the file. The step that
+    /// leaves no free page also copies the WAL back, which is when the file shrinks.
+    fn reclaim_space(&mut self, pages: u32) -> Result<Space> {
+        let before = toolshed_store::sqlite::space(&self.conn)?;
+        if pages == 0 || before.free_pages == 0 {
+            return Ok(crate::retention::sqlite_space(before));
+        }
+        toolshed_store::sqlite::incremental_vacuum(&self.conn, pages)?;
+        let after = toolshed_store::sqlite::space(&self.conn)?;
+        if after.free_pages == 0 {
+            self.checkpoint_wanted.store(true, Ordering::Release);
+        }
+        self.checkpoint_if_wanted();
+        Ok(crate::retention::sqlite_space(after))
+    }
+
+    /// Switch the file to incremental vacuum and rewrite it, once.
+    fn vacuum(&mut self) -> Result<Space> {
+        let before = toolshed_store::sqlite::space(&self.conn)?;
+        if before.auto_vacuum == toolshed_store::sqlite::AutoVacuum::None {
+            toolshed_store::sqlite::vacuum_incremental(&self.conn)?;
+        } else if before.free_pages > 0 {
+            toolshed_store::sqlite::incremental_vacuum(&self.conn, 0)?;
+        }
+        self.checkpoint_wanted.store(true, Ordering::Release);
+        self.checkpoint_if_wanted();
+        Ok(crate::retention::sqlite_space(
+            toolshed_store::sqlite::space(&self.conn)?,
+        ))
     }
 }
 
@@ -243,6 +289,38 @@ impl Writer for SqliteWriter {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+        let rule = rule.clone();
+        self.exclusive(move |core| core.prune_batch(&rule, limit))
+            .await
+    }
+
+    async fn reclaim_space(&self, pages: u32) -> Result<Space> {
+        self.exclusive(move |core| core.reclaim_space(pages)).await
+    }
+
+    async fn vacuum(&self) -> Result<Space> {
+        self.exclusive(Core::vacuum).await
+    }
+}
+
+impl SqliteWriter {
+    /// Run `work` on the write connection on a blocking thread, between two batches of
+    /// the writer: writes sent meanwhile queue and then share one commit. Each use is
+    /// one bounded transaction (a prune batch, a vacuum step), so they wait at most that.
+    async fn exclusive<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let core = Arc::clone(&self.core);
+        tokio::task::spawn_blocking(move || {
+            let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            work(&mut core)
+        })
+        .await
+        .map_err(|e| JournalError::Backend(format!("a prune step failed: {e}")))?
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -39,6 +39,7 @@ pub use axum::Json;
 
 mod error;
 mod extract;
+mod retention;
 pub mod routes;
 pub mod sandbox;
 mod state;
@@ -46,6 +47,7 @@ mod tools;
 mod views;
 
 pub use error::ApiError;
+pub use retention::Retention;
 pub use routes::ApiDoc;
 pub use state::AppState;
 pub use toolshed_api::{ErrorBody, ErrorEnvelope};
@@ -81,6 +83,9 @@ pub struct ServerConfig {
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
     pub sandbox: sandbox::SandboxSettings,
+    /// Prune finished runs continuously (`toolshed serve --retain-runs 30d`); `None`
+    /// (the default) keeps every run.
+    pub retain_runs: Option<Retention>,
 }
 
 impl ServerConfig {
@@ -97,6 +102,7 @@ impl ServerConfig {
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
+            retain_runs: None,
         }
     }
 }
@@ -273,10 +279,18 @@ impl Server {
     ) -> Result<(), ServerError> {
         let addr = self.local_addr();
         let app = router(self.state.clone());
+        let pruning = self.state.config().retain_runs.map(|r| {
+            tokio::spawn(retention::run(Arc::clone(self.state.journal()), r))
+        });
         let result = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|source| ServerError::Listen { addr, source });
+        // A batch in flight is its own transaction: stopping here commits or rolls
+        // back whole.
+        if let Some(task) = pruning {
+            task.abort();
+        }
         self.state.dispatcher().shutdown();
         result
     }

@@ -52,6 +52,14 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// Keep finished runs this long, then remove them (e.g. `30d`; units s, m, h, d, w):
+    /// the server prunes at start-up and every `--prune-every`. Running and parked runs
+    /// are always kept. Default: keep every run.
+    #[arg(long, env = "TOOLSHED_RETAIN_RUNS", value_name = "AGE", value_parser = crate::retention::parse_age)]
+    retain_runs: Option<Duration>,
+    /// How often to prune with `--retain-runs` (default 5m).
+    #[arg(long, value_name = "AGE", requires = "retain_runs", value_parser = crate::retention::parse_age)]
+    prune_every: Option<Duration>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -71,6 +79,18 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     sandbox_settings(&args, &mut config.sandbox)?;
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
+    }
+    if let Some(age) = args.retain_runs {
+        let mut retention = toolshed_server::Retention::new(age);
+        if let Some(every) = args.prune_every {
+            if every.is_zero() {
+                return Err(Failure::bad_input(anyhow!(
+                    "--prune-every 0s would prune without pause: give an interval such as 5m"
+                )));
+            }
+            retention.interval = every;
+        }
+        config.retain_runs = Some(retention);
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
