@@ -72,7 +72,8 @@ mod store;
 
 pub use records::*;
 pub use retention::{
-    PrunableStatus, PruneOptions, PruneReport, PruneRule, Pruned, Space, SpaceMode, prune,
+    PrunableStatus, PruneOptions, PruneReport, PruneRule, Pruned, PrunedBatch, Space, SpaceMode,
+    prune,
 };
 pub use store::SqlJournal;
 
@@ -314,7 +315,7 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// oldest first) with their calls and crumbs, in one transaction of its own, and say
     /// how many. Running and parked runs are never deleted. Fewer than `limit` means
     /// nothing else is selected (at the time of the batch).
-    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned>;
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch>;
 
     /// How many runs and calls `rule` selects now: what a prune would delete (a dry run).
     async fn count_prunable(&self, rule: &PruneRule) -> Result<Pruned>;

@@ -23,7 +23,8 @@ use crate::rules::{
 };
 use crate::store::{Counters, MIGRATIONS, Request, Writer};
 use crate::{
-    CallRecord, CallStatus, JournalError, PruneRule, Pruned, Result, RunRecord, Space, SpaceMode,
+    CallRecord, CallStatus, JournalError, PruneRule, PrunedBatch, Result, RunRecord, Space,
+    SpaceMode,
 };
 
 /// Read connections per journal.
@@ -126,14 +127,19 @@ impl Writer for PgWriter {
         &self.counters
     }
 
-    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
         let rule = rule.clone();
-        self.pruner()
-            .await?
+        let pruner = self.pruner().await?;
+        let started = std::time::Instant::now();
+        let pruned = pruner
             .write(move |db| {
                 Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
             })
-            .await
+            .await?;
+        Ok(PrunedBatch {
+            pruned,
+            held: started.elapsed(),
+        })
     }
 
     async fn reclaim_space(&self, _pages: u32) -> Result<Space> {

@@ -17,9 +17,8 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use toolshed_store::{Executor, Param};
+use toolshed_store::{Dialect, Executor, Param};
 
-use crate::rules::any_status;
 use crate::{Journal, Result, RunStatus};
 
 toolshed_core::wire_enum! {
@@ -81,6 +80,16 @@ impl PruneRule {
     }
 }
 
+/// What one batch of a prune removed, and how long it held the write connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrunedBatch {
+    /// Runs and calls removed.
+    pub pruned: Pruned,
+    /// How long the transaction held the database's write connection (SQLite: the
+    /// time other writes waited at most), its commit included.
+    pub held: Duration,
+}
+
 /// How many runs and calls a prune removed (or, for a dry run, would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Pruned {
@@ -121,6 +130,11 @@ pub struct Space {
 pub struct PruneOptions {
     /// The most runs one transaction deletes (default 500).
     pub batch_runs: u32,
+    /// How long one batch should hold the write connection (default 4 ms): batches are
+    /// sized from the cost per run of the previous one, between 10 runs and
+    /// `batch_runs`, so that writes queued behind a batch wait about this long at most
+    /// whatever the machine and the size of the runs.
+    pub batch_budget: Duration,
     /// After each batch (and each vacuum step), pause this many times as long as the
     /// batch took (default 3: pruning takes at most about a quarter of the writer's
     /// time, so writes queued behind a batch wait at most one batch).
@@ -137,6 +151,7 @@ impl Default for PruneOptions {
     fn default() -> Self {
         PruneOptions {
             batch_runs: 500,
+            batch_budget: Duration::from_millis(4),
             pause_factor: 3,
             min_pause: Duration::from_millis(1),
             vacuum_step_pages: 512,
@@ -168,7 +183,9 @@ pub async fn prune(
     rule: &PruneRule,
     options: PruneOptions,
 ) -> Result<PruneReport> {
-    let limit = options.batch_runs.max(1);
+    let most = options.batch_runs.max(1);
+    let least = MIN_BATCH.min(most);
+    let mut limit = FIRST_BATCH.clamp(least, most);
     let mut report = PruneReport {
         pruned: Pruned::default(),
         batches: 0,
@@ -176,22 +193,39 @@ pub async fn prune(
         space: None,
     };
     loop {
-        let started = Instant::now();
-        let batch = journal.prune_batch(rule, limit).await?;
+        let PrunedBatch { pruned, held } = journal.prune_batch(rule, limit).await?;
+        tracing::debug!(
+            runs = pruned.runs,
+            calls = pruned.calls,
+            limit,
+            held_ms = held.as_secs_f64() * 1000.0,
+            "pruned a batch"
+        );
         report.batches += 1;
-        report.pruned.runs += batch.runs;
-        report.pruned.calls += batch.calls;
-        if batch.runs < u64::from(limit) {
+        report.pruned.runs += pruned.runs;
+        report.pruned.calls += pruned.calls;
+        if pruned.runs < u64::from(limit) {
             break;
         }
-        pause(started.elapsed(), &options).await;
+        // The next batch as big as the budget allows at this batch's cost per run.
+        let per_run = held.as_secs_f64() / pruned.runs.max(1) as f64;
+        let fits = options.batch_budget.as_secs_f64() / per_run.max(1e-9);
+        limit = (fits.min(f64::from(most)) as u32).clamp(least, most);
+        pause(held, &options).await;
     }
     if options.reclaim {
         let mut space = journal.reclaim_space(0).await?;
         let before = space.size_bytes;
         while space.mode == SpaceMode::Incremental && space.free_bytes > 0 {
             let started = Instant::now();
-            let next = journal.reclaim_space(options.vacuum_step_pages.max(1)).await?;
+            let next = journal
+                .reclaim_space(options.vacuum_step_pages.max(1))
+                .await?;
+            tracing::debug!(
+                free_bytes = next.free_bytes,
+                took_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "returned free pages"
+            );
             let progressed = next.free_bytes < space.free_bytes;
             space = next;
             if !progressed {
@@ -204,6 +238,11 @@ pub async fn prune(
     }
     Ok(report)
 }
+
+/// The smallest batch: below it the commit, not the deletes, is the cost.
+const MIN_BATCH: u32 = 10;
+/// The first batch, before its cost is known.
+const FIRST_BATCH: u32 = 50;
 
 /// Wait after a batch that took `took`, so that queued writes go first.
 async fn pause(took: Duration, options: &PruneOptions) {
@@ -221,12 +260,16 @@ async fn pause(took: Duration, options: &PruneOptions) {
 const CHUNK: usize = 64;
 
 /// The final statuses, as a condition every statement carries.
-static FINAL: LazyLock<String> = LazyLock::new(|| {
-    any_status(
-        "",
-        PrunableStatus::ALL.iter().map(|s| s.run_status().as_str()),
-    )
-});
+static FINAL: LazyLock<String> = LazyLock::new(|| final_condition("status"));
+
+/// `(COLUMN = 'completed' OR COLUMN = 'failed' OR COLUMN = 'cancelled')`.
+fn final_condition(column: &str) -> String {
+    let terms: Vec<String> = PrunableStatus::ALL
+        .iter()
+        .map(|s| format!("{column} = '{}'", s.run_status().as_str()))
+        .collect();
+    format!("({})", terms.join(" OR "))
+}
 
 /// The oldest runs of one status that ended before a cutoff (index
 /// `runs_by_status_updated`).
@@ -266,12 +309,19 @@ static DELETE_CRUMBS: LazyLock<String> =
 static DELETE_CALLS: LazyLock<String> =
     LazyLock::new(|| format!("DELETE FROM calls WHERE run_id IN ({})", id_list()));
 
-static DELETE_RUNS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "DELETE FROM runs WHERE {} AND id IN ({})",
-        *FINAL,
-        id_list()
-    )
+/// The runs themselves, by id. On SQLite the status condition is written `+status`,
+/// which keeps the planner off the status indexes: without table statistics it
+/// otherwise walks `runs_by_status_updated` over every finished run for each chunk
+/// instead of looking the ids up by primary key.
+static DELETE_RUNS: LazyLock<[String; 2]> = LazyLock::new(|| {
+    let delete = |column: &str| {
+        format!(
+            "DELETE FROM runs WHERE id IN ({}) AND {}",
+            id_list(),
+            final_condition(column)
+        )
+    };
+    [delete("+status"), delete("status")]
 });
 
 /// Delete up to `limit` runs `rule` selects, oldest first, with their crumbs and calls:
@@ -310,7 +360,12 @@ pub(crate) async fn prune_batch(
         // Children first: the foreign keys of both databases check every statement.
         db.execute(&DELETE_CRUMBS, &params).await?;
         pruned.calls += db.execute(&DELETE_CALLS, &params).await?;
-        pruned.runs += db.execute(&DELETE_RUNS, &params).await?;
+        let [sqlite, postgres] = &*DELETE_RUNS;
+        let delete_runs = match db.dialect() {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        };
+        pruned.runs += db.execute(delete_runs, &params).await?;
     }
     Ok(pruned)
 }

@@ -23,7 +23,7 @@ use crate::rules::{
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
 use crate::store::{Counters, MIGRATIONS, Request, Writer};
-use crate::{CallRecord, CallStatus, JournalError, PruneRule, Pruned, Result, Space};
+use crate::{CallRecord, CallStatus, JournalError, PruneRule, PrunedBatch, Result, Space};
 
 /// How long a caller whose write is the only one in flight polls for its answer
 /// (yielding to other tasks between polls) before parking. Waking a parked thread
@@ -61,12 +61,14 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
     let (sender, receiver) = std::sync::mpsc::channel();
     // The thread starts idle: a first lone write commits on its caller's thread.
     let parked = Arc::new(AtomicBool::new(true));
+    let exclusive_wanted = Arc::new(AtomicBool::new(false));
     let thread = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
         .spawn({
             let (core, counters) = (Arc::clone(&core), Arc::clone(&counters));
             let parked = Arc::clone(&parked);
-            move || writer_thread(&receiver, &core, &counters, &parked)
+            let wanted = Arc::clone(&exclusive_wanted);
+            move || writer_thread(&receiver, &core, &counters, &parked, &wanted)
         })
         .map_err(|e| {
             JournalError::from(toolshed_store::sqlite::unavailable(
@@ -82,6 +84,7 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
         thread: Some(thread),
         counters,
         parked,
+        exclusive_wanted,
     };
     Ok((writer, readers, applied))
 }
@@ -157,13 +160,17 @@ impl Core {
     }
 
     /// One batch of a prune, in its own transaction on the write connection.
-    fn prune_batch(&mut self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+    fn prune_batch(&mut self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
+        let started = Instant::now();
         let pruned = toolshed_store::sqlite::transact(&mut self.conn, |db| {
             let rule = rule.clone();
             Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
         });
         self.checkpoint_if_wanted();
-        pruned
+        Ok(PrunedBatch {
+            pruned: pruned?,
+            held: started.elapsed(),
+        })
     }
 
     /// Return up to `pages` free pages (none for 0) and measure the file. The step that
@@ -231,6 +238,11 @@ pub(crate) struct SqliteWriter {
     /// (longer than `WRITER_SPIN`). Under load it never parks, and writes stay off the
     /// callers' threads, where a commit would hold a tokio worker from the other runs.
     parked: Arc<AtomicBool>,
+    /// A prune step waits for the connection: the writer thread lets it go first. A
+    /// mutex hands itself back to the thread that just released it, and under load
+    /// the writer thread re-locks at once after every batch, so without this the
+    /// prune would wait for the load to end.
+    exclusive_wanted: Arc<AtomicBool>,
 }
 
 impl Drop for SqliteWriter {
@@ -252,6 +264,7 @@ impl Writer for SqliteWriter {
         let pending = self.counters.enter();
         if pending.alone
             && self.parked.load(Ordering::Acquire)
+            && !self.exclusive_wanted.load(Ordering::Acquire)
             && let Ok(core) = self.core.try_lock()
         {
             // Synchronous from here to the commit: the caller's future cannot be dropped
@@ -291,7 +304,7 @@ impl Writer for SqliteWriter {
         &self.counters
     }
 
-    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
         let rule = rule.clone();
         self.exclusive(move |core| core.prune_batch(&rule, limit))
             .await
@@ -315,8 +328,11 @@ impl SqliteWriter {
         work: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let core = Arc::clone(&self.core);
+        let wanted = Arc::clone(&self.exclusive_wanted);
         tokio::task::spawn_blocking(move || {
+            wanted.store(true, Ordering::Release);
             let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            wanted.store(false, Ordering::Release);
             work(&mut core)
         })
         .await
@@ -331,6 +347,7 @@ fn writer_thread(
     core: &Mutex<Core>,
     counters: &Counters,
     parked: &AtomicBool,
+    exclusive_wanted: &AtomicBool,
 ) {
     let mut batch = Vec::with_capacity(64);
     while let Some(first) = next_request(receiver, parked) {
@@ -340,6 +357,11 @@ fn writer_thread(
                 Ok(request) => batch.push(request),
                 Err(_) => break,
             }
+        }
+        // A prune step waiting for the connection goes first (it is one bounded
+        // transaction); this batch keeps growing meanwhile and shares one commit.
+        while exclusive_wanted.load(Ordering::Acquire) {
+            std::thread::yield_now();
         }
         let results = {
             let core = core.lock().unwrap_or_else(PoisonError::into_inner);

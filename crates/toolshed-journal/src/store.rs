@@ -14,8 +14,8 @@ use toolshed_store::{Location, Migration, Migrations, Readers};
 use crate::rules::{Outcome, WriteOp, created_run, not_found_call, not_found_run};
 use crate::{
     Answer, CallRecord, CallResult, CrumbRecord, Decision, FORMAT_VERSION, Gate, GateFilter,
-    Journal, NewCall, NewRun, OpenedCall, PruneRule, Pruned, Result, RunFilter, RunRecord,
-    RunStatus, Space, WriteStats, reads,
+    Journal, NewCall, NewRun, OpenedCall, PruneRule, Pruned, PrunedBatch, Result, RunFilter,
+    RunRecord, RunStatus, Space, WriteStats, reads,
 };
 
 /// The journal's migrations, in the shared `toolshed_meta` under `schema_version`, with
@@ -123,7 +123,7 @@ pub(crate) trait Writer: Send + Sync + 'static {
 
     /// One batch of a prune ([`crate::retention::prune_batch`]) in its own transaction
     /// on a write connection, beside the group commits.
-    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned>;
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch>;
 
     /// Return up to `pages` free pages to the file system (0: only measure).
     async fn reclaim_space(&self, pages: u32) -> Result<Space>;
@@ -342,7 +342,7 @@ impl Journal for SqlJournal {
             .await
     }
 
-    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<Pruned> {
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
         self.writer.prune_batch(rule, limit).await
     }
 

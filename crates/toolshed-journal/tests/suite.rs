@@ -1854,7 +1854,7 @@ async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: St
         statuses: vec![PrunableStatus::Failed],
     };
     assert_eq!(
-        j.prune_batch(&only_failed, 100).await.unwrap(),
+        j.prune_batch(&only_failed, 100).await.unwrap().pruned,
         Pruned { runs: 1, calls: 1 }
     );
     assert_gone(j.get_run("failed").await, "failed");
@@ -1866,7 +1866,8 @@ async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: St
     let pruned = j
         .prune_batch(&every_final_status_before(cutoff), 100)
         .await
-        .unwrap();
+        .unwrap()
+        .pruned;
     assert_eq!(pruned, Pruned { runs: 2, calls: 2 });
     assert_gone(j.get_run("done").await, "done");
     assert_gone(j.get_run("cancelled").await, "cancelled");
@@ -1878,14 +1879,18 @@ async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: St
     assert_eq!(
         j.prune_batch(&every_final_status_before(cutoff), 100)
             .await
-            .unwrap(),
+            .unwrap()
+            .pruned,
         Pruned::default()
     );
     let none = PruneRule {
         ended_before_ms: i64::MAX,
         statuses: vec![],
     };
-    assert_eq!(j.prune_batch(&none, 100).await.unwrap(), Pruned::default());
+    assert_eq!(
+        j.prune_batch(&none, 100).await.unwrap().pruned,
+        Pruned::default()
+    );
     assert!(j.get_run("late").await.is_ok());
 }
 
@@ -1895,7 +1900,9 @@ async fn prune_never_removes_running_or_parked_runs(store: Store) {
     j.create_run(new_run("running")).await.unwrap();
     j.open_and_start(new_call("running", 0)).await.unwrap();
     for (id, gate) in [("approval", approval()), ("answer", answer_gate())] {
-        j.create_run(tenant_run(id, "agent-a", "acme")).await.unwrap();
+        j.create_run(tenant_run(id, "agent-a", "acme"))
+            .await
+            .unwrap();
         j.open_call(new_call(id, 0)).await.unwrap();
         j.record_gate(&format!("{id}-call-0"), gate).await.unwrap();
         j.set_run_status(id, RunStatus::Parked, None).await.unwrap();
@@ -1909,7 +1916,10 @@ async fn prune_never_removes_running_or_parked_runs(store: Store) {
         .unwrap();
     assert_eq!(report.pruned, Pruned { runs: 1, calls: 1 });
     assert_gone(j.get_run("done").await, "done");
-    assert_eq!(j.get_run("running").await.unwrap().status, RunStatus::Running);
+    assert_eq!(
+        j.get_run("running").await.unwrap().status,
+        RunStatus::Running
+    );
     assert_eq!(
         j.calls_of_run("running").await.unwrap()[0].status,
         CallStatus::Started
@@ -1918,7 +1928,11 @@ async fn prune_never_removes_running_or_parked_runs(store: Store) {
         assert_eq!(j.get_run(id).await.unwrap().status, RunStatus::Parked);
     }
     let pending = j.pending_gates(&GateFilter::default()).await.unwrap();
-    assert_eq!(pending.len(), 2, "both parked calls still wait: {pending:?}");
+    assert_eq!(
+        pending.len(),
+        2,
+        "both parked calls still wait: {pending:?}"
+    );
     // The parked call can still be decided and the run finished afterwards.
     j.decide("approval-call-0", decision(true, "alice", None))
         .await
@@ -1929,7 +1943,11 @@ async fn prune_never_removes_running_or_parked_runs(store: Store) {
     }
     assert_eq!(
         PrunableStatus::ALL.map(|s| s.run_status()),
-        [RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled]
+        [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled
+        ]
     );
 }
 
@@ -1943,9 +1961,11 @@ async fn prune_works_in_bounded_batches_and_a_dry_run_counts_the_same(store: Sto
         Pruned { runs, calls: runs }
     );
     // One batch takes at most its limit.
-    assert_eq!(j.prune_batch(&rule, 100).await.unwrap().runs, 100);
+    assert_eq!(j.prune_batch(&rule, 100).await.unwrap().pruned.runs, 100);
+    // A budget no batch exceeds: batches grow from the first (50) to the most (500).
     let options = PruneOptions {
         batch_runs: 500,
+        batch_budget: Duration::from_secs(3600),
         ..PruneOptions::default()
     };
     let report = toolshed_journal::prune(j.as_ref(), &rule, options)
@@ -1958,7 +1978,7 @@ async fn prune_works_in_bounded_batches_and_a_dry_run_counts_the_same(store: Sto
             calls: runs - 100
         }
     );
-    // 1,000 runs in batches of 500: two full batches and the one that found nothing.
+    // 1,000 runs: 50, then at most 500 a batch (500 and the last 450).
     assert_eq!(report.batches, 3);
     assert_eq!(j.count_prunable(&rule).await.unwrap(), Pruned::default());
     let listed = j
@@ -2002,7 +2022,10 @@ async fn writes_during_a_prune_are_kept(store: Store) {
     let report = pruning.await.unwrap().unwrap();
     assert_eq!(report.pruned.runs, 300);
     for i in 0..60 {
-        assert_eq!(j.calls_of_run(&format!("new{i:03}")).await.unwrap().len(), 1);
+        assert_eq!(
+            j.calls_of_run(&format!("new{i:03}")).await.unwrap().len(),
+            1
+        );
         assert_eq!(
             j.get_run(&format!("live{i:03}")).await.unwrap().status,
             RunStatus::Running
@@ -2103,7 +2126,10 @@ mod sqlite_retention {
         assert_eq!(space.mode, SpaceMode::VacuumNeeded);
         assert_eq!(report.reclaimed_bytes, 0);
         assert!(space.free_bytes > full / 2, "{space:?}");
-        assert!(file_bytes(&path) >= full, "nothing returned without the vacuum");
+        assert!(
+            file_bytes(&path) >= full,
+            "nothing returned without the vacuum"
+        );
 
         let space = j.vacuum().await.unwrap();
         assert_eq!(space.mode, SpaceMode::Incremental);

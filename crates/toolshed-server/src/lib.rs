@@ -279,9 +279,11 @@ impl Server {
     ) -> Result<(), ServerError> {
         let addr = self.local_addr();
         let app = router(self.state.clone());
-        let pruning = self.state.config().retain_runs.map(|r| {
-            tokio::spawn(retention::run(Arc::clone(self.state.journal()), r))
-        });
+        let pruning = self
+            .state
+            .config()
+            .retain_runs
+            .map(|r| tokio::spawn(retention::run(Arc::clone(self.state.journal()), r)));
         let result = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -15,7 +15,12 @@ async fn wait_for_status(s: &TestServer, run_id: &str, want: u16) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, body) = s
-            .call("GET", &format!("/api/v1/runs/{run_id}"), Some(&s.viewer), None)
+            .call(
+                "GET",
+                &format!("/api/v1/runs/{run_id}"),
+                Some(&s.viewer),
+                None,
+            )
             .await;
         if status == want {
             return;
@@ -77,7 +82,12 @@ async fn finished_runs_are_pruned_and_parked_runs_stay_until_they_finish() {
     wait_for_status(&s, &done, 404).await;
 
     let (status, run) = s
-        .call("GET", &format!("/api/v1/runs/{parked}"), Some(&s.viewer), None)
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{parked}"),
+            Some(&s.viewer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["data"]["status"], "parked", "{run}");
@@ -88,7 +98,12 @@ async fn finished_runs_are_pruned_and_parked_runs_stay_until_they_finish() {
 
     // Approved and resumed, it finishes, and then it is pruned as well.
     let (status, answer) = s
-        .call("POST", &format!("/api/v1/approvals/{call}/approve"), d, None)
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{call}/approve"),
+            d,
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{answer}");
     let (status, answer) = s

@@ -129,8 +129,11 @@ pub fn space(conn: &Connection) -> Result<Space, DbError> {
 /// [`AutoVacuum::Incremental`]. In WAL mode the file shrinks when the WAL is next
 /// checkpointed in full.
 pub fn incremental_vacuum(conn: &Connection, pages: u32) -> Result<(), DbError> {
-    // `execute_batch` steps the pragma to its end: it frees one page per step.
-    conn.execute_batch(&format!("PRAGMA incremental_vacuum({pages})"))?;
+    // The pragma frees one page per step: step it to its end (`execute_batch` would
+    // step it once).
+    let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
     Ok(())
 }
 

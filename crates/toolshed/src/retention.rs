@@ -222,7 +222,15 @@ mod tests {
     fn only_final_statuses_can_be_named() {
         assert_eq!(parse_status("failed"), Ok(PrunableStatus::Failed));
         assert!(parse_status("parked").unwrap_err().contains("never pruned"));
-        assert!(parse_status("running").unwrap_err().contains("never pruned"));
-        assert!(parse_status("done").unwrap_err().contains("completed, failed"));
+        assert!(
+            parse_status("running")
+                .unwrap_err()
+                .contains("never pruned")
+        );
+        assert!(
+            parse_status("done")
+                .unwrap_err()
+                .contains("completed, failed")
+        );
     }
 }

@@ -35,7 +35,10 @@ impl Env {
         let o = self.run(args);
         assert_eq!(code(&o), want, "{args:?}: {}", stderr(&o));
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-            panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout))
+            panic!(
+                "stdout is not JSON ({e}): {}",
+                String::from_utf8_lossy(&o.stdout)
+            )
         })
     }
 
@@ -90,7 +93,10 @@ fn stderr(o: &Output) -> String {
 fn prune_removes_finished_runs_and_never_parked_ones() {
     let env = Env::new();
     for _ in 0..3 {
-        env.json(&["tools", "run", "get_current_time", "--json", "--args", "{}"], 0);
+        env.json(
+            &["tools", "run", "get_current_time", "--json", "--args", "{}"],
+            0,
+        );
     }
     let (parked, call) = env.park();
     let (cancelled, _) = env.park();
@@ -103,11 +109,18 @@ fn prune_removes_finished_runs_and_never_parked_ones() {
         &["runs", "prune", "--older-than", "0s", "--dry-run", "--json"],
         0,
     );
-    assert_eq!((v["dry_run"].as_bool(), v["runs"].as_u64()), (Some(true), Some(4)));
+    assert_eq!(
+        (v["dry_run"].as_bool(), v["runs"].as_u64()),
+        (Some(true), Some(4))
+    );
     assert_eq!(v["calls"], 4);
     let o = env.run(&["runs", "prune", "--older-than", "0s", "--dry-run"]);
     assert_eq!(code(&o), 0);
-    assert!(stdout(&o).starts_with("would remove 4 runs and 4 calls"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("would remove 4 runs and 4 calls"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(env.runs().len(), 5);
 
     // Runs younger than the age stay.
@@ -116,7 +129,14 @@ fn prune_removes_finished_runs_and_never_parked_ones() {
     assert_eq!(env.runs().len(), 5);
 
     // Only the cancelled one, by status.
-    let o = env.run(&["runs", "prune", "--older-than", "0s", "--status", "cancelled"]);
+    let o = env.run(&[
+        "runs",
+        "prune",
+        "--older-than",
+        "0s",
+        "--status",
+        "cancelled",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
         stdout(&o).starts_with("removed 1 run and 1 call (cancelled runs"),
@@ -127,7 +147,10 @@ fn prune_removes_finished_runs_and_never_parked_ones() {
 
     // Everything finished: the three completed runs go, the parked run stays whole.
     let v = env.json(&["runs", "prune", "--older-than", "0s", "--json"], 0);
-    assert_eq!((v["runs"].as_u64(), v["calls"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(
+        (v["runs"].as_u64(), v["calls"].as_u64()),
+        (Some(3), Some(3))
+    );
     assert_eq!(v["space"]["mode"], "incremental");
     assert_eq!(v["vacuum_needed"], false);
     assert_eq!(env.runs(), [(parked.clone(), "parked".to_owned())]);
@@ -147,9 +170,18 @@ fn bad_flags_exit_2_and_name_the_fix() {
     for (args, says) in [
         (vec!["--older-than", "30x"], "unknown unit `x`"),
         (vec!["--older-than", "30"], "has no unit"),
-        (vec!["--older-than", "1d", "--status", "parked"], "parked runs are never pruned"),
-        (vec!["--older-than", "1d", "--status", "completed,running"], "running runs are never pruned"),
-        (vec!["--older-than", "1d", "--status", "done"], "choose from completed, failed, cancelled"),
+        (
+            vec!["--older-than", "1d", "--status", "parked"],
+            "parked runs are never pruned",
+        ),
+        (
+            vec!["--older-than", "1d", "--status", "completed,running"],
+            "running runs are never pruned",
+        ),
+        (
+            vec!["--older-than", "1d", "--status", "done"],
+            "choose from completed, failed, cancelled",
+        ),
         (vec!["--status", "failed"], "--older-than"),
         (vec!["--older-than", "1d", "--batch", "0"], "--batch"),
     ] {
@@ -168,7 +200,10 @@ fn an_unusable_journal_exits_3() {
     let folder = env.dir.path().join("a-folder.db");
     std::fs::create_dir(&folder).unwrap();
     let url = format!("sqlite://{}", folder.display());
-    for command in [vec!["runs", "prune", "--older-than", "1d"], vec!["runs", "vacuum"]] {
+    for command in [
+        vec!["runs", "prune", "--older-than", "1d"],
+        vec!["runs", "vacuum"],
+    ] {
         let mut full = vec!["--database-url", url.as_str()];
         full.extend(command.iter().copied());
         let o = env.run(&full);
@@ -179,7 +214,10 @@ fn an_unusable_journal_exits_3() {
 #[test]
 fn vacuum_on_a_current_journal_is_harmless() {
     let env = Env::new();
-    env.json(&["tools", "run", "get_current_time", "--json", "--args", "{}"], 0);
+    env.json(
+        &["tools", "run", "get_current_time", "--json", "--args", "{}"],
+        0,
+    );
     let v = env.json(&["runs", "vacuum", "--json"], 0);
     assert_eq!(v["after"]["mode"], "incremental");
     assert_eq!(v["after"]["free_bytes"], 0);
