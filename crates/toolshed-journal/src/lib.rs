@@ -65,11 +65,16 @@ use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 mod postgres;
 mod reads;
 mod records;
+mod retention;
 mod rules;
 mod sqlite;
 mod store;
 
 pub use records::*;
+pub use retention::{
+    PrunableStatus, PruneOptions, PruneReport, PruneRule, Pruned, PrunedBatch, Space, SpaceMode,
+    prune,
+};
 pub use store::SqlJournal;
 
 toolshed_core::wire_enum! {
@@ -303,6 +308,29 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     /// Read a run's crumbs in order. An unknown run is `NotFound`.
     async fn crumbs_of_run(&self, run_id: &str) -> Result<Vec<CrumbRecord>>;
+
+    // ---- retention (see [`prune`], which drives these) ----
+
+    /// Delete up to `limit` runs that `rule` selects (finished, ended before its cutoff;
+    /// oldest first) with their calls and crumbs, in one transaction of its own, and say
+    /// how many. Running and parked runs are never deleted. Fewer than `limit` means
+    /// nothing else is selected (at the time of the batch).
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch>;
+
+    /// How many runs and calls `rule` selects now: what a prune would delete (a dry run).
+    async fn count_prunable(&self, rule: &PruneRule) -> Result<Pruned>;
+
+    /// Return up to `max_pages` free pages of the database to the file system, as one
+    /// transaction (SQLite's incremental vacuum; `0` only measures), and report the
+    /// space. PostgreSQL reclaims deleted rows with its own (auto)vacuum: nothing to do.
+    async fn reclaim_space(&self, max_pages: u32) -> Result<Space>;
+
+    /// Rewrite a SQLite file created before incremental vacuum was enabled (`VACUUM`,
+    /// once), after which [`Journal::reclaim_space`] returns space; on a file that has it
+    /// already, return every free page. Holds the write lock for the whole rewrite:
+    /// meant for an operator's one-off command, not a running server. A no-op on
+    /// PostgreSQL.
+    async fn vacuum(&self) -> Result<Space>;
 }
 
 /// What a journal's writer has done since it was opened: how many batches it began,

@@ -22,7 +22,10 @@ use crate::rules::{
     run_conflict, run_exists, run_from_row,
 };
 use crate::store::{Counters, MIGRATIONS, Request, Writer};
-use crate::{CallRecord, CallStatus, JournalError, Result, RunRecord};
+use crate::{
+    CallRecord, CallStatus, JournalError, PruneRule, PrunedBatch, Result, RunRecord, Space,
+    SpaceMode,
+};
 
 /// Read connections per journal.
 const READERS: usize = 2;
@@ -49,6 +52,7 @@ pub(crate) async fn connect(
     let readers = toolshed_store::pg::Readers::connect(Arc::clone(&target), READERS).await?;
     let (sender, receiver) = mpsc::unbounded_channel();
     let counters = Arc::new(Counters::default());
+    let target_for_prune = Arc::clone(&target);
     let task = WriterTask {
         target,
         counters: Arc::clone(&counters),
@@ -56,7 +60,12 @@ pub(crate) async fn connect(
     };
     tokio::spawn(task.run(receiver));
     Ok((
-        PgWriter { sender, counters },
+        PgWriter {
+            sender,
+            counters,
+            prune_target: Arc::clone(&target_for_prune),
+            pruner: tokio::sync::OnceCell::new(),
+        },
         Readers::Postgres(Arc::new(readers)),
         applied,
     ))
@@ -83,6 +92,24 @@ pub(crate) async fn connect(
 pub(crate) struct PgWriter {
     sender: mpsc::UnboundedSender<Request>,
     counters: Arc<Counters>,
+    prune_target: Arc<Target>,
+    /// The connection prunes run on, opened by the first: a delete of old rows locks
+    /// only those rows, so it runs beside the writer task instead of inside its batches.
+    pruner: tokio::sync::OnceCell<toolshed_store::pg::Writer>,
+}
+
+impl PgWriter {
+    async fn pruner(&self) -> Result<&toolshed_store::pg::Writer> {
+        self.pruner
+            .get_or_try_init(|| async {
+                let client = self.prune_target.connect().await?;
+                Ok::<_, JournalError>(toolshed_store::pg::Writer::new(
+                    Arc::clone(&self.prune_target),
+                    client,
+                ))
+            })
+            .await
+    }
 }
 
 #[async_trait]
@@ -98,6 +125,39 @@ impl Writer for PgWriter {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
+        let rule = rule.clone();
+        let pruner = self.pruner().await?;
+        let started = std::time::Instant::now();
+        let pruned = pruner
+            .write(move |db| {
+                Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
+            })
+            .await?;
+        Ok(PrunedBatch {
+            pruned,
+            held: started.elapsed(),
+        })
+    }
+
+    async fn reclaim_space(&self, _pages: u32) -> Result<Space> {
+        Ok(managed_space())
+    }
+
+    async fn vacuum(&self) -> Result<Space> {
+        Ok(managed_space())
+    }
+}
+
+/// PostgreSQL's space: its autovacuum makes deleted rows reusable; files never shrink
+/// without `VACUUM FULL`, which locks the tables, so toolshed does not run it.
+fn managed_space() -> Space {
+    Space {
+        mode: SpaceMode::Managed,
+        size_bytes: 0,
+        free_bytes: 0,
     }
 }
 

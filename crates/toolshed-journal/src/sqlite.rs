@@ -23,7 +23,7 @@ use crate::rules::{
     call_from_row, call_id_taken, columns, not_found_run, run_conflict, run_exists, run_from_row,
 };
 use crate::store::{Counters, MIGRATIONS, Request, Writer};
-use crate::{CallRecord, CallStatus, JournalError, Result};
+use crate::{CallRecord, CallStatus, JournalError, PruneRule, PrunedBatch, Result, Space};
 
 /// How long a caller whose write is the only one in flight polls for its answer
 /// (yielding to other tasks between polls) before parking. Waking a parked thread
@@ -61,12 +61,14 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
     let (sender, receiver) = std::sync::mpsc::channel();
     // The thread starts idle: a first lone write commits on its caller's thread.
     let parked = Arc::new(AtomicBool::new(true));
+    let exclusive_wanted = Arc::new(AtomicBool::new(false));
     let thread = std::thread::Builder::new()
         .name("toolshed-journal-writer".into())
         .spawn({
             let (core, counters) = (Arc::clone(&core), Arc::clone(&counters));
             let parked = Arc::clone(&parked);
-            move || writer_thread(&receiver, &core, &counters, &parked)
+            let wanted = Arc::clone(&exclusive_wanted);
+            move || writer_thread(&receiver, &core, &counters, &parked, &wanted)
         })
         .map_err(|e| {
             JournalError::from(toolshed_store::sqlite::unavailable(
@@ -82,6 +84,7 @@ pub(crate) async fn open(path: &Path) -> Result<(SqliteWriter, Readers, Vec<u32>
         thread: Some(thread),
         counters,
         parked,
+        exclusive_wanted,
     };
     Ok((writer, readers, applied))
 }
@@ -141,6 +144,12 @@ impl Core {
         if !wait {
             let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
         }
+        self.checkpoint_if_wanted();
+        batch
+    }
+
+    /// Copy the WAL back now if the WAL hook asked for it after the last commit.
+    fn checkpoint_if_wanted(&self) {
         if self.checkpoint_wanted.swap(false, Ordering::AcqRel)
             && let Err(e) = self
                 .conn
@@ -148,7 +157,51 @@ impl Core {
         {
             tracing::debug!(error = %e, "a checkpoint after a lone write failed");
         }
-        batch
+    }
+
+    /// One batch of a prune, in its own transaction on the write connection.
+    fn prune_batch(&mut self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
+        let started = Instant::now();
+        let pruned = toolshed_store::sqlite::transact(&mut self.conn, |db| {
+            let rule = rule.clone();
+            Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
+        });
+        self.checkpoint_if_wanted();
+        Ok(PrunedBatch {
+            pruned: pruned?,
+            held: started.elapsed(),
+        })
+    }
+
+    /// Return up to `pages` free pages (none for 0) and measure the file. The step that
+    /// leaves no free page also copies the WAL back, which is when the file shrinks.
+    fn reclaim_space(&mut self, pages: u32) -> Result<Space> {
+        let before = toolshed_store::sqlite::space(&self.conn)?;
+        if pages == 0 || before.free_pages == 0 {
+            return Ok(crate::retention::sqlite_space(before));
+        }
+        toolshed_store::sqlite::incremental_vacuum(&self.conn, pages)?;
+        let after = toolshed_store::sqlite::space(&self.conn)?;
+        if after.free_pages == 0 {
+            self.checkpoint_wanted.store(true, Ordering::Release);
+        }
+        self.checkpoint_if_wanted();
+        Ok(crate::retention::sqlite_space(after))
+    }
+
+    /// Switch the file to incremental vacuum and rewrite it, once.
+    fn vacuum(&mut self) -> Result<Space> {
+        let before = toolshed_store::sqlite::space(&self.conn)?;
+        if before.auto_vacuum == toolshed_store::sqlite::AutoVacuum::None {
+            toolshed_store::sqlite::vacuum_incremental(&self.conn)?;
+        } else if before.free_pages > 0 {
+            toolshed_store::sqlite::incremental_vacuum(&self.conn, 0)?;
+        }
+        self.checkpoint_wanted.store(true, Ordering::Release);
+        self.checkpoint_if_wanted();
+        Ok(crate::retention::sqlite_space(
+            toolshed_store::sqlite::space(&self.conn)?,
+        ))
     }
 }
 
@@ -185,6 +238,11 @@ pub(crate) struct SqliteWriter {
     /// (longer than `WRITER_SPIN`). Under load it never parks, and writes stay off the
     /// callers' threads, where a commit would hold a tokio worker from the other runs.
     parked: Arc<AtomicBool>,
+    /// A prune step waits for the connection: the writer thread lets it go first. A
+    /// mutex hands itself back to the thread that just released it, and under load
+    /// the writer thread re-locks at once after every batch, so without this the
+    /// prune would wait for the load to end.
+    exclusive_wanted: Arc<AtomicBool>,
 }
 
 impl Drop for SqliteWriter {
@@ -206,6 +264,7 @@ impl Writer for SqliteWriter {
         let pending = self.counters.enter();
         if pending.alone
             && self.parked.load(Ordering::Acquire)
+            && !self.exclusive_wanted.load(Ordering::Acquire)
             && let Ok(core) = self.core.try_lock()
         {
             // Synchronous from here to the commit: the caller's future cannot be dropped
@@ -244,6 +303,41 @@ impl Writer for SqliteWriter {
     fn counters(&self) -> &Counters {
         &self.counters
     }
+
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
+        let rule = rule.clone();
+        self.exclusive(move |core| core.prune_batch(&rule, limit))
+            .await
+    }
+
+    async fn reclaim_space(&self, pages: u32) -> Result<Space> {
+        self.exclusive(move |core| core.reclaim_space(pages)).await
+    }
+
+    async fn vacuum(&self) -> Result<Space> {
+        self.exclusive(Core::vacuum).await
+    }
+}
+
+impl SqliteWriter {
+    /// Run `work` on the write connection on a blocking thread, between two batches of
+    /// the writer: writes sent meanwhile queue and then share one commit. Each use is
+    /// one bounded transaction (a prune batch, a vacuum step), so they wait at most that.
+    async fn exclusive<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let core = Arc::clone(&self.core);
+        let wanted = Arc::clone(&self.exclusive_wanted);
+        tokio::task::spawn_blocking(move || {
+            wanted.store(true, Ordering::Release);
+            let mut core = core.lock().unwrap_or_else(PoisonError::into_inner);
+            wanted.store(false, Ordering::Release);
+            work(&mut core)
+        })
+        .await
+        .map_err(|e| JournalError::Backend(format!("a prune step failed: {e}")))?
+    }
 }
 
 // ---- the writer ----
@@ -253,6 +347,7 @@ fn writer_thread(
     core: &Mutex<Core>,
     counters: &Counters,
     parked: &AtomicBool,
+    exclusive_wanted: &AtomicBool,
 ) {
     let mut batch = Vec::with_capacity(64);
     while let Some(first) = next_request(receiver, parked) {
@@ -262,6 +357,11 @@ fn writer_thread(
                 Ok(request) => batch.push(request),
                 Err(_) => break,
             }
+        }
+        // A prune step waiting for the connection goes first (it is one bounded
+        // transaction); this batch keeps growing meanwhile and shares one commit.
+        while exclusive_wanted.load(Ordering::Acquire) {
+            std::thread::yield_now();
         }
         let results = {
             let core = core.lock().unwrap_or_else(PoisonError::into_inner);

@@ -14,8 +14,8 @@ use toolshed_store::{Location, Migration, Migrations, Readers};
 use crate::rules::{Outcome, WriteOp, created_run, not_found_call, not_found_run};
 use crate::{
     Answer, CallRecord, CallResult, CrumbRecord, Decision, FORMAT_VERSION, Gate, GateFilter,
-    Journal, NewCall, NewRun, OpenedCall, Result, RunFilter, RunRecord, RunStatus, WriteStats,
-    reads,
+    Journal, NewCall, NewRun, OpenedCall, PruneRule, Pruned, PrunedBatch, Result, RunFilter,
+    RunRecord, RunStatus, Space, WriteStats, reads,
 };
 
 /// The journal's migrations, in the shared `toolshed_meta` under `schema_version`, with
@@ -35,6 +35,11 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
             version: 2,
             sqlite: include_str!("../migrations/sqlite/0002_diagnostics.sql"),
             postgres: include_str!("../migrations/postgres/0002_diagnostics.sql"),
+        },
+        Migration {
+            version: 3,
+            sqlite: include_str!("../migrations/sqlite/0003_retention.sql"),
+            postgres: include_str!("../migrations/postgres/0003_retention.sql"),
         },
     ],
 };
@@ -115,6 +120,16 @@ pub(crate) trait Writer: Send + Sync + 'static {
 
     /// The writer's counters.
     fn counters(&self) -> &Counters;
+
+    /// One batch of a prune ([`crate::retention::prune_batch`]) in its own transaction
+    /// on a write connection, beside the group commits.
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch>;
+
+    /// Return up to `pages` free pages to the file system (0: only measure).
+    async fn reclaim_space(&self, pages: u32) -> Result<Space>;
+
+    /// The one-time rewrite that lets [`Writer::reclaim_space`] return space.
+    async fn vacuum(&self) -> Result<Space>;
 }
 
 /// The journal in a SQLite file or a PostgreSQL database (one schema of it).
@@ -325,5 +340,26 @@ impl Journal for SqlJournal {
         self.readers
             .read(move |db| Box::pin(async move { reads::crumbs_of_run(db, &run_id).await }))
             .await
+    }
+
+    async fn prune_batch(&self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
+        self.writer.prune_batch(rule, limit).await
+    }
+
+    async fn count_prunable(&self, rule: &PruneRule) -> Result<Pruned> {
+        let rule = rule.clone();
+        self.readers
+            .read(move |db| {
+                Box::pin(async move { crate::retention::count_prunable(db, &rule).await })
+            })
+            .await
+    }
+
+    async fn reclaim_space(&self, max_pages: u32) -> Result<Space> {
+        self.writer.reclaim_space(max_pages).await
+    }
+
+    async fn vacuum(&self) -> Result<Space> {
+        self.writer.vacuum().await
     }
 }

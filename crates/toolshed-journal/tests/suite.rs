@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 use toolshed_core::{Diagnostics, ErrorCode, Principal, ToolError};
 use toolshed_journal::{
     Answer, Budgets, CallResult, CallStatus, Decision, Gate, GateFilter, Journal, JournalError,
-    NewCall, NewRun, RunFilter, RunRecord, RunStatus, SqlJournal,
+    NewCall, NewRun, PrunableStatus, PruneOptions, PruneRule, Pruned, RunFilter, RunRecord,
+    RunStatus, SpaceMode, SqlJournal,
 };
 
 // ---- harness ----
@@ -1465,7 +1466,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
         let j = sqlite_at(&path).await.unwrap();
-        assert_eq!(j.applied_migrations(), [1, 2]);
+        assert_eq!(j.applied_migrations(), [1, 2, 3]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
         let j = sqlite_at(&path).await.unwrap();
@@ -1491,7 +1492,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "2".to_owned())
+                ("schema_version".to_owned(), "3".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1520,7 +1521,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (2)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (3)"),
                     "{message}"
                 );
             }
@@ -1622,7 +1623,7 @@ mod postgres_only {
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
             let again = postgres_in(&url, &schema).await.unwrap();
@@ -1754,5 +1755,394 @@ async fn record_run_stores_a_finished_run_at_once(store: Store) {
             assert!(run.error.unwrap().contains("part-way"));
         }
         Err(other) => panic!("{other:?}"),
+    }
+}
+
+// ---- retention: pruning finished runs, on both backends ----
+
+mod retention {
+    suite!(
+        prune_removes_only_finished_runs_that_ended_before_the_cutoff,
+        prune_never_removes_running_or_parked_runs,
+        prune_works_in_bounded_batches_and_a_dry_run_counts_the_same,
+        writes_during_a_prune_are_kept,
+    );
+}
+
+/// A millisecond after `ms` has passed on the journal's clock.
+async fn after(ms: i64) {
+    wait_until("the clock to move past a run's end", || {
+        toolshed_store::time::now_ms() > ms
+    })
+    .await;
+}
+
+/// A finished one-call run with two crumbs.
+async fn finished_run(j: &dyn Journal, id: &str, status: RunStatus) -> RunRecord {
+    let result = match status {
+        RunStatus::Completed => ok(json!({"id": id})),
+        _ => CallResult {
+            result: Err(ToolError::new(ErrorCode::HandlerError, "boom")),
+            duration_ms: 1.0,
+            diagnostics: Diagnostics::default(),
+        },
+    };
+    j.record_run(
+        new_run(id),
+        vec![(new_call(id, 0), result)],
+        vec![json!({"type": "tool:call"}), json!({"type": "tool:result"})],
+        status,
+    )
+    .await
+    .unwrap()
+}
+
+/// `count` completed one-call runs `{prefix}00000`…, written by 16 tasks (so that they
+/// share commits).
+async fn finished_runs(j: &Arc<dyn Journal>, prefix: &str, count: u64) {
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let (j, prefix) = (Arc::clone(j), prefix.to_owned());
+            tokio::spawn(async move {
+                for i in (task..count).step_by(16) {
+                    finished_run(j.as_ref(), &format!("{prefix}{i:05}"), RunStatus::Completed)
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn every_final_status_before(ms: i64) -> PruneRule {
+    PruneRule {
+        ended_before_ms: ms,
+        statuses: PrunableStatus::ALL.to_vec(),
+    }
+}
+
+#[track_caller]
+fn assert_gone(result: Result<RunRecord, JournalError>, id: &str) {
+    not_found(result, "run", id);
+}
+
+async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: Store) {
+    let j = store.open().await;
+    let done = finished_run(j.as_ref(), "done", RunStatus::Completed).await;
+    let failed = finished_run(j.as_ref(), "failed", RunStatus::Failed).await;
+    j.create_run(new_run("cancelled")).await.unwrap();
+    j.open_call(new_call("cancelled", 0)).await.unwrap();
+    let cancelled = j
+        .set_run_status("cancelled", RunStatus::Cancelled, Some("by ops".into()))
+        .await
+        .unwrap();
+    let cutoff = [&done, &failed, &cancelled]
+        .iter()
+        .map(|r| r.updated_at_ms)
+        .max()
+        .unwrap()
+        + 1;
+    after(cutoff).await;
+    let late = finished_run(j.as_ref(), "late", RunStatus::Completed).await;
+    assert!(late.updated_at_ms >= cutoff);
+
+    // Only `failed` asked for: the other final runs stay.
+    let only_failed = PruneRule {
+        ended_before_ms: cutoff,
+        statuses: vec![PrunableStatus::Failed],
+    };
+    assert_eq!(
+        j.prune_batch(&only_failed, 100).await.unwrap().pruned,
+        Pruned { runs: 1, calls: 1 }
+    );
+    assert_gone(j.get_run("failed").await, "failed");
+    not_found(j.calls_of_run("failed").await, "run", "failed");
+    not_found(j.crumbs_of_run("failed").await, "run", "failed");
+    assert!(j.get_run("done").await.is_ok());
+
+    // Every final status: the two left before the cutoff go, the late one stays whole.
+    let pruned = j
+        .prune_batch(&every_final_status_before(cutoff), 100)
+        .await
+        .unwrap()
+        .pruned;
+    assert_eq!(pruned, Pruned { runs: 2, calls: 2 });
+    assert_gone(j.get_run("done").await, "done");
+    assert_gone(j.get_run("cancelled").await, "cancelled");
+    not_found(j.get_call("done-call-0").await, "call", "done-call-0");
+    assert_eq!(j.get_run("late").await.unwrap(), late);
+    assert_eq!(j.calls_of_run("late").await.unwrap().len(), 1);
+    assert_eq!(j.crumbs_of_run("late").await.unwrap().len(), 2);
+    // Nothing left to prune before the cutoff; no status asked for removes nothing.
+    assert_eq!(
+        j.prune_batch(&every_final_status_before(cutoff), 100)
+            .await
+            .unwrap()
+            .pruned,
+        Pruned::default()
+    );
+    let none = PruneRule {
+        ended_before_ms: i64::MAX,
+        statuses: vec![],
+    };
+    assert_eq!(
+        j.prune_batch(&none, 100).await.unwrap().pruned,
+        Pruned::default()
+    );
+    assert!(j.get_run("late").await.is_ok());
+}
+
+async fn prune_never_removes_running_or_parked_runs(store: Store) {
+    let j = store.open().await;
+    // Running, with a started call; parked on an approval; parked on a human answer.
+    j.create_run(new_run("running")).await.unwrap();
+    j.open_and_start(new_call("running", 0)).await.unwrap();
+    for (id, gate) in [("approval", approval()), ("answer", answer_gate())] {
+        j.create_run(tenant_run(id, "agent-a", "acme"))
+            .await
+            .unwrap();
+        j.open_call(new_call(id, 0)).await.unwrap();
+        j.record_gate(&format!("{id}-call-0"), gate).await.unwrap();
+        j.set_run_status(id, RunStatus::Parked, None).await.unwrap();
+    }
+    finished_run(j.as_ref(), "done", RunStatus::Completed).await;
+    // A cutoff far in the future and every status a prune can name.
+    let all = every_final_status_before(i64::MAX);
+    assert_eq!(j.count_prunable(&all).await.unwrap().runs, 1);
+    let report = toolshed_journal::prune(j.as_ref(), &all, PruneOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(report.pruned, Pruned { runs: 1, calls: 1 });
+    assert_gone(j.get_run("done").await, "done");
+    assert_eq!(
+        j.get_run("running").await.unwrap().status,
+        RunStatus::Running
+    );
+    assert_eq!(
+        j.calls_of_run("running").await.unwrap()[0].status,
+        CallStatus::Started
+    );
+    for id in ["approval", "answer"] {
+        assert_eq!(j.get_run(id).await.unwrap().status, RunStatus::Parked);
+    }
+    let pending = j.pending_gates(&GateFilter::default()).await.unwrap();
+    assert_eq!(
+        pending.len(),
+        2,
+        "both parked calls still wait: {pending:?}"
+    );
+    // The parked call can still be decided and the run finished afterwards.
+    j.decide("approval-call-0", decision(true, "alice", None))
+        .await
+        .unwrap();
+    // The statuses a caller may name are only the final ones: no way to ask for more.
+    for s in ["running", "parked", "RUNNING", ""] {
+        assert_eq!(PrunableStatus::parse(s), None, "{s}");
+    }
+    assert_eq!(
+        PrunableStatus::ALL.map(|s| s.run_status()),
+        [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled
+        ]
+    );
+}
+
+async fn prune_works_in_bounded_batches_and_a_dry_run_counts_the_same(store: Store) {
+    let j = store.open().await;
+    let runs = 1_100_u64;
+    finished_runs(&j, "r", runs).await;
+    let rule = every_final_status_before(toolshed_store::time::now_ms() + 1);
+    assert_eq!(
+        j.count_prunable(&rule).await.unwrap(),
+        Pruned { runs, calls: runs }
+    );
+    // One batch takes at most its limit.
+    assert_eq!(j.prune_batch(&rule, 100).await.unwrap().pruned.runs, 100);
+    // A budget no batch exceeds: batches grow from the first (50) to the most (500).
+    let options = PruneOptions {
+        batch_runs: 500,
+        batch_budget: Duration::from_secs(3600),
+        ..PruneOptions::default()
+    };
+    let report = toolshed_journal::prune(j.as_ref(), &rule, options)
+        .await
+        .unwrap();
+    assert_eq!(
+        report.pruned,
+        Pruned {
+            runs: runs - 100,
+            calls: runs - 100
+        }
+    );
+    // 1,000 runs: 50, then at most 500 a batch (500 and the last 450).
+    assert_eq!(report.batches, 3);
+    assert_eq!(j.count_prunable(&rule).await.unwrap(), Pruned::default());
+    let listed = j
+        .list_runs(&RunFilter {
+            limit: 10,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    let space = report.space.expect("reclaimed");
+    if store.is_sqlite() {
+        assert_eq!(space.mode, SpaceMode::Incremental);
+        assert_eq!(space.free_bytes, 0, "every free page returned: {space:?}");
+    } else {
+        assert_eq!(space.mode, SpaceMode::Managed);
+    }
+}
+
+async fn writes_during_a_prune_are_kept(store: Store) {
+    let j = store.open().await;
+    finished_runs(&j, "old", 300).await;
+    let cutoff = toolshed_store::time::now_ms() + 1;
+    after(cutoff).await;
+    let rule = every_final_status_before(cutoff);
+    let options = PruneOptions {
+        batch_runs: 50,
+        ..PruneOptions::default()
+    };
+    let pruning = {
+        let j = Arc::clone(&j);
+        tokio::spawn(async move { toolshed_journal::prune(j.as_ref(), &rule, options).await })
+    };
+    // New runs of every kind while it prunes: finished, running, parked.
+    for i in 0..60 {
+        finished_run(j.as_ref(), &format!("new{i:03}"), RunStatus::Completed).await;
+        let id = format!("live{i:03}");
+        j.create_run(new_run(&id)).await.unwrap();
+        j.open_and_start(new_call(&id, 0)).await.unwrap();
+    }
+    let report = pruning.await.unwrap().unwrap();
+    assert_eq!(report.pruned.runs, 300);
+    for i in 0..60 {
+        assert_eq!(
+            j.calls_of_run(&format!("new{i:03}")).await.unwrap().len(),
+            1
+        );
+        assert_eq!(
+            j.get_run(&format!("live{i:03}")).await.unwrap().status,
+            RunStatus::Running
+        );
+    }
+    assert_gone(j.get_run("old00000").await, "old00000");
+}
+
+/// SQLite returns the space of pruned runs to the file system.
+mod sqlite_retention {
+    use super::*;
+
+    /// The size of the database file once its WAL is copied back in full.
+    fn file_bytes(path: &std::path::Path) -> u64 {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        std::fs::metadata(path).unwrap().len()
+    }
+
+    /// `runs` completed runs, each with a result and a crumb of 8 KiB, written by 16
+    /// tasks (so that they share commits).
+    async fn fill(j: &Arc<dyn Journal>, runs: usize) {
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let tasks: Vec<_> = (0..16)
+            .map(|task| {
+                let (j, tag) = (Arc::clone(j), tag.clone());
+                tokio::spawn(async move {
+                    let payload = "x".repeat(8192);
+                    for i in (task..runs).step_by(16) {
+                        let id = format!("big-{tag}-{i:05}");
+                        j.record_run(
+                            new_run(&id),
+                            vec![(new_call(&id, 0), ok(json!({"payload": payload})))],
+                            vec![json!({"type": "tool:result", "payload": payload})],
+                            RunStatus::Completed,
+                        )
+                        .await
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_prune_of_many_runs_shrinks_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        let j: Arc<dyn Journal> = Arc::new(sqlite_at(&path).await.unwrap());
+        fill(&j, 1_000).await;
+        j.create_run(new_run("still-running")).await.unwrap();
+        let full = file_bytes(&path);
+        assert!(full > 16 * 1024 * 1024, "{full} bytes");
+
+        let rule = every_final_status_before(toolshed_store::time::now_ms() + 1);
+        let report = toolshed_journal::prune(j.as_ref(), &rule, PruneOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(report.pruned.runs, 1_000);
+        let space = report.space.unwrap();
+        assert_eq!(space.mode, SpaceMode::Incremental);
+        assert_eq!(space.free_bytes, 0);
+        assert!(report.reclaimed_bytes > full / 2, "{report:?}");
+        // The file itself shrank: to a small fraction of what it was.
+        let pruned = file_bytes(&path);
+        assert!(pruned < full / 8, "{full} bytes before, {pruned} after");
+        assert_eq!(
+            j.get_run("still-running").await.unwrap().status,
+            RunStatus::Running
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_older_file_needs_one_vacuum_then_prunes_shrink_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        {
+            // A file made before toolshed set `auto_vacuum`: a table exists already.
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE toolshed_meta (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL) STRICT",
+            )
+            .unwrap();
+        }
+        let j: Arc<dyn Journal> = Arc::new(sqlite_at(&path).await.unwrap());
+        fill(&j, 600).await;
+        let full = file_bytes(&path);
+        let rule = every_final_status_before(toolshed_store::time::now_ms() + 1);
+        let report = toolshed_journal::prune(j.as_ref(), &rule, PruneOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(report.pruned.runs, 600);
+        let space = report.space.unwrap();
+        assert_eq!(space.mode, SpaceMode::VacuumNeeded);
+        assert_eq!(report.reclaimed_bytes, 0);
+        assert!(space.free_bytes > full / 2, "{space:?}");
+        assert!(
+            file_bytes(&path) >= full,
+            "nothing returned without the vacuum"
+        );
+
+        let space = j.vacuum().await.unwrap();
+        assert_eq!(space.mode, SpaceMode::Incremental);
+        assert_eq!(space.free_bytes, 0);
+        assert!(file_bytes(&path) < full / 4);
+        // From now on a prune returns space by itself.
+        fill(&j, 300).await;
+        let grown = file_bytes(&path);
+        let rule = every_final_status_before(toolshed_store::time::now_ms() + 1);
+        let report = toolshed_journal::prune(j.as_ref(), &rule, PruneOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(report.space.unwrap().mode, SpaceMode::Incremental);
+        assert!(file_bytes(&path) < grown / 4);
     }
 }

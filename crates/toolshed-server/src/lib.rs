@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -44,6 +44,7 @@ mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
+mod retention;
 pub mod routes;
 pub mod sandbox;
 mod state;
@@ -52,6 +53,7 @@ mod tools;
 mod views;
 
 pub use error::ApiError;
+pub use retention::Retention;
 pub use routes::ApiDoc;
 pub use state::AppState;
 pub use toolshed_api::{ErrorBody, ErrorEnvelope};
@@ -102,6 +104,9 @@ pub struct ServerConfig {
     /// from (`toolshed serve --credentials-policy FILE`). Empty by default: no tool gets
     /// a credential until the operator lists it; `TOOLSHED_*` names never.
     pub credentials: credentials::CredentialsPolicy,
+    /// Prune finished runs continuously (`toolshed serve --retain-runs 30d`); `None`
+    /// (the default) keeps every run.
+    pub retain_runs: Option<Retention>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -145,6 +150,7 @@ impl ServerConfig {
             code: code::CodeSettings::default(),
             limits: limits::Limits::default(),
             credentials: credentials::CredentialsPolicy::default(),
+            retain_runs: None,
         }
     }
 }
@@ -352,8 +358,18 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
         let app = router(self.state.clone());
+        let pruning = self
+            .state
+            .config()
+            .retain_runs
+            .map(|r| tokio::spawn(retention::run(Arc::clone(self.state.journal()), r)));
         let limits = self.state.config().limits.connections;
         listen::serve(self.listener, app, limits, shutdown).await;
+        // A batch in flight is its own transaction: stopping here commits or rolls
+        // back whole.
+        if let Some(task) = pruning {
+            task.abort();
+        }
         self.state.dispatcher().shutdown();
         Ok(())
     }

@@ -60,6 +60,12 @@ pub fn open_writer(
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| open_error(path, noun, &e))?;
     check_is_toolshed(&conn, path, noun)?;
+    // Before anything writes the file: a new database returns the pages pruning frees
+    // with `PRAGMA incremental_vacuum` (see [`space`]). SQLite takes the mode only while
+    // the file is empty; on an older file it is a no-op until one `VACUUM`
+    // ([`vacuum_incremental`]).
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
+        .map_err(|e| open_error(path, noun, &e))?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(|e| open_error(path, noun, &e))?;
@@ -112,6 +118,75 @@ pub fn create_private(path: &Path) -> Result<(), OpenError> {
             format!("cannot create the database file: {e}"),
         )),
     }
+}
+
+/// How a SQLite file gives back the pages deletions free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoVacuum {
+    /// `auto_vacuum = INCREMENTAL`: free pages go back to the file system with
+    /// [`incremental_vacuum`]; every database toolshed creates is so.
+    Incremental,
+    /// `auto_vacuum = FULL`: SQLite truncates the file at every commit by itself.
+    Full,
+    /// `auto_vacuum = NONE` (a file created before toolshed set the mode): free pages are
+    /// reused but the file never shrinks until one [`vacuum_incremental`].
+    None,
+}
+
+/// The size of a SQLite file in pages, and how many of them are free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// The file's auto-vacuum mode.
+    pub auto_vacuum: AutoVacuum,
+    /// Bytes per page.
+    pub page_size: u64,
+    /// Pages in the database (free ones included).
+    pub pages: u64,
+    /// Pages on the free list: reused by later writes, or returned by a vacuum.
+    pub free_pages: u64,
+}
+
+/// The space `conn`'s database uses.
+pub fn space(conn: &Connection) -> Result<Space, DbError> {
+    let pragma = |name: &str| -> Result<i64, DbError> {
+        Ok(conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get(0))?)
+    };
+    let auto_vacuum = match pragma("auto_vacuum")? {
+        1 => AutoVacuum::Full,
+        2 => AutoVacuum::Incremental,
+        _ => AutoVacuum::None,
+    };
+    let count = |name: &str| -> Result<u64, DbError> {
+        u64::try_from(pragma(name)?)
+            .map_err(|_| DbError::decode(format!("PRAGMA {name} is negative")))
+    };
+    Ok(Space {
+        auto_vacuum,
+        page_size: count("page_size")?,
+        pages: count("page_count")?,
+        free_pages: count("freelist_count")?,
+    })
+}
+
+/// Return up to `pages` free pages to the file system (`PRAGMA incremental_vacuum`),
+/// as one write transaction on `conn`; a no-op unless the file is
+/// [`AutoVacuum::Incremental`]. In WAL mode the file shrinks when the WAL is next
+/// checkpointed in full.
+pub fn incremental_vacuum(conn: &Connection, pages: u32) -> Result<(), DbError> {
+    // The pragma frees one page per step: step it to its end (`execute_batch` would
+    // step it once).
+    let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
+    Ok(())
+}
+
+/// Switch an older file to [`AutoVacuum::Incremental`] and rewrite it (`VACUUM`): the
+/// one-time step after which pruning returns space. It holds the file's write lock
+/// for the whole rewrite and needs free disk space about the size of the file.
+pub fn vacuum_incremental(conn: &Connection) -> Result<(), DbError> {
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    Ok(())
 }
 
 /// Refuse a database that has tables but no `toolshed_meta` (someone else's).
@@ -455,24 +530,7 @@ impl Writer {
             let _done = scopeguard(|| {
                 in_transaction.fetch_sub(1, Ordering::AcqRel);
             });
-            conn.execute_batch("BEGIN IMMEDIATE")
-                .map_err(DbError::from)?;
-            let result = run_now(rule(&mut SqliteExec::new(&mut conn)));
-            let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-            match conn.execute_batch(end) {
-                Ok(()) => result,
-                // A failed COMMIT leaves the transaction open: roll it back so the next
-                // write starts clean, and report the commit's failure.
-                Err(e) => {
-                    if !conn.is_autocommit() {
-                        let _ = conn.execute_batch("ROLLBACK");
-                    }
-                    match result {
-                        Ok(_) => Err(E::from(DbError::from(e))),
-                        Err(own) => Err(own),
-                    }
-                }
-            }
+            transact(&mut conn, rule)
         })
         .await
         .map_err(|e| {
@@ -481,6 +539,35 @@ impl Writer {
                 format!("a write to {} failed: {e}", path.display()),
             ))
         })?
+    }
+}
+
+/// Run a rule in one `BEGIN IMMEDIATE` transaction on `conn`, on the calling thread:
+/// committed when it returns `Ok`, rolled back when it returns `Err`. For a store that
+/// owns its write connection and needs one transaction of its own on it (the journal's
+/// pruning, beside its group commits).
+pub fn transact<T, E, F>(conn: &mut Connection, rule: F) -> Result<T, E>
+where
+    E: From<DbError>,
+    F: for<'c> FnOnce(&'c mut dyn Executor) -> BoxFuture<'c, Result<T, E>>,
+{
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(DbError::from)?;
+    let result = run_now(rule(&mut SqliteExec::new(conn)));
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    match conn.execute_batch(end) {
+        Ok(()) => result,
+        // A failed COMMIT leaves the transaction open: roll it back so the next write
+        // starts clean, and report the commit's failure.
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            match result {
+                Ok(_) => Err(E::from(DbError::from(e))),
+                Err(own) => Err(own),
+            }
+        }
     }
 }
 

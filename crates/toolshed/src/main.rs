@@ -18,6 +18,7 @@ mod db;
 mod output;
 mod prompt;
 mod registry;
+mod retention;
 mod runs;
 mod sandbox;
 mod serve;
@@ -54,7 +55,7 @@ struct Cli {
 enum Command {
     /// List, inspect, run, export and check tools.
     Tools(Group<tools::ToolsCommand>),
-    /// Start, list, inspect, resume and cancel durable runs.
+    /// Start, list, inspect, resume, cancel and prune durable runs.
     Runs(Group<runs::RunsCommand>),
     /// List calls waiting for approval; approve or deny them.
     Approvals(Group<approvals::ApprovalsCommand>),

@@ -1,4 +1,5 @@
-//! `toolshed runs …`: start a plan, list, show the call timeline, resume and cancel.
+//! `toolshed runs …`: start a plan, list, show the call timeline, resume and cancel
+//! (pruning and vacuuming are in `retention.rs`).
 
 use std::path::PathBuf;
 
@@ -54,6 +55,13 @@ pub enum RunsCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Remove finished runs (completed, failed, cancelled) that ended longer ago than
+    /// `--older-than`, with their calls and crumbs, and return the space (SQLite).
+    /// Running and parked runs are never removed.
+    Prune(crate::retention::PruneArgs),
+    /// Rewrite an older SQLite journal once so that prunes return space to the file
+    /// system (stop the server first: it holds the write lock for the whole rewrite).
+    Vacuum,
 }
 
 /// Arguments of `toolshed runs start`.
@@ -126,6 +134,8 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
             Ok(())
         }
         RunsCommand::Show { id, crumbs } => show(&id, crumbs, db, json_out).await,
+        RunsCommand::Prune(args) => crate::retention::prune(args, db, json_out).await,
+        RunsCommand::Vacuum => crate::retention::vacuum(db, json_out).await,
         RunsCommand::Resume { id } => {
             let runtime = db.runtime().await?;
             let run = runtime

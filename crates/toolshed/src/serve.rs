@@ -99,6 +99,14 @@ pub struct ServeArgs {
     /// one, no tool gets a credential; `TOOLSHED_*` names are never served.
     #[arg(long, env = "TOOLSHED_CREDENTIALS_POLICY", value_name = "FILE")]
     credentials_policy: Option<std::path::PathBuf>,
+    /// Keep finished runs this long, then remove them (e.g. `30d`; units s, m, h, d, w):
+    /// the server prunes at start-up and every `--prune-every`. Running and parked runs
+    /// are always kept. Default: keep every run.
+    #[arg(long, env = "TOOLSHED_RETAIN_RUNS", value_name = "AGE", value_parser = crate::retention::parse_age)]
+    retain_runs: Option<Duration>,
+    /// How often to prune with `--retain-runs` (default 5m).
+    #[arg(long, value_name = "AGE", requires = "retain_runs", value_parser = crate::retention::parse_age)]
+    prune_every: Option<Duration>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -132,6 +140,18 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     if let Some(path) = &args.credentials_policy {
         config.credentials = toolshed_server::credentials::CredentialsPolicy::load(path)
             .map_err(|e| Failure::bad_input(anyhow!("{e} [CREDENTIALS_POLICY]")))?;
+    }
+    if let Some(age) = args.retain_runs {
+        let mut retention = toolshed_server::Retention::new(age);
+        if let Some(every) = args.prune_every {
+            if every.is_zero() {
+                return Err(Failure::bad_input(anyhow!(
+                    "--prune-every 0s would prune without pause: give an interval such as 5m"
+                )));
+            }
+            retention.interval = every;
+        }
+        config.retain_runs = Some(retention);
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
