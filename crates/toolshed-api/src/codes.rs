@@ -69,6 +69,12 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 409: a resumed run holds an approved call whose tool changed since the
+        /// approval; nothing ran, the run stays parked and the call waits for a new
+        /// decision on the current revision (`details.changes` names each).
+        RevisionChanged,
+        /// 403: four-eyes: whoever asked for a call may not approve it; another user must.
+        SelfApproval,
     }
 }
 
@@ -79,7 +85,7 @@ impl ApiCode {
         Some(match self {
             ApiCode::InvalidJson | ApiCode::InvalidQuery => 400,
             ApiCode::Unauthenticated => 401,
-            ApiCode::Forbidden => 403,
+            ApiCode::Forbidden | ApiCode::SelfApproval => 403,
             ApiCode::NotFound => 404,
             ApiCode::MethodNotAllowed => 405,
             ApiCode::Conflict
@@ -87,7 +93,8 @@ impl ApiCode {
             | ApiCode::NotResumable
             | ApiCode::RunFinished
             | ApiCode::NonDeterminism
-            | ApiCode::BudgetExhausted => 409,
+            | ApiCode::BudgetExhausted
+            | ApiCode::RevisionChanged => 409,
             ApiCode::PayloadTooLarge => 413,
             ApiCode::UnsupportedMediaType => 415,
             ApiCode::InvalidBody

@@ -765,13 +765,18 @@ fn apply(st: &WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             call_outcome(st, op, call_id, changed)
         }
         WriteOp::RecordGate {
+            change,
             call_id,
             status,
             gate,
             now,
         } => {
+            let sql = match change {
+                CallChange::Regate => &st.sql.regate,
+                _ => &st.sql.record_gate,
+            };
             let changed = st
-                .get(&st.sql.record_gate)
+                .get(sql)
                 .map_err(db)?
                 .execute(params![call_id, status, gate, now])
                 .map_err(db)?;
@@ -894,6 +899,7 @@ struct Sql {
     attempts: String,
     record_finished: String,
     record_gate: String,
+    regate: String,
     decide: String,
     answer: String,
     crumb_counter: String,
@@ -920,7 +926,7 @@ impl<'c> WriterStatements<'c> {
 
 impl Sql {
     /// Every statement, to prepare (and check) them all when the journal opens.
-    fn all(&self) -> [&str; 29] {
+    fn all(&self) -> [&str; 30] {
         [
             &self.begin,
             &self.commit,
@@ -942,6 +948,7 @@ impl Sql {
             &self.attempts,
             &self.record_finished,
             &self.record_gate,
+            &self.regate,
             &self.decide,
             &self.answer,
             &self.crumb_counter,
@@ -1029,6 +1036,11 @@ impl Sql {
             record_gate: format!(
                 "UPDATE calls SET status = ?2, gate = ?3, updated_at_ms = ?4 WHERE call_id = ?1 AND {}",
                 CallChange::Gate.sql_condition("")
+            ),
+            regate: format!(
+                "UPDATE calls SET status = ?2, gate = ?3, decision = NULL, updated_at_ms = ?4 \
+                 WHERE call_id = ?1 AND {}",
+                CallChange::Regate.sql_condition("")
             ),
             decide: format!(
                 "UPDATE calls SET status = ?2, decision = ?3, error = ?4, updated_at_ms = ?5 \

@@ -81,6 +81,10 @@ pub struct ServerConfig {
     /// The sandbox of `POST /api/v1/tools/sandbox/execute`: its defaults (the seed's:
     /// 256 MB, network off, 30 s) and the ceilings a request is lowered to.
     pub sandbox: sandbox::SandboxSettings,
+    /// Four-eyes for every gated call (`toolshed serve --four-eyes`): whoever asked for a
+    /// call may not approve it, whatever the tool declares (default off: only tools
+    /// with `approval.four_eyes` ask for it).
+    pub four_eyes: bool,
 }
 
 impl ServerConfig {
@@ -97,6 +101,7 @@ impl ServerConfig {
             admin_password: None,
             dispatcher: DispatcherConfig::default(),
             sandbox: sandbox::SandboxSettings::default(),
+            four_eyes: false,
         }
     }
 }

@@ -322,7 +322,9 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
             e,
         )
     })?;
-    executable(dispatcher, file).map_err(|reason| {
+    // The registry's revision number goes into the tool's revision, which approvals are
+    // bound to (`toolshed_runtime::tool_revision`).
+    executable_at(dispatcher, file, Some(record.revision.to_string())).map_err(|reason| {
         ApiError::new(
             ApiCode::InvalidDefinition,
             format!("tool `{}` {reason}; update it with PUT", record.name),
@@ -332,9 +334,19 @@ pub fn build_tool(dispatcher: &Dispatcher, record: &ToolRecord) -> Result<Tool, 
 
 /// A definition as the tool the runtime executes, or why it cannot be one.
 pub fn executable(dispatcher: &Dispatcher, file: ToolFile) -> Result<Tool, String> {
+    executable_at(dispatcher, file, None)
+}
+
+/// [`executable`], marked with the registry revision it was stored as.
+fn executable_at(
+    dispatcher: &Dispatcher,
+    file: ToolFile,
+    revision: Option<String>,
+) -> Result<Tool, String> {
     let mut spec = file
         .into_spec()
         .map_err(|e| format!("has a definition this server refuses ({e})"))?;
+    spec.meta.revision = revision;
     let name = spec.name.as_str().to_owned();
     let handler: Arc<dyn Handler> = match spec.meta.endpoint.as_deref().map(Endpoint::parse) {
         None => Arc::new(NoEndpoint(name.clone())),

@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// what the server can. Named in the start-up log.
     #[arg(long, env = UNSANDBOXED_VAR, action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     unsandboxed: bool,
+    /// Four-eyes for every gated call: whoever asked for a call may not approve it
+    /// (403 `SELF_APPROVAL`); another user must. Without it only tools declaring
+    /// `approval: {four_eyes: true}` ask for it.
+    #[arg(long, env = "TOOLSHED_FOUR_EYES", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    four_eyes: bool,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -72,6 +77,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }
+    config.four_eyes = args.four_eyes;
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
     let shutdown = shutdown_signal()?;
