@@ -506,6 +506,18 @@ mod tests {
     }
 
     #[test]
+    fn four_eyes_needs_a_gate() {
+        let mut spec = ToolSpec::new("pay", "Pay.").unwrap();
+        spec.four_eyes = true;
+        let errors = spec.check();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "approval.four_eyes");
+        assert!(errors[0].message.contains("always: true"), "{errors:?}");
+        spec.approval = Approval::Always;
+        assert!(spec.check().is_empty());
+    }
+
+    #[test]
     fn cel_approval() {
         let p = CelPredicate::compile("args.amount > 100").unwrap();
         let gate = Approval::Cel(p);

@@ -493,7 +493,6 @@ async fn ask_again_if_changed(
     for call in calls.iter().filter(|c| c.status == CallStatus::Approved) {
         let Some(Gate::Approval {
             revision: Some(approved),
-            four_eyes: _,
             requested_by,
             superseded,
             ..

@@ -248,4 +248,16 @@ mod tests {
         }
         assert!(parse(&["--unsandboxed"]).unwrap_or(false));
     }
+
+    #[test]
+    fn four_eyes_is_off_unless_the_operator_turns_it_on() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.four_eyes)
+        };
+        if std::env::var_os("TOOLSHED_FOUR_EYES").is_none() {
+            assert!(!parse(&[]).unwrap_or(true), "off by default");
+        }
+        assert!(parse(&["--four-eyes"]).unwrap_or(false));
+    }
 }
