@@ -206,6 +206,12 @@ fn resume_refuses_an_approval_given_for_another_revision() {
     assert_eq!(pending[0]["gate"]["revision"], json!(current));
     let o = env.run(&["runs", "show", &run_id, "--json"]);
     assert_eq!(stdout_json(&o)["run"]["status"], "parked");
+    let o = env.run(&["approvals", "list"]);
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        listed.contains("REVISION") && listed.contains("ASKED") && listed.contains(&current),
+        "{listed}"
+    );
 
     // Decided again, it runs.
     let o = env.run(&[
