@@ -69,6 +69,9 @@ toolshed_core::wire_enum! {
         /// Any other 4xx or 5xx a layer of the server answered without a code (its status
         /// is kept).
         RequestRejected,
+        /// 403: the tool or agent belongs to another tenant (the message names it): only
+        /// its tenant's users, or the organisation's owner, may change it.
+        NotOwner,
         /// 409: a resumed run holds an approved call whose tool changed since the
         /// approval; nothing ran, the run stays parked and the call waits for a new
         /// decision on the current revision (`details.changes` names each).
@@ -85,7 +88,7 @@ impl ApiCode {
         Some(match self {
             ApiCode::InvalidJson | ApiCode::InvalidQuery => 400,
             ApiCode::Unauthenticated => 401,
-            ApiCode::Forbidden | ApiCode::SelfApproval => 403,
+            ApiCode::Forbidden | ApiCode::NotOwner | ApiCode::SelfApproval => 403,
             ApiCode::NotFound => 404,
             ApiCode::MethodNotAllowed => 405,
             ApiCode::Conflict

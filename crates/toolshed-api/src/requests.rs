@@ -10,8 +10,10 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     /// The user name.
+    #[schema(min_length = 1)]
     pub username: String,
     /// The password.
+    #[schema(min_length = 1)]
     pub password: String,
 }
 
@@ -20,12 +22,15 @@ pub struct LoginBody {
 #[serde(deny_unknown_fields)]
 pub struct NewUserBody {
     /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     pub username: String,
     /// At least 8 characters.
+    #[schema(min_length = 8)]
     pub password: String,
-    /// `viewer`, `deployer` or `admin`.
+    /// `viewer`, `deployer`, `admin` or `owner` (an owner is added only by an owner).
     pub role: String,
-    /// The tenant (default `default`).
+    /// The tenant (default: the caller's). An admin adds users to its own tenant only;
+    /// an owner to any.
     #[serde(default)]
     pub tenant: Option<String>,
 }
@@ -37,8 +42,10 @@ pub struct NewUserBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolRegistration {
     /// `^[A-Za-z0-9_-]{1,64}$`, e.g. `order-lookup`.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
-    /// Shown in the registry and to models.
+    /// Shown in the registry and to models; must not be empty or only blanks.
+    #[schema(min_length = 1, pattern = "\\S")]
     pub description: String,
     /// `function` (default), `mcp` or `api`.
     pub tool_type: Option<String>,
@@ -78,7 +85,7 @@ pub struct ReasonBody {
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
     /// The answer, checked against the tool's answer schema.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub answer: Value,
 }
 
@@ -93,7 +100,7 @@ pub struct SandboxExecuteBody {
     #[serde(default)]
     pub code: Option<String>,
     /// The input passed to `run` (any JSON; `{}` when left out).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     #[serde(default)]
     pub input_json: Option<Value>,
     /// Wall-clock limit in seconds (default 30); above the server's ceiling it is

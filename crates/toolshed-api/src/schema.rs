@@ -60,7 +60,7 @@ pub struct ViolationSchema {
     /// What was expected.
     expected: String,
     /// The value found at `pointer`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     given: serde_json::Value,
 }
 

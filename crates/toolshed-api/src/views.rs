@@ -40,6 +40,9 @@ pub struct ToolSummary {
     pub version: Option<String>,
     /// The registry revision (1, then +1 per update).
     pub revision: u32,
+    /// The tenant that owns it (its first registrant's): only that tenant's users (or
+    /// the organisation's owner) may update or delete it. Everyone reads and executes it.
+    pub tenant: String,
     /// When it was registered.
     pub created_at: String,
     /// When this revision was written.
@@ -56,7 +59,7 @@ pub struct ToolDetail {
     #[schema(value_type = Object)]
     pub schema_definition: Value,
     /// The output JSON Schema, if declared (null otherwise).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>, nullable)]
     pub output_schema: Value,
     /// The whole definition, in `tool.yaml` form.
     #[schema(value_type = Object)]
@@ -88,7 +91,8 @@ pub enum AgentStatus {
 }
 
 /// What a user may do: a viewer reads, a deployer also registers and executes tools
-/// and decides approvals, an admin also manages users.
+/// and decides approvals, an admin also manages its tenant's users, an owner manages
+/// every tenant.
 #[derive(
     Debug,
     Clone,
@@ -110,8 +114,10 @@ pub enum Role {
     Viewer,
     /// Also registers and executes tools and decides approvals.
     Deployer,
-    /// Also manages users.
+    /// Also manages the users of its own tenant.
     Admin,
+    /// The organisation's role: manages every tenant's users, tools and agents.
+    Owner,
 }
 
 toolshed_core::wire_enum! {
@@ -167,7 +173,7 @@ pub struct ExecuteView {
     /// `completed`, or `parked` when the call waits for an approval or an answer.
     pub status: ExecuteStatus,
     /// The tool's result (null on error or when parked).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub output: Value,
     /// Protocol lines the tool's process printed (subprocess tools).
     pub stdout: String,
@@ -190,7 +196,7 @@ pub struct ExecuteView {
     /// Wall time of the call in milliseconds.
     pub duration_ms: f64,
     /// The tool's error result, or null.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
     /// The run recording this execution (`GET /api/v1/runs/{id}`).
     pub run_id: String,
@@ -211,6 +217,9 @@ pub struct AgentView {
     pub framework: String,
     /// Its state.
     pub status: AgentStatus,
+    /// The tenant that owns it (its first registrant's): only that tenant's users (or
+    /// the organisation's owner) may register it again.
+    pub tenant: String,
     /// The registry tools it uses (the usage graph's edges).
     pub tool_ids: Vec<String>,
     /// Its agent.yaml as JSON.
@@ -296,7 +305,7 @@ pub struct RunView {
     /// The session.
     pub session_id: String,
     /// Who the run acts for.
-    #[schema(value_type = Option<crate::schema::PrincipalSchema>)]
+    #[schema(value_type = Option<crate::schema::PrincipalSchema>, nullable)]
     pub principal: Option<Principal>,
     /// The principal's tenant.
     pub tenant: Option<String>,
@@ -388,7 +397,7 @@ pub struct RevisionChangeView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HumanAnswer {
     /// The answer.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub value: Value,
     /// Who answered.
     pub by: String,
@@ -420,10 +429,10 @@ pub struct CallView {
     /// Durable starts of a keyed call.
     pub attempts: u32,
     /// The result, once `completed`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Value)]
     pub result: Option<Value>,
     /// The error result, once `failed`.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
     /// The call's duration in milliseconds, once final.
     pub duration_ms: Option<f64>,
@@ -453,10 +462,10 @@ pub struct ResumedCall {
     /// The tool.
     pub tool: String,
     /// The result (null on error).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Value)]
     pub output: Option<Value>,
     /// The error result, or null.
-    #[schema(value_type = Option<crate::schema::ToolErrorSchema>)]
+    #[schema(value_type = Option<crate::schema::ToolErrorSchema>, nullable)]
     pub error: Option<ToolError>,
 }
 
@@ -615,7 +624,7 @@ pub struct SandboxExecutionView {
     /// Why the run failed, or null.
     pub error: Option<String>,
     /// `output` decoded (null when there is none).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub output_value: Value,
     /// `python`, `node`, `bash`, or `exec` for a registered executable.
     pub language: String,

@@ -1,7 +1,7 @@
 //! # toolshed-auth
 //!
-//! Who may do what in the registry: three ordered [`Role`]s (viewer < deployer <
-//! admin), argon2 password hashes, and signed tokens (JWT, HS256) whose claims carry
+//! Who may do what in the registry: four ordered [`Role`]s (viewer < deployer <
+//! admin < owner), argon2 password hashes, and signed tokens (JWT, HS256) whose claims carry
 //! the principal (issuer, subject, tenant) that reaches every tool call's context.
 //!
 //! ```
@@ -34,7 +34,8 @@ pub const MIN_PASSWORD_CHARS: usize = 8;
 /// The shortest signing secret accepted, in bytes.
 pub const MIN_SECRET_BYTES: usize = 32;
 
-/// A role. Ordered: a deployer can do everything a viewer can, an admin everything.
+/// A role. Ordered: a deployer can do everything a viewer can, an admin everything a
+/// deployer can within its tenant, an owner everything in every tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -42,17 +43,20 @@ pub enum Role {
     Viewer,
     /// Also executes tools and decides approvals.
     Deployer,
-    /// Also manages users.
+    /// Also manages the users of its own tenant.
     Admin,
+    /// The organisation's role: manages every tenant (its users, tools and agents).
+    Owner,
 }
 
 impl Role {
-    /// The role as written: `viewer`, `deployer`, `admin`.
+    /// The role as written: `viewer`, `deployer`, `admin`, `owner`.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
             Role::Deployer => "deployer",
             Role::Admin => "admin",
+            Role::Owner => "owner",
         }
     }
 }
@@ -71,6 +75,7 @@ impl FromStr for Role {
             "viewer" => Ok(Role::Viewer),
             "deployer" => Ok(Role::Deployer),
             "admin" => Ok(Role::Admin),
+            "owner" => Ok(Role::Owner),
             _ => Err(AuthError::InvalidRole(s.to_owned())),
         }
     }
@@ -98,8 +103,8 @@ pub enum AuthError {
     /// A password shorter than [`MIN_PASSWORD_CHARS`].
     #[error("the password is too short: use at least {MIN_PASSWORD_CHARS} characters")]
     WeakPassword,
-    /// A role name that is not viewer, deployer or admin.
-    #[error("`{0}` is not a role; use viewer, deployer or admin")]
+    /// A role name that is not viewer, deployer, admin or owner.
+    #[error("`{0}` is not a role; use viewer, deployer, admin or owner")]
     InvalidRole(String),
     /// A signing secret shorter than [`MIN_SECRET_BYTES`].
     #[error("the token signing secret must be at least {MIN_SECRET_BYTES} bytes")]

@@ -18,10 +18,18 @@ fn tokens() -> Tokens {
 #[test]
 fn roles_are_ordered_and_parsed() {
     assert!(Role::Viewer < Role::Deployer && Role::Deployer < Role::Admin);
+    assert!(
+        Role::Admin < Role::Owner,
+        "the organisation's owner is above every admin"
+    );
     assert_eq!("Deployer".parse::<Role>().unwrap(), Role::Deployer);
+    for role in [Role::Viewer, Role::Deployer, Role::Admin, Role::Owner] {
+        assert_eq!(role.as_str().parse::<Role>().unwrap(), role);
+        assert_eq!(role.to_string(), role.as_str());
+    }
     let e = "root".parse::<Role>().unwrap_err();
     assert_eq!(e.code(), "INVALID_ROLE");
-    assert!(e.to_string().contains("viewer, deployer or admin"));
+    assert!(e.to_string().contains("viewer, deployer, admin or owner"));
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //!         version: None,
 //!         definition: serde_json::json!({"spec_version": "v1", "name": "order-lookup", "description": "Look up an order"}),
 //!         created_by: "admin".into(),
+//!         tenant: "default".into(),
 //!     })
 //!     .await?;
 //! assert_eq!(tool.revision, 1);
@@ -66,6 +67,9 @@ toolshed_core::wire_enum! {
         Conflict,
         /// Any other failure of the database.
         RegistryError,
+        /// The tool, agent or user is another tenant's (or an organisation owner), out
+        /// of the caller's scope.
+        NotOwner,
     }
 }
 
@@ -104,6 +108,22 @@ pub enum RegistryError {
     /// Anything else the backend reported.
     #[error("registry error: {0}")]
     Backend(String),
+    /// A change to a tool or agent another tenant owns, by a caller whose scope is one
+    /// tenant ([`TenantScope`]).
+    #[error(
+        "{what} `{name}` belongs to tenant `{owner}`: only its users or an organisation owner can change it; register your own under another name"
+    )]
+    NotOwner {
+        /// `tool` or `agent`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The tenant that owns it.
+        owner: String,
+    },
+    /// Removing an organisation owner by a caller whose scope is one tenant.
+    #[error("user `{0}` is an organisation owner: only an owner can remove it")]
+    OwnerOnly(String),
 }
 
 impl RegistryError {
@@ -115,6 +135,7 @@ impl RegistryError {
             RegistryError::NotFound { .. } => RegistryCode::NotFound,
             RegistryError::Conflict(_) => RegistryCode::Conflict,
             RegistryError::Backend(_) => RegistryCode::RegistryError,
+            RegistryError::NotOwner { .. } | RegistryError::OwnerOnly(_) => RegistryCode::NotOwner,
         }
     }
 }
@@ -168,7 +189,9 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     async fn list_tools(&self, filter: &ToolFilter) -> Result<Page<ToolRecord>>;
 
     /// Replace an active tool's definition: a new revision (+1) becomes current, the
-    /// previous one is kept. With `expected_revision`, a different current revision is
+    /// previous one is kept, and so is the owner (`update.tenant` is not written). A
+    /// tool whose owner `scope` does not hold is `NotOwner`, checked in the writing
+    /// transaction. With `expected_revision`, a different current revision is
     /// `Conflict` (someone else updated it). Renaming onto another active tool's name is
     /// `Conflict`.
     async fn update_tool(
@@ -176,22 +199,26 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
         id: &str,
         update: NewTool,
         expected_revision: Option<u32>,
+        scope: &TenantScope,
     ) -> Result<ToolRecord>;
 
     /// Every revision of a tool (active or deleted), oldest first. Unknown: `NotFound`.
     async fn tool_versions(&self, id: &str) -> Result<Vec<ToolRecord>>;
 
     /// Mark an active tool deleted (its revisions are kept, its name is free again).
-    /// Returns the record as deleted. Unknown or already deleted: `NotFound`.
-    async fn delete_tool(&self, id: &str) -> Result<ToolRecord>;
+    /// Returns the record as deleted. Unknown or already deleted: `NotFound`; owned by
+    /// a tenant `scope` does not hold: `NotOwner`.
+    async fn delete_tool(&self, id: &str, scope: &TenantScope) -> Result<ToolRecord>;
 
     /// The agents using a tool, ordered by agent name. Unknown or deleted tool:
     /// `NotFound`.
     async fn tool_usage(&self, id: &str) -> Result<Vec<ToolUsage>>;
 
-    /// Register an agent, or replace the one with the same name (same id, new
-    /// definition, its usage edges replaced). Unknown tool ids: `NotFound`.
-    async fn upsert_agent(&self, new: NewAgent) -> Result<AgentRecord>;
+    /// Register an agent (owned by `new.tenant`), or replace the one with the same name
+    /// (same id and owner, new definition, its usage edges replaced). Replacing an
+    /// agent whose owner `scope` does not hold is `NotOwner`, checked by the writing
+    /// statement. Unknown tool ids: `NotFound`.
+    async fn upsert_agent(&self, new: NewAgent, scope: &TenantScope) -> Result<AgentRecord>;
 
     /// An agent by id or by name. Unknown: `NotFound`.
     async fn get_agent(&self, id_or_name: &str) -> Result<AgentRecord>;
@@ -205,8 +232,8 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// A user by name, if any.
     async fn get_user(&self, username: &str) -> Result<Option<UserRecord>>;
 
-    /// Every user, ordered by name.
-    async fn list_users(&self) -> Result<Vec<UserRecord>>;
+    /// The users in `scope` (one tenant's, or everyone), ordered by name.
+    async fn list_users(&self, scope: &TenantScope) -> Result<Vec<UserRecord>>;
 
     /// Change a user's password hash and/or role. Unknown: `NotFound`.
     async fn update_user(
@@ -216,8 +243,10 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
         role: Option<Role>,
     ) -> Result<UserRecord>;
 
-    /// Remove a user. Unknown: `NotFound`.
-    async fn delete_user(&self, username: &str) -> Result<()>;
+    /// Remove a user in `scope`. Unknown, or another tenant's: `NotFound` (names of
+    /// other tenants' users are not confirmed). An organisation owner, unless `scope`
+    /// is every tenant: `OwnerOnly`.
+    async fn delete_user(&self, username: &str, scope: &TenantScope) -> Result<()>;
 
     /// How many users exist (the server seeds an admin when there are none).
     async fn count_users(&self) -> Result<u64>;

@@ -45,6 +45,38 @@ pub struct NewTool {
     pub definition: Value,
     /// Who registered it (a user name).
     pub created_by: String,
+    /// The tenant of the user registering it: the owner of a new tool. An update keeps
+    /// the stored owner (it never changes); who may make it is [`TenantScope`]'s rule.
+    pub tenant: String,
+}
+
+/// Whose tools, agents and users a change may touch: one tenant's (an admin's, a
+/// deployer's), or every tenant's (the organisation's owner). The store checks it in
+/// the transaction that writes, so no race gets past it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TenantScope {
+    /// Only what this tenant owns.
+    Tenant(String),
+    /// What every tenant owns.
+    All,
+}
+
+impl TenantScope {
+    /// Whether something owned by `owner` is in scope.
+    pub fn allows(&self, owner: &str) -> bool {
+        match self {
+            TenantScope::Tenant(t) => t == owner,
+            TenantScope::All => true,
+        }
+    }
+
+    /// The tenant, or `None` for every tenant.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            TenantScope::Tenant(t) => Some(t),
+            TenantScope::All => None,
+        }
+    }
 }
 
 /// A tool as stored: the current revision, or one of its earlier ones.
@@ -72,6 +104,9 @@ pub struct ToolRecord {
     pub definition: Value,
     /// Who registered (or last updated) it.
     pub created_by: String,
+    /// The tenant that owns it (its first registrant's; `default` for tools registered
+    /// before tools had owners).
+    pub tenant: String,
     /// When the tool was first registered (milliseconds since the Unix epoch).
     pub created_at_ms: i64,
     /// When this revision was written (milliseconds since the Unix epoch).
@@ -123,6 +158,9 @@ pub struct NewAgent {
     pub tool_ids: Vec<String>,
     /// Who registered it.
     pub created_by: String,
+    /// The tenant of the user registering it: the owner of a new agent (a registration
+    /// over an existing agent keeps its owner).
+    pub tenant: String,
 }
 
 /// An agent as stored.
@@ -142,6 +180,9 @@ pub struct AgentRecord {
     pub tool_ids: Vec<String>,
     /// Who registered it (last).
     pub created_by: String,
+    /// The tenant that owns it (its first registrant's; `default` for agents registered
+    /// before agents had owners).
+    pub tenant: String,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.

@@ -13,8 +13,8 @@ use toolshed_store::{Executor, Param, Row};
 use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, Page,
-    RegistryError, Result, SandboxExecutionRecord, ToolFilter, ToolRecord, ToolStatus, ToolUsage,
-    UserRecord,
+    RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolStatus,
+    ToolUsage, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -109,12 +109,37 @@ fn user_not_found(username: &str) -> RegistryError {
     }
 }
 
-/// An active tool already has the name (`holder`: its id, when known).
-fn name_taken(name: &str, holder: Option<&str>) -> RegistryError {
-    let id = holder.map(|id| format!(" (id {id})")).unwrap_or_default();
-    RegistryError::Conflict(format!(
-        "a tool named `{name}` is already registered{id}; update it with PUT or delete it first"
-    ))
+/// An active tool already has the name (`holder`: its id and owner, when known).
+/// `tenant` is the caller's: the fix differs when the holder is another tenant's.
+fn name_taken(name: &str, holder: Option<&Holder>, tenant: &str) -> RegistryError {
+    match holder {
+        Some(h) if h.tenant != tenant => RegistryError::Conflict(format!(
+            "a tool named `{name}` is already registered (id {}) by tenant `{}`; choose another name",
+            h.id, h.tenant
+        )),
+        Some(h) => RegistryError::Conflict(format!(
+            "a tool named `{name}` is already registered (id {}); update it with PUT or delete it first",
+            h.id
+        )),
+        None => RegistryError::Conflict(format!(
+            "a tool named `{name}` is already registered; update it with PUT or delete it first"
+        )),
+    }
+}
+
+/// A tool or agent of another tenant, out of the caller's scope.
+fn not_owner(what: &'static str, name: &str, owner: &str) -> RegistryError {
+    RegistryError::NotOwner {
+        what,
+        name: name.to_owned(),
+        owner: owner.to_owned(),
+    }
+}
+
+/// The active tool holding a name: its id and owner.
+struct Holder {
+    id: String,
+    tenant: String,
 }
 
 fn stale_revision(name: &str, current: u32, expected: u32) -> RegistryError {
@@ -125,10 +150,13 @@ fn stale_revision(name: &str, current: u32, expected: u32) -> RegistryError {
 
 // ---- tools ----
 
-/// The id of the active tool named `name`, if any.
-async fn active_tool_id(db: &mut dyn Executor, name: &str) -> Result<Option<String>> {
+/// The id and owner of the active tool named `name`, if any.
+async fn active_tool_id(db: &mut dyn Executor, name: &str) -> Result<Option<Holder>> {
     match db.row(&sql::ACTIVE_TOOL_ID, &[name.into()]).await? {
-        Some(row) => Ok(Some(row.get(0)?)),
+        Some(row) => Ok(Some(Holder {
+            id: row.get(0)?,
+            tenant: row.get(1)?,
+        })),
         None => Ok(None),
     }
 }
@@ -166,6 +194,7 @@ fn tool_params(id: &str, tool: &NewTool, now: i64) -> Vec<Param> {
         (&tool.definition).into(),
         (&tool.created_by).into(),
         now.into(),
+        (&tool.tenant).into(),
     ]
 }
 
@@ -174,7 +203,7 @@ fn tool_params(id: &str, tool: &NewTool, now: i64) -> Vec<Param> {
 /// index lets one in; the other inserts nothing and names the winner.
 pub(crate) async fn create_tool(db: &mut dyn Executor, new: NewTool) -> Result<ToolRecord> {
     if let Some(holder) = active_tool_id(db, &new.name).await? {
-        return Err(name_taken(&new.name, Some(&holder)));
+        return Err(name_taken(&new.name, Some(&holder), &new.tenant));
     }
     let now = now_ms();
     let id = new_id();
@@ -184,7 +213,7 @@ pub(crate) async fn create_tool(db: &mut dyn Executor, new: NewTool) -> Result<T
         == 0
     {
         let holder = active_tool_id(db, &new.name).await?;
-        return Err(name_taken(&new.name, holder.as_deref()));
+        return Err(name_taken(&new.name, holder.as_ref(), &new.tenant));
     }
     db.run(&sql::SNAPSHOT_VERSION, &[id.as_str().into()])
         .await?;
@@ -192,13 +221,16 @@ pub(crate) async fn create_tool(db: &mut dyn Executor, new: NewTool) -> Result<T
 }
 
 /// Replace an active tool's definition: revision n+1 becomes current and joins the
-/// history. A caller that names the revision it last saw gets a conflict when another
-/// update came first; renaming onto another active tool's name is a conflict.
+/// history. Only a caller whose scope holds the tool's owner may (checked on the row
+/// this transaction locked; the owner is kept). A caller that names the revision it
+/// last saw gets a conflict when another update came first; renaming onto another
+/// active tool's name is a conflict.
 pub(crate) async fn update_tool(
     db: &mut dyn Executor,
     id: &str,
-    update: NewTool,
+    mut update: NewTool,
     expected_revision: Option<u32>,
+    scope: &TenantScope,
 ) -> Result<ToolRecord> {
     let current = db
         .row(&sql::ACTIVE_TOOL_FOR_UPDATE, &[id.into()])
@@ -206,15 +238,19 @@ pub(crate) async fn update_tool(
         .map(|row| tool_from_row(&row))
         .transpose()?
         .ok_or_else(|| tool_not_found(id))?;
+    if !scope.allows(&current.tenant) {
+        return Err(not_owner("tool", &current.name, &current.tenant));
+    }
+    let caller = std::mem::replace(&mut update.tenant, current.tenant.clone());
     if let Some(expected) = expected_revision
         && expected != current.revision
     {
         return Err(stale_revision(&current.name, current.revision, expected));
     }
     if let Some(holder) = active_tool_id(db, &update.name).await?
-        && holder != id
+        && holder.id != id
     {
-        return Err(name_taken(&update.name, Some(&holder)));
+        return Err(name_taken(&update.name, Some(&holder), &caller));
     }
     let revision = current.revision.saturating_add(1);
     let now = now_ms();
@@ -222,7 +258,7 @@ pub(crate) async fn update_tool(
     params.push(revision.into());
     db.run(&sql::UPDATE_TOOL, &params)
         .await
-        .map_err(|e| unique_or(e, || name_taken(&update.name, None)))?;
+        .map_err(|e| unique_or(e, || name_taken(&update.name, None, &caller)))?;
     db.run(&sql::SNAPSHOT_VERSION, &[id.into()]).await?;
     Ok(record(
         id.to_owned(),
@@ -247,6 +283,7 @@ fn record(id: String, tool: NewTool, revision: u32, created: i64, updated: i64) 
         revision,
         definition: tool.definition,
         created_by: tool.created_by,
+        tenant: tool.tenant,
         created_at_ms: created,
         updated_at_ms: updated,
     }
@@ -262,14 +299,22 @@ pub(crate) async fn tool_versions(db: &mut dyn Executor, id: &str) -> Result<Vec
 }
 
 /// Mark an active tool deleted; its current revision's copy says deleted too, so the
-/// history ends as the tool did. The name is free again.
-pub(crate) async fn delete_tool(db: &mut dyn Executor, id: &str) -> Result<ToolRecord> {
+/// history ends as the tool did. The name is free again. Only a caller whose scope
+/// holds the tool's owner may (checked on the row this transaction locked).
+pub(crate) async fn delete_tool(
+    db: &mut dyn Executor,
+    id: &str,
+    scope: &TenantScope,
+) -> Result<ToolRecord> {
     let mut tool = db
         .row(&sql::ACTIVE_TOOL_FOR_UPDATE, &[id.into()])
         .await?
         .map(|row| tool_from_row(&row))
         .transpose()?
         .ok_or_else(|| tool_not_found(id))?;
+    if !scope.allows(&tool.tenant) {
+        return Err(not_owner("tool", &tool.name, &tool.tenant));
+    }
     let now = now_ms();
     db.run(&sql::DELETE_TOOL, &[id.into(), now.into()]).await?;
     db.run(
@@ -339,7 +384,7 @@ pub(crate) async fn list_tools(
     let mut total = 0;
     let mut items = Vec::with_capacity(rows.len());
     for row in &rows {
-        total = row.get(13)?;
+        total = row.get(14)?;
         if row.get::<Option<String>>(0)?.is_some() {
             items.push(tool_from_row(row)?);
         }
@@ -373,16 +418,23 @@ fn tool_from_row(row: &Row) -> Result<ToolRecord> {
         created_by: row.get(10)?,
         created_at_ms: row.get(11)?,
         updated_at_ms: row.get(12)?,
+        tenant: row.get(13)?,
         id,
     })
 }
 
 // ---- agents ----
 
-/// Register an agent, or replace the one with its name (same id, new definition, its
-/// edges replaced). Every tool it uses must be active; PostgreSQL locks them against a
-/// concurrent delete until the edges are committed.
-pub(crate) async fn upsert_agent(db: &mut dyn Executor, new: NewAgent) -> Result<AgentRecord> {
+/// Register an agent, or replace the one with its name (same id and owner, new
+/// definition, its edges replaced) when the caller's scope holds its owner: the upsert
+/// statement itself checks it, so a concurrent first registration by another tenant
+/// cannot be overwritten. Every tool it uses must be active; PostgreSQL locks them
+/// against a concurrent delete until the edges are committed.
+pub(crate) async fn upsert_agent(
+    db: &mut dyn Executor,
+    new: NewAgent,
+    scope: &TenantScope,
+) -> Result<AgentRecord> {
     let mut tool_ids = new.tool_ids.clone();
     tool_ids.sort();
     tool_ids.dedup();
@@ -406,12 +458,24 @@ pub(crate) async fn upsert_agent(db: &mut dyn Executor, new: NewAgent) -> Result
                 (&new.definition).into(),
                 (&new.created_by).into(),
                 now.into(),
+                (&new.tenant).into(),
+                scope.tenant().unwrap_or_default().into(),
+                i64::from(scope == &TenantScope::All).into(),
             ],
         )
-        .await?
-        .ok_or_else(|| RegistryError::Backend("registering an agent returned no row".into()))?;
+        .await?;
+    let Some(row) = row else {
+        // Nothing was written: the name is another tenant's agent.
+        let owner: String = db
+            .row(&sql::AGENT_TENANT, &[(&new.name).into()])
+            .await?
+            .ok_or_else(|| RegistryError::Backend("registering an agent returned no row".into()))?
+            .get(0)?;
+        return Err(not_owner("agent", &new.name, &owner));
+    };
     let id: String = row.get(0)?;
     let created_at_ms: i64 = row.get(1)?;
+    let tenant: String = row.get(2)?;
     db.run(&sql::DELETE_AGENT_EDGES, &[id.as_str().into()])
         .await?;
     for tool_id in &tool_ids {
@@ -429,6 +493,7 @@ pub(crate) async fn upsert_agent(db: &mut dyn Executor, new: NewAgent) -> Result
         definition: new.definition,
         tool_ids,
         created_by: new.created_by,
+        tenant,
         created_at_ms,
         updated_at_ms: now,
     })
@@ -457,7 +522,7 @@ pub(crate) async fn list_agents(
         .await?;
     let mut total = 0;
     for row in &rows {
-        total = row.get(9)?;
+        total = row.get(10)?;
     }
     Ok(paging.page_of(agents_from_rows(&rows)?, total))
 }
@@ -488,10 +553,11 @@ fn agents_from_rows(rows: &[Row]) -> Result<Vec<AgentRecord>> {
                     created_by: row.get(5)?,
                     created_at_ms: row.get(6)?,
                     updated_at_ms: row.get(7)?,
+                    tenant: row.get(8)?,
                 },
             );
         }
-        if let Some(tool_id) = row.get::<Option<String>>(8)?
+        if let Some(tool_id) = row.get::<Option<String>>(9)?
             && let Some(agent) = agents.get_mut(&id)
         {
             agent.tool_ids.push(tool_id);
@@ -548,9 +614,13 @@ pub(crate) async fn user(db: &mut dyn Executor, username: &str) -> Result<Option
         .transpose()
 }
 
-/// Every user by name.
-pub(crate) async fn users(db: &mut dyn Executor) -> Result<Vec<UserRecord>> {
-    db.rows(&sql::USERS, &[])
+/// Every user in scope by name.
+pub(crate) async fn users(db: &mut dyn Executor, scope: &TenantScope) -> Result<Vec<UserRecord>> {
+    let params = [
+        scope.tenant().unwrap_or_default().into(),
+        i64::from(scope == &TenantScope::All).into(),
+    ];
+    db.rows(&sql::USERS, &params)
         .await?
         .iter()
         .map(user_from_row)
@@ -583,8 +653,25 @@ pub(crate) async fn update_user(
         .ok_or_else(|| user_not_found(username))
 }
 
-/// Remove a user.
-pub(crate) async fn delete_user(db: &mut dyn Executor, username: &str) -> Result<()> {
+/// Remove a user in scope. Another tenant's user is not found, as if it did not exist
+/// (a tenant's admin does not learn other tenants' user names); an organisation owner
+/// is removed only by a caller whose scope is every tenant. Checked on the row this
+/// transaction locked.
+pub(crate) async fn delete_user(
+    db: &mut dyn Executor,
+    username: &str,
+    scope: &TenantScope,
+) -> Result<()> {
+    let user = db
+        .row(&sql::USER_FOR_UPDATE, &[username.into()])
+        .await?
+        .map(|row| user_from_row(&row))
+        .transpose()?
+        .filter(|u| scope.allows(&u.tenant))
+        .ok_or_else(|| user_not_found(username))?;
+    if user.role == Role::Owner && scope != &TenantScope::All {
+        return Err(RegistryError::OwnerOnly(user.username));
+    }
     if db.run(&sql::DELETE_USER, &[username.into()]).await? == 0 {
         return Err(user_not_found(username));
     }

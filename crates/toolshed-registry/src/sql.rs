@@ -13,14 +13,15 @@ use toolshed_store::Sql;
 macro_rules! tool_fields {
     () => {
         "name, description, tool_type, source, status, endpoint, version, revision, \
-         definition, created_by, created_at_ms, updated_at_ms"
+         definition, created_by, created_at_ms, updated_at_ms, tenant"
     };
 }
 
 /// An agent row's columns, in the order `rules::agents_from_rows` reads them.
 macro_rules! agent_columns {
     () => {
-        "id, name, framework, status, definition, created_by, created_at_ms, updated_at_ms"
+        "id, name, framework, status, definition, created_by, created_at_ms, updated_at_ms, \
+         tenant"
     };
 }
 
@@ -33,9 +34,9 @@ macro_rules! user_columns {
 
 // ---- tools ----
 
-/// The id of the active tool with a name.
+/// The id and the owning tenant of the active tool with a name.
 pub(crate) const ACTIVE_TOOL_ID: Sql =
-    Sql::same("SELECT id FROM registry_tools WHERE name = ?1 AND status = 'active'");
+    Sql::same("SELECT id, tenant FROM registry_tools WHERE name = ?1 AND status = 'active'");
 
 /// The active tool with an id.
 pub(crate) const ACTIVE_TOOL: Sql = Sql::same(concat!(
@@ -75,20 +76,20 @@ pub(crate) const TOOL_IS_ACTIVE_FOR_SHARE: Sql = Sql::per_dialect(
 /// Register a tool: revision 1, active; nothing when an active tool has the name (a
 /// concurrent registration waits for the other's commit, then inserts nothing).
 /// ?1 id, ?2 name, ?3 description, ?4 tool_type, ?5 source, ?6 endpoint, ?7 version,
-/// ?8 definition, ?9 created_by, ?10 now.
+/// ?8 definition, ?9 created_by, ?10 now, ?11 tenant (the owner).
 pub(crate) const INSERT_TOOL: Sql = Sql::same(concat!(
     "INSERT INTO registry_tools (id, ",
     tool_fields!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10, ?10) \
+    ") VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10, ?10, ?11) \
      ON CONFLICT (name) WHERE status = 'active' DO NOTHING"
 ));
 
-/// Replace a tool's current revision: the parameters of [`INSERT_TOOL`], then
-/// ?11 revision.
+/// Replace a tool's current revision: the parameters of [`INSERT_TOOL`] (?11, the
+/// tenant, is not written: the owner never changes), then ?12 revision.
 pub(crate) const UPDATE_TOOL: Sql = Sql::same(
     "UPDATE registry_tools SET name = ?2, description = ?3, tool_type = ?4, source = ?5, \
      endpoint = ?6, version = ?7, definition = ?8, created_by = ?9, updated_at_ms = ?10, \
-     revision = ?11 WHERE id = ?1",
+     revision = ?12 WHERE id = ?1 AND tenant = ?11",
 );
 
 /// Copy a tool's current row into its history.
@@ -131,7 +132,7 @@ pub(crate) const TOOL_USAGE: Sql = Sql::same(
 /// snapshot), and one row of NULL tool columns past the end. See `rules::list_tools`.
 pub(crate) const TOOL_PAGE_HEAD: &str = "SELECT p.id, p.name, p.description, p.tool_type, \
      p.source, p.status, p.endpoint, p.version, p.revision, p.definition, p.created_by, \
-     p.created_at_ms, p.updated_at_ms, t.total \
+     p.created_at_ms, p.updated_at_ms, p.tenant, t.total \
      FROM (SELECT COUNT(*) AS total FROM registry_tools WHERE ";
 /// Between the two copies of the condition.
 pub(crate) const TOOL_PAGE_JOIN: &str = concat!(
@@ -142,18 +143,27 @@ pub(crate) const TOOL_PAGE_JOIN: &str = concat!(
 
 // ---- agents ----
 
-/// Register an agent or replace the one with its name (same id); the id and when it
-/// was first registered.
-/// ?1 new id, ?2 name, ?3 framework, ?4 definition, ?5 created_by, ?6 now.
+/// Register an agent or replace the one with its name (same id, same owner); the id,
+/// when it was first registered and its owner. The replacing happens only when the
+/// stored agent is in the caller's scope (its owner is ?8, or ?9 is 1: every tenant),
+/// checked by the statement that writes, so no concurrent registration gets between a
+/// check and the write; out of scope, nothing is written and no row comes back.
+/// ?1 new id, ?2 name, ?3 framework, ?4 definition, ?5 created_by, ?6 now, ?7 tenant
+/// (the owner of a new agent), ?8 the scope's tenant, ?9 every tenant (1) or not (0).
 pub(crate) const UPSERT_AGENT: Sql = Sql::same(concat!(
     "INSERT INTO registry_agents (",
     agent_columns!(),
-    ") VALUES (?1, ?2, ?3, 'registered', ?4, ?5, ?6, ?6) \
+    ") VALUES (?1, ?2, ?3, 'registered', ?4, ?5, ?6, ?6, ?7) \
      ON CONFLICT (name) DO UPDATE SET framework = excluded.framework, \
      status = excluded.status, definition = excluded.definition, \
      created_by = excluded.created_by, updated_at_ms = excluded.updated_at_ms \
-     RETURNING id, created_at_ms"
+     WHERE registry_agents.tenant = ?8 OR ?9 = 1 \
+     RETURNING id, created_at_ms, tenant"
 ));
+
+/// The owner of the agent with a name.
+pub(crate) const AGENT_TENANT: Sql =
+    Sql::same("SELECT tenant FROM registry_agents WHERE name = ?1");
 
 /// Remove an agent's edges.
 pub(crate) const DELETE_AGENT_EDGES: Sql =
@@ -167,7 +177,7 @@ pub(crate) const INSERT_AGENT_EDGE: Sql =
 /// id), with one row per edge (NULL tool for none), from one snapshot.
 pub(crate) const AGENT: Sql = Sql::same(concat!(
     "SELECT a.id, a.name, a.framework, a.status, a.definition, a.created_by, \
-     a.created_at_ms, a.updated_at_ms, e.tool_id FROM (SELECT ",
+     a.created_at_ms, a.updated_at_ms, a.tenant, e.tool_id FROM (SELECT ",
     agent_columns!(),
     " FROM registry_agents WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC LIMIT 1) a \
      LEFT JOIN registry_agent_tools e ON e.agent_id = a.id ORDER BY e.tool_id"
@@ -177,7 +187,7 @@ pub(crate) const AGENT: Sql = Sql::same(concat!(
 /// row of NULL agent columns past the end). ?1 limit, ?2 offset.
 pub(crate) const LIST_AGENTS: Sql = Sql::same(concat!(
     "SELECT a.id, a.name, a.framework, a.status, a.definition, a.created_by, \
-     a.created_at_ms, a.updated_at_ms, e.tool_id, t.total FROM \
+     a.created_at_ms, a.updated_at_ms, a.tenant, e.tool_id, t.total FROM \
      (SELECT COUNT(*) AS total FROM registry_agents) t \
      LEFT JOIN (SELECT ",
     agent_columns!(),
@@ -202,12 +212,27 @@ pub(crate) const USER: Sql = Sql::same(concat!(
     " FROM registry_users WHERE username = ?1"
 ));
 
-/// Every user by name.
+/// Every user by name, or those of one tenant. ?1 tenant, ?2 every tenant (1) or not (0).
 pub(crate) const USERS: Sql = Sql::same(concat!(
     "SELECT ",
     user_columns!(),
-    " FROM registry_users ORDER BY username"
+    " FROM registry_users WHERE tenant = ?1 OR ?2 = 1 ORDER BY username"
 ));
+
+/// A user by name, locked until the transaction ends (PostgreSQL), so what a removal
+/// checks (tenant, role) holds when it deletes.
+pub(crate) const USER_FOR_UPDATE: Sql = Sql::per_dialect(
+    concat!(
+        "SELECT ",
+        user_columns!(),
+        " FROM registry_users WHERE username = ?1"
+    ),
+    concat!(
+        "SELECT ",
+        user_columns!(),
+        " FROM registry_users WHERE username = ?1 FOR UPDATE"
+    ),
+);
 
 /// Change a user's hash and/or role (NULL keeps it). ?1 username, ?2 hash, ?3 role, ?4 now.
 pub(crate) const UPDATE_USER: Sql = Sql::same(

@@ -9,7 +9,7 @@ use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 use crate::rules;
 use crate::{
     AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
-    SandboxExecutionRecord, ToolFilter, ToolRecord, ToolUsage, UserRecord,
+    SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserRecord,
 };
 
 /// The registry's migrations: its tables beside the journal's, its version under
@@ -29,6 +29,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 2,
             sqlite: include_str!("../migrations/sqlite/0002_sandbox_executions.sql"),
             postgres: include_str!("../migrations/postgres/0002_sandbox_executions.sql"),
+        },
+        Migration {
+            version: 3,
+            sqlite: include_str!("../migrations/sqlite/0003_tenants.sql"),
+            postgres: include_str!("../migrations/postgres/0003_tenants.sql"),
         },
     ],
 };
@@ -114,13 +119,14 @@ impl RegistryStore for SqlRegistry {
         id: &str,
         update: NewTool,
         expected_revision: Option<u32>,
+        scope: &TenantScope,
     ) -> Result<ToolRecord> {
-        let id = id.to_owned();
+        let (id, scope) = (id.to_owned(), scope.clone());
         self.db
             .write(move |db| {
-                Box::pin(
-                    async move { rules::update_tool(db, &id, update, expected_revision).await },
-                )
+                Box::pin(async move {
+                    rules::update_tool(db, &id, update, expected_revision, &scope).await
+                })
             })
             .await
     }
@@ -132,10 +138,10 @@ impl RegistryStore for SqlRegistry {
             .await
     }
 
-    async fn delete_tool(&self, id: &str) -> Result<ToolRecord> {
-        let id = id.to_owned();
+    async fn delete_tool(&self, id: &str, scope: &TenantScope) -> Result<ToolRecord> {
+        let (id, scope) = (id.to_owned(), scope.clone());
         self.db
-            .write(move |db| Box::pin(async move { rules::delete_tool(db, &id).await }))
+            .write(move |db| Box::pin(async move { rules::delete_tool(db, &id, &scope).await }))
             .await
     }
 
@@ -146,9 +152,10 @@ impl RegistryStore for SqlRegistry {
             .await
     }
 
-    async fn upsert_agent(&self, new: NewAgent) -> Result<AgentRecord> {
+    async fn upsert_agent(&self, new: NewAgent, scope: &TenantScope) -> Result<AgentRecord> {
+        let scope = scope.clone();
         self.db
-            .write(move |db| Box::pin(rules::upsert_agent(db, new)))
+            .write(move |db| Box::pin(async move { rules::upsert_agent(db, new, &scope).await }))
             .await
     }
 
@@ -178,8 +185,11 @@ impl RegistryStore for SqlRegistry {
             .await
     }
 
-    async fn list_users(&self) -> Result<Vec<UserRecord>> {
-        self.db.read(move |db| Box::pin(rules::users(db))).await
+    async fn list_users(&self, scope: &TenantScope) -> Result<Vec<UserRecord>> {
+        let scope = scope.clone();
+        self.db
+            .read(move |db| Box::pin(async move { rules::users(db, &scope).await }))
+            .await
     }
 
     async fn update_user(
@@ -198,10 +208,12 @@ impl RegistryStore for SqlRegistry {
             .await
     }
 
-    async fn delete_user(&self, username: &str) -> Result<()> {
-        let username = username.to_owned();
+    async fn delete_user(&self, username: &str, scope: &TenantScope) -> Result<()> {
+        let (username, scope) = (username.to_owned(), scope.clone());
         self.db
-            .write(move |db| Box::pin(async move { rules::delete_user(db, &username).await }))
+            .write(move |db| {
+                Box::pin(async move { rules::delete_user(db, &username, &scope).await })
+            })
             .await
     }
 

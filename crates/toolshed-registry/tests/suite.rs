@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde_json::json;
 use toolshed_registry::{
     AgentStatus, MAX_PER_PAGE, NewAgent, NewSandboxExecution, NewTool, NewUser, RegistryCode,
-    RegistryError, RegistryStore, SqlRegistry, ToolFilter, ToolStatus,
+    RegistryError, RegistryStore, SqlRegistry, TenantScope, ToolFilter, ToolStatus,
 };
 
 // ---- harness ----
@@ -110,9 +110,20 @@ suite!(
     settings_are_initialised_once,
     json_definitions_round_trip,
     sandbox_executions_are_recorded_and_read_per_tenant,
+    another_tenants_tool_cannot_be_updated_or_deleted,
+    another_tenants_agent_cannot_be_overwritten,
+    users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant,
 );
 
 // ---- helpers ----
+
+/// The tenant the helpers' tools, agents and users belong to.
+const HOME: &str = "acme";
+
+/// The scope of a user of [`HOME`] who is not the organisation's owner.
+fn home() -> TenantScope {
+    TenantScope::Tenant(HOME.to_owned())
+}
 
 fn tool(name: &str) -> NewTool {
     tool_of(name, "function", "manual")
@@ -128,6 +139,7 @@ fn tool_of(name: &str, tool_type: &str, source: &str) -> NewTool {
         version: Some("1.0.0".to_owned()),
         definition: json!({"spec_version": "v1", "name": name, "description": format!("the {name} tool")}),
         created_by: "admin".to_owned(),
+        tenant: HOME.to_owned(),
     }
 }
 
@@ -138,6 +150,7 @@ fn agent(name: &str, tool_ids: &[&str]) -> NewAgent {
         definition: json!({"name": name, "tools": tool_ids}),
         tool_ids: tool_ids.iter().map(|s| (*s).to_owned()).collect(),
         created_by: "deployer".to_owned(),
+        tenant: HOME.to_owned(),
     }
 }
 
@@ -146,7 +159,7 @@ fn user(name: &str, role: &str) -> NewUser {
         username: name.to_owned(),
         password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$salt${name}"),
         role: role.parse().expect("a role"),
-        tenant: "acme".to_owned(),
+        tenant: HOME.to_owned(),
     }
 }
 
@@ -177,6 +190,33 @@ fn conflict_message(result: Result<impl std::fmt::Debug, RegistryError>) -> Stri
         }
         other => panic!("expected Conflict, got {other:?}"),
     }
+}
+
+#[track_caller]
+fn not_owner(
+    result: Result<impl std::fmt::Debug, RegistryError>,
+    what: &str,
+    owner: &str,
+) -> String {
+    match result {
+        Err(e @ RegistryError::NotOwner { .. }) => {
+            assert_eq!(e.code(), RegistryCode::NotOwner);
+            let RegistryError::NotOwner {
+                what: w, owner: o, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((*w, o.as_str()), (what, owner));
+            e.to_string()
+        }
+        other => panic!("expected NotOwner ({what} of `{owner}`), got {other:?}"),
+    }
+}
+
+/// The scope of a user of `tenant` who is not the organisation's owner.
+fn of(tenant: &str) -> TenantScope {
+    TenantScope::Tenant(tenant.to_owned())
 }
 
 // ---- tools ----
@@ -417,7 +457,7 @@ async fn list_tools_pages_and_filters(store: Arc<dyn RegistryStore>) {
 
     // Deleted tools are not listed.
     let gone = store.find_tool_by_name("alpha-00").await.unwrap().unwrap();
-    store.delete_tool(&gone.id).await.unwrap();
+    store.delete_tool(&gone.id, &home()).await.unwrap();
     let after = store.list_tools(&filter()).await.unwrap();
     assert_eq!(after.total, 44);
     assert_eq!(names(&after)[0], "alpha-05");
@@ -435,6 +475,7 @@ async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {
                 ..tool("convert")
             },
             Some(1),
+            &home(),
         )
         .await
         .unwrap();
@@ -454,6 +495,7 @@ async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {
                 ..tool("convert")
             },
             None,
+            &home(),
         )
         .await
         .unwrap();
@@ -477,19 +519,31 @@ async fn stale_revisions_and_renames_conflict(store: Arc<dyn RegistryStore>) {
     let a = store.create_tool(tool("alpha")).await.unwrap();
     let b = store.create_tool(tool("beta")).await.unwrap();
     store
-        .update_tool(&a.id, tool("alpha"), Some(1))
+        .update_tool(&a.id, tool("alpha"), Some(1), &home())
         .await
         .unwrap();
 
-    let message = conflict_message(store.update_tool(&a.id, tool("alpha"), Some(1)).await);
+    let message = conflict_message(
+        store
+            .update_tool(&a.id, tool("alpha"), Some(1), &home())
+            .await,
+    );
     assert_eq!(
         message,
         "tool `alpha` is at revision 2, not 1: reload it and try again"
     );
-    conflict_message(store.update_tool(&a.id, tool("alpha"), Some(7)).await);
+    conflict_message(
+        store
+            .update_tool(&a.id, tool("alpha"), Some(7), &home())
+            .await,
+    );
 
     // Renaming onto another active tool's name.
-    let message = conflict_message(store.update_tool(&a.id, tool("beta"), Some(2)).await);
+    let message = conflict_message(
+        store
+            .update_tool(&a.id, tool("beta"), Some(2), &home())
+            .await,
+    );
     assert!(
         message.contains("a tool named `beta` is already registered"),
         "{message}"
@@ -502,7 +556,7 @@ async fn stale_revisions_and_renames_conflict(store: Arc<dyn RegistryStore>) {
 
     // Renaming onto a free name (or keeping one's own) works; the old name is free.
     let renamed = store
-        .update_tool(&a.id, tool("gamma"), Some(2))
+        .update_tool(&a.id, tool("gamma"), Some(2), &home())
         .await
         .unwrap();
     assert_eq!((renamed.name.as_str(), renamed.revision), ("gamma", 3));
@@ -522,19 +576,21 @@ async fn stale_revisions_and_renames_conflict(store: Arc<dyn RegistryStore>) {
 async fn delete_frees_the_name_and_keeps_the_versions(store: Arc<dyn RegistryStore>) {
     let v1 = store.create_tool(tool("scraper")).await.unwrap();
     let v2 = store
-        .update_tool(&v1.id, tool("scraper"), None)
+        .update_tool(&v1.id, tool("scraper"), None, &home())
         .await
         .unwrap();
-    let deleted = store.delete_tool(&v1.id).await.unwrap();
+    let deleted = store.delete_tool(&v1.id, &home()).await.unwrap();
     assert_eq!(deleted.status, ToolStatus::Deleted);
     assert_eq!((deleted.id.as_str(), deleted.revision), (v1.id.as_str(), 2));
     assert_eq!(deleted.definition, v2.definition);
 
     assert_not_found(store.get_tool(&v1.id).await, "tool", &v1.id);
     assert_not_found(store.tool_usage(&v1.id).await, "tool", &v1.id);
-    assert_not_found(store.delete_tool(&v1.id).await, "tool", &v1.id);
+    assert_not_found(store.delete_tool(&v1.id, &home()).await, "tool", &v1.id);
     assert_not_found(
-        store.update_tool(&v1.id, tool("scraper"), None).await,
+        store
+            .update_tool(&v1.id, tool("scraper"), None, &home())
+            .await,
         "tool",
         &v1.id,
     );
@@ -561,7 +617,7 @@ async fn delete_frees_the_name_and_keeps_the_versions(store: Arc<dyn RegistrySto
     );
     assert_eq!(store.tool_versions(&v1.id).await.unwrap().len(), 2);
     // Deleted again, and registered a third time.
-    store.delete_tool(&reborn.id).await.unwrap();
+    store.delete_tool(&reborn.id, &home()).await.unwrap();
     let third = store.create_tool(tool("scraper")).await.unwrap();
     assert_eq!(store.list_tools(&filter()).await.unwrap().items, [third]);
 }
@@ -575,7 +631,7 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
 
     // Edges are sorted and deduplicated.
     let a = store
-        .upsert_agent(agent("support-bot", &[&t2.id, &t1.id, &t2.id]))
+        .upsert_agent(agent("support-bot", &[&t2.id, &t1.id, &t2.id]), &home())
         .await
         .unwrap();
     let mut expected = vec![t1.id.clone(), t2.id.clone()];
@@ -585,7 +641,7 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     assert_eq!(a.framework, "langgraph");
     assert_eq!(uuid::Uuid::parse_str(&a.id).unwrap().get_version_num(), 7);
     let b = store
-        .upsert_agent(agent("billing-bot", &[&t2.id]))
+        .upsert_agent(agent("billing-bot", &[&t2.id]), &home())
         .await
         .unwrap();
 
@@ -614,10 +670,13 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
 
     // Registering the name again: same id, same creation time, edges replaced.
     let again = store
-        .upsert_agent(NewAgent {
-            framework: "crewai".into(),
-            ..agent("support-bot", &[&t3.id])
-        })
+        .upsert_agent(
+            NewAgent {
+                framework: "crewai".into(),
+                ..agent("support-bot", &[&t3.id])
+            },
+            &home(),
+        )
         .await
         .unwrap();
     assert_eq!(again.id, a.id);
@@ -640,7 +699,7 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     // An unknown tool id: NotFound, and nothing changed (the write is atomic).
     assert_not_found(
         store
-            .upsert_agent(agent("support-bot", &[&t1.id, "no-such-tool"]))
+            .upsert_agent(agent("support-bot", &[&t1.id, "no-such-tool"]), &home())
             .await,
         "tool",
         "no-such-tool",
@@ -648,7 +707,7 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     assert_eq!(store.get_agent(&a.id).await.unwrap(), again);
     assert_not_found(
         store
-            .upsert_agent(agent("new-bot", &["no-such-tool"]))
+            .upsert_agent(agent("new-bot", &["no-such-tool"]), &home())
             .await,
         "tool",
         "no-such-tool",
@@ -656,22 +715,31 @@ async fn agents_upsert_by_name_and_replace_their_edges(store: Arc<dyn RegistrySt
     assert_not_found(store.get_agent("new-bot").await, "agent", "new-bot");
 
     // No tools at all is fine.
-    let empty = store.upsert_agent(agent("idle-bot", &[])).await.unwrap();
+    let empty = store
+        .upsert_agent(agent("idle-bot", &[]), &home())
+        .await
+        .unwrap();
     assert!(empty.tool_ids.is_empty());
     assert_eq!(store.get_agent(&empty.id).await.unwrap(), empty);
 
     // An agent named like another agent's id: the id wins.
-    let lookalike = store.upsert_agent(agent(&b.id, &[])).await.unwrap();
+    let lookalike = store
+        .upsert_agent(agent(&b.id, &[]), &home())
+        .await
+        .unwrap();
     assert_eq!(store.get_agent(&b.id).await.unwrap().name, "billing-bot");
     assert_eq!(store.get_agent(&lookalike.id).await.unwrap(), lookalike);
 }
 
 async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore>) {
     let old = store.create_tool(tool("lookup")).await.unwrap();
-    let bot = store.upsert_agent(agent("bot", &[&old.id])).await.unwrap();
+    let bot = store
+        .upsert_agent(agent("bot", &[&old.id]), &home())
+        .await
+        .unwrap();
     // An update keeps the id, so the edge holds.
     store
-        .update_tool(&old.id, tool("lookup"), None)
+        .update_tool(&old.id, tool("lookup"), None, &home())
         .await
         .unwrap();
     assert_eq!(
@@ -680,10 +748,12 @@ async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore
     );
 
     // Deleted: no usage answer, and no new edges to it.
-    store.delete_tool(&old.id).await.unwrap();
+    store.delete_tool(&old.id, &home()).await.unwrap();
     assert_not_found(store.tool_usage(&old.id).await, "tool", &old.id);
     assert_not_found(
-        store.upsert_agent(agent("other", &[&old.id])).await,
+        store
+            .upsert_agent(agent("other", &[&old.id]), &home())
+            .await,
         "tool",
         &old.id,
     );
@@ -697,7 +767,10 @@ async fn usage_follows_deletes_and_re_registrations(store: Arc<dyn RegistryStore
     let new = store.create_tool(tool("lookup")).await.unwrap();
     assert!(store.tool_usage(&new.id).await.unwrap().is_empty());
     // …until the agent is registered again against it.
-    let bot2 = store.upsert_agent(agent("bot", &[&new.id])).await.unwrap();
+    let bot2 = store
+        .upsert_agent(agent("bot", &[&new.id]), &home())
+        .await
+        .unwrap();
     assert_eq!(bot2.id, bot.id);
     assert_eq!(bot2.tool_ids, std::slice::from_ref(&new.id));
     let usage = store.tool_usage(&new.id).await.unwrap();
@@ -718,7 +791,7 @@ async fn agents_page_by_name(store: Arc<dyn RegistryStore>) {
             vec![]
         };
         store
-            .upsert_agent(agent(&format!("agent-{i:02}"), &tools))
+            .upsert_agent(agent(&format!("agent-{i:02}"), &tools), &home())
             .await
             .unwrap();
     }
@@ -750,7 +823,13 @@ async fn agents_page_by_name(store: Arc<dyn RegistryStore>) {
 
 async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.count_users().await.unwrap(), 0);
-    assert!(store.list_users().await.unwrap().is_empty());
+    assert!(
+        store
+            .list_users(&TenantScope::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let admin = store.create_user(user("admin", "admin")).await.unwrap();
     assert_eq!(admin.role, toolshed_auth::Role::Admin);
     assert_eq!(admin.tenant, "acme");
@@ -764,7 +843,7 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.get_user("Admin").await.unwrap(), None);
     assert_eq!(store.get_user("nobody").await.unwrap(), None);
     let listed: Vec<String> = store
-        .list_users()
+        .list_users(&TenantScope::All)
         .await
         .unwrap()
         .into_iter()
@@ -809,8 +888,8 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
         "user",
         "nobody",
     );
-    store.delete_user("carol").await.unwrap();
-    assert_not_found(store.delete_user("carol").await, "user", "carol");
+    store.delete_user("carol", &home()).await.unwrap();
+    assert_not_found(store.delete_user("carol", &home()).await, "user", "carol");
     assert_eq!(store.get_user("carol").await.unwrap(), None);
     assert_eq!(store.count_users().await.unwrap(), 2);
     // The name is free again.
@@ -818,29 +897,239 @@ async fn users_crud_and_conflicts(store: Arc<dyn RegistryStore>) {
     assert_eq!(store.count_users().await.unwrap(), 3);
 }
 
+// ---- tenants ----
+
+async fn another_tenants_tool_cannot_be_updated_or_deleted(store: Arc<dyn RegistryStore>) {
+    let mine = store.create_tool(tool("lookup")).await.unwrap();
+    assert_eq!(mine.tenant, HOME);
+    assert_eq!(store.get_tool(&mine.id).await.unwrap().tenant, HOME);
+    // Reads are organisation-wide: listing and finding show the owner to everyone.
+    assert_eq!(
+        store.list_tools(&filter()).await.unwrap().items[0].tenant,
+        HOME
+    );
+
+    // Another tenant's update and delete are refused, naming the owner; nothing changes.
+    let theirs = NewTool {
+        description: "hijacked".into(),
+        tenant: "globex".into(),
+        ..tool("lookup")
+    };
+    let message = not_owner(
+        store
+            .update_tool(&mine.id, theirs.clone(), None, &of("globex"))
+            .await,
+        "tool",
+        HOME,
+    );
+    assert!(
+        message.contains("tool `lookup` belongs to tenant `acme`"),
+        "{message}"
+    );
+    not_owner(
+        store
+            .update_tool(&mine.id, theirs.clone(), Some(1), &of("globex"))
+            .await,
+        "tool",
+        HOME,
+    );
+    not_owner(
+        store.delete_tool(&mine.id, &of("globex")).await,
+        "tool",
+        HOME,
+    );
+    assert_eq!(store.get_tool(&mine.id).await.unwrap(), mine);
+    assert_eq!(store.tool_versions(&mine.id).await.unwrap().len(), 1);
+
+    // Registering the name again from another tenant is a conflict naming the owner.
+    let message = conflict_message(store.create_tool(theirs.clone()).await);
+    assert!(
+        message.contains("by tenant `acme`") && message.contains("choose another name"),
+        "{message}"
+    );
+
+    // The owner's update keeps the owner, whatever tenant the new revision names; so
+    // does an update by a scope of every tenant (the organisation's owner).
+    let v2 = store
+        .update_tool(&mine.id, theirs.clone(), Some(1), &home())
+        .await
+        .unwrap();
+    assert_eq!((v2.revision, v2.tenant.as_str()), (2, HOME));
+    let v3 = store
+        .update_tool(&mine.id, theirs, Some(2), &TenantScope::All)
+        .await
+        .unwrap();
+    assert_eq!((v3.revision, v3.tenant.as_str()), (3, HOME));
+    assert_eq!(store.get_tool(&mine.id).await.unwrap().tenant, HOME);
+    let versions = store.tool_versions(&mine.id).await.unwrap();
+    assert!(versions.iter().all(|v| v.tenant == HOME), "{versions:?}");
+
+    // A tool of another tenant is theirs to change, and the organisation's owner's.
+    let other = store
+        .create_tool(NewTool {
+            tenant: "globex".into(),
+            ..tool("scraper")
+        })
+        .await
+        .unwrap();
+    assert_eq!(other.tenant, "globex");
+    not_owner(
+        store.delete_tool(&other.id, &home()).await,
+        "tool",
+        "globex",
+    );
+    let gone = store
+        .delete_tool(&other.id, &TenantScope::All)
+        .await
+        .unwrap();
+    assert_eq!(
+        (gone.status, gone.tenant.as_str()),
+        (ToolStatus::Deleted, "globex")
+    );
+    store.delete_tool(&mine.id, &home()).await.unwrap();
+}
+
+async fn another_tenants_agent_cannot_be_overwritten(store: Arc<dyn RegistryStore>) {
+    let t = store.create_tool(tool("lookup")).await.unwrap();
+    let mine = store
+        .upsert_agent(agent("support-bot", &[&t.id]), &home())
+        .await
+        .unwrap();
+    assert_eq!(mine.tenant, HOME);
+
+    // Another tenant registering the same name is refused, naming the owner; the agent
+    // and its edges are as they were.
+    let theirs = NewAgent {
+        framework: "crewai".into(),
+        tenant: "globex".into(),
+        ..agent("support-bot", &[])
+    };
+    let message = not_owner(
+        store.upsert_agent(theirs.clone(), &of("globex")).await,
+        "agent",
+        HOME,
+    );
+    assert!(
+        message.contains("agent `support-bot` belongs to tenant `acme`"),
+        "{message}"
+    );
+    assert_eq!(store.get_agent("support-bot").await.unwrap(), mine);
+    assert_eq!(store.tool_usage(&t.id).await.unwrap().len(), 1);
+
+    // Its own tenant, and a scope of every tenant, replace it; the owner stays.
+    let again = store.upsert_agent(theirs.clone(), &home()).await.unwrap();
+    assert_eq!(
+        (again.id.as_str(), again.tenant.as_str()),
+        (mine.id.as_str(), HOME)
+    );
+    let by_owner = store
+        .upsert_agent(agent("support-bot", &[&t.id]), &TenantScope::All)
+        .await
+        .unwrap();
+    assert_eq!(by_owner.tenant, HOME);
+    assert_eq!(store.get_agent(&mine.id).await.unwrap().tenant, HOME);
+
+    // A new name is the registrant's tenant's.
+    let new = store
+        .upsert_agent(
+            NewAgent {
+                tenant: "globex".into(),
+                ..agent("billing-bot", &[&t.id])
+            },
+            &of("globex"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(new.tenant, "globex");
+    let page = store.list_agents(1, 20).await.unwrap();
+    let owners: Vec<(&str, &str)> = page
+        .items
+        .iter()
+        .map(|a| (a.name.as_str(), a.tenant.as_str()))
+        .collect();
+    assert_eq!(owners, [("billing-bot", "globex"), ("support-bot", HOME)]);
+}
+
+async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
+    store: Arc<dyn RegistryStore>,
+) {
+    store.create_user(user("ann", "admin")).await.unwrap();
+    store.create_user(user("root", "owner")).await.unwrap();
+    store
+        .create_user(NewUser {
+            tenant: "globex".into(),
+            ..user("gus", "deployer")
+        })
+        .await
+        .unwrap();
+    let names = |users: Vec<toolshed_registry::UserRecord>| -> Vec<String> {
+        users.into_iter().map(|u| u.username).collect()
+    };
+    assert_eq!(
+        names(store.list_users(&home()).await.unwrap()),
+        ["ann", "root"]
+    );
+    assert_eq!(
+        names(store.list_users(&of("globex")).await.unwrap()),
+        ["gus"]
+    );
+    assert!(store.list_users(&of("initech")).await.unwrap().is_empty());
+    assert_eq!(
+        names(store.list_users(&TenantScope::All).await.unwrap()),
+        ["ann", "gus", "root"]
+    );
+
+    // Another tenant's user is not found, as if unknown, and stays.
+    assert_not_found(store.delete_user("gus", &home()).await, "user", "gus");
+    assert!(store.get_user("gus").await.unwrap().is_some());
+    // An organisation owner is removed only by a scope of every tenant.
+    match store.delete_user("root", &home()).await {
+        Err(e @ RegistryError::OwnerOnly(_)) => {
+            assert_eq!(e.code(), RegistryCode::NotOwner);
+            assert!(e.to_string().contains("only an owner can remove it"), "{e}");
+        }
+        other => panic!("expected OwnerOnly, got {other:?}"),
+    }
+    assert!(store.get_user("root").await.unwrap().is_some());
+    store.delete_user("gus", &of("globex")).await.unwrap();
+    store.delete_user("root", &TenantScope::All).await.unwrap();
+    assert_eq!(
+        names(store.list_users(&TenantScope::All).await.unwrap()),
+        ["ann"]
+    );
+}
+
 // ---- errors ----
 
 async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
     let id = uuid::Uuid::now_v7().to_string();
     assert_not_found(store.get_tool(&id).await, "tool", &id);
-    assert_not_found(store.update_tool(&id, tool("x"), None).await, "tool", &id);
     assert_not_found(
-        store.update_tool(&id, tool("x"), Some(1)).await,
+        store.update_tool(&id, tool("x"), None, &home()).await,
+        "tool",
+        &id,
+    );
+    assert_not_found(
+        store.update_tool(&id, tool("x"), Some(1), &home()).await,
         "tool",
         &id,
     );
     assert_not_found(store.tool_versions(&id).await, "tool", &id);
-    assert_not_found(store.delete_tool(&id).await, "tool", &id);
+    assert_not_found(store.delete_tool(&id, &home()).await, "tool", &id);
     assert_not_found(store.tool_usage(&id).await, "tool", &id);
     assert_not_found(store.get_agent(&id).await, "agent", &id);
     assert_not_found(store.get_agent("no-agent").await, "agent", "no-agent");
-    assert_not_found(store.upsert_agent(agent("a", &[&id])).await, "tool", &id);
+    assert_not_found(
+        store.upsert_agent(agent("a", &[&id]), &home()).await,
+        "tool",
+        &id,
+    );
     assert_not_found(
         store.update_user("ghost", None, None).await,
         "user",
         "ghost",
     );
-    assert_not_found(store.delete_user("ghost").await, "user", "ghost");
+    assert_not_found(store.delete_user("ghost", &home()).await, "user", "ghost");
     assert_eq!(store.find_tool_by_name("x").await.unwrap(), None);
     let e = store.get_tool(&id).await.unwrap_err();
     assert_eq!(e.code().as_str(), "NOT_FOUND");
@@ -969,10 +1258,13 @@ async fn json_definitions_round_trip(store: Arc<dyn RegistryStore>) {
         definition
     );
     let a = store
-        .upsert_agent(NewAgent {
-            definition: definition.clone(),
-            ..agent("weird-agent", &[&created.id])
-        })
+        .upsert_agent(
+            NewAgent {
+                definition: definition.clone(),
+                ..agent("weird-agent", &[&created.id])
+            },
+            &home(),
+        )
         .await
         .unwrap();
     assert_eq!(store.get_agent(&a.id).await.unwrap().definition, definition);
@@ -1157,15 +1449,18 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
         let t = a.create_tool(tool("shared")).await.unwrap();
         assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
-        let updated = b.update_tool(&t.id, tool("shared"), Some(1)).await.unwrap();
+        let updated = b
+            .update_tool(&t.id, tool("shared"), Some(1), &home())
+            .await
+            .unwrap();
         assert_eq!(a.get_tool(&t.id).await.unwrap(), updated);
-        conflict_message(a.update_tool(&t.id, tool("shared"), Some(1)).await);
+        conflict_message(a.update_tool(&t.id, tool("shared"), Some(1), &home()).await);
 
         // Writers from both handles at once: every write lands, none fails busy, and of
         // two registrations of one name exactly one wins.
@@ -1250,6 +1545,80 @@ mod sqlite_only {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 
+    /// A registry written before tools had owners (schema version 2), made by hand from
+    /// the first two migrations: its tools, their revisions and its agents migrate to
+    /// the default tenant, and the seeded `admin` becomes the organisation's owner while
+    /// other admins stay admins.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rows_from_before_tenants_migrate_to_the_default_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("toolshed.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(concat!(
+                "CREATE TABLE toolshed_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+                include_str!("../migrations/sqlite/0001_registry.sql"),
+                include_str!("../migrations/sqlite/0002_sandbox_executions.sql"),
+                "INSERT INTO toolshed_meta VALUES ('registry_schema_version', '2');
+                 INSERT INTO registry_tools VALUES ('t1', 'lookup', 'd', 'function', 'cli',
+                     'active', NULL, NULL, 1, '{}', 'ann', 1, 1);
+                 INSERT INTO registry_tool_versions (tool_id, revision, name, description,
+                     tool_type, source, status, endpoint, version, definition, created_by,
+                     created_at_ms, updated_at_ms)
+                     SELECT id, revision, name, description, tool_type, source, status,
+                     endpoint, version, definition, created_by, created_at_ms, updated_at_ms
+                     FROM registry_tools;
+                 INSERT INTO registry_agents VALUES ('a1', 'bot', 'langgraph', 'registered',
+                     '{}', 'ann', 1, 1);
+                 INSERT INTO registry_users VALUES ('admin', 'h', 'admin', 'default', 1, 1);
+                 INSERT INTO registry_users VALUES ('ann', 'h', 'admin', 'default', 1, 1);
+                 INSERT INTO registry_users VALUES ('gus', 'h', 'admin', 'globex', 1, 1);"
+            ))
+            .unwrap();
+        }
+        let store = sqlite_at(&path).await.unwrap();
+        assert_eq!(store.applied_migrations(), [3]);
+        assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
+        assert_eq!(
+            store.tool_versions("t1").await.unwrap()[0].tenant,
+            "default"
+        );
+        assert_eq!(store.get_agent("bot").await.unwrap().tenant, "default");
+        let roles: Vec<(String, String)> = store
+            .list_users(&TenantScope::All)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.username, u.role.to_string()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("admin".to_owned(), "owner".to_owned()),
+                ("ann".to_owned(), "admin".to_owned()),
+                ("gus".to_owned(), "admin".to_owned())
+            ]
+        );
+        // Default-tenant users still change the migrated tool; others cannot.
+        not_owner(
+            store.delete_tool("t1", &of("globex")).await,
+            "tool",
+            "default",
+        );
+        store
+            .update_tool(
+                "t1",
+                NewTool {
+                    tenant: "default".into(),
+                    ..tool("lookup")
+                },
+                Some(1),
+                &of("default"),
+            )
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_newer_registry_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -1264,7 +1633,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (2)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (3)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1395,7 +1764,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1431,6 +1800,46 @@ mod postgres_only {
         .await;
     }
 
+    /// Two tenants registering one new agent name at once, from two handles (two
+    /// connections): exactly one registers it, the other is refused naming the winner's
+    /// tenant, and the stored agent is the winner's. The check is in the upsert
+    /// statement itself, so neither can overwrite the other's first registration.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_tenants_racing_for_one_agent_name_cannot_overwrite_each_other() {
+        with_schema(|_admin, schema| async move {
+            let url = postgres_url();
+            let a = postgres_in(&url, &schema).await.unwrap();
+            let b = postgres_in(&url, &schema).await.unwrap();
+            let (acme, globex) = (of("acme"), of("globex"));
+            for round in 0..20 {
+                let name = format!("contested-{round}");
+                let (x, y) = tokio::join!(
+                    a.upsert_agent(
+                        NewAgent {
+                            tenant: "acme".into(),
+                            ..agent(&name, &[])
+                        },
+                        &acme
+                    ),
+                    b.upsert_agent(
+                        NewAgent {
+                            tenant: "globex".into(),
+                            ..agent(&name, &[])
+                        },
+                        &globex
+                    )
+                );
+                let (winner, loser) = match (x, y) {
+                    (Ok(w), Err(e)) | (Err(e), Ok(w)) => (w, e),
+                    other => panic!("expected one winner, got {other:?}"),
+                };
+                not_owner(Err::<(), _>(loser), "agent", &winner.tenant);
+                assert_eq!(a.get_agent(&name).await.unwrap(), winner);
+            }
+        })
+        .await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn journal_and_registry_share_a_schema_in_either_order() {
         for journal_first in [true, false] {
@@ -1446,7 +1855,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2]);
-                assert_eq!(registry.applied_migrations(), [1, 2]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

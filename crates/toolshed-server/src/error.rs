@@ -163,6 +163,9 @@ impl From<RegistryError> for ApiError {
         match &e {
             RegistryError::NotFound { .. } => ApiError::not_found(e.to_string()),
             RegistryError::Conflict(_) => ApiError::conflict(e.to_string()),
+            RegistryError::NotOwner { .. } | RegistryError::OwnerOnly(_) => {
+                ApiError::new(ApiCode::NotOwner, e.to_string())
+            }
             RegistryError::Unavailable { .. } => ApiError::new(
                 ApiCode::RegistryUnavailable,
                 "the registry database is unavailable; try again",
@@ -310,6 +313,16 @@ mod tests {
             message: "down".into(),
         });
         assert_eq!(e.code(), ApiCode::RegistryUnavailable);
+        let e = ApiError::from(RegistryError::NotOwner {
+            what: "tool",
+            name: "lookup".into(),
+            owner: "acme".into(),
+        });
+        assert_eq!(
+            (e.status(), e.code()),
+            (StatusCode::FORBIDDEN, ApiCode::NotOwner)
+        );
+        assert!(e.message().contains("tenant `acme`"), "{}", e.message());
         let e = ApiError::from(AuthError::Expired);
         assert_eq!(e.code(), ApiCode::Unauthenticated);
         let e = ApiError::from(RuntimeError::Startup("refused".into()));

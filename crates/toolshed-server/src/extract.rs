@@ -126,3 +126,24 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Query<T
             })
     }
 }
+
+/// A bounded integer query parameter: absent → `default`; outside `min..=max` → 400
+/// `INVALID_QUERY` naming the parameter and its range. Out-of-range values are refused
+/// rather than clamped, so a script asking for `per_page=100000` learns the limit
+/// instead of silently getting 500 items (the document declares the same bounds).
+pub fn bounded(
+    name: &str,
+    value: Option<u32>,
+    default: u32,
+    range: std::ops::RangeInclusive<u32>,
+) -> Result<u32, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if range.contains(&v) => Ok(v),
+        Some(v) => Err(ApiError::invalid_query(format!(
+            "`{name}={v}` is out of range: give {name} from {} to {} (default {default})",
+            range.start(),
+            range.end()
+        ))),
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! The registry server: one organisation-wide catalogue of tools and agents over HTTP,
 //! on top of the durable runtime. Every execution is a run in the journal; every route
-//! is behind a bearer token (roles viewer < deployer < admin); every answer is
+//! is behind a bearer token (roles viewer < deployer < admin < owner); every answer is
 //! `{"data": …}` and every error `{"error": {"code", "message", "details"}}`, never a
 //! bare 500 for a bad request.
 //!
@@ -42,6 +42,7 @@ mod extract;
 pub mod routes;
 pub mod sandbox;
 mod state;
+mod tenancy;
 mod tools;
 mod views;
 
@@ -307,8 +308,9 @@ fn check_sandbox_settings(config: &mut ServerConfig) -> Result<(), ServerError> 
     sandbox.validate().map_err(ServerError::SandboxSettings)
 }
 
-/// Create the admin account and register the stdlib tools when the database has no
-/// users yet.
+/// Create the first account and register the stdlib tools when the database has no
+/// users yet. The first account, `admin`, is the organisation's `owner` (it manages
+/// every tenant; the admins it adds manage their own tenant's users only).
 async fn seed(state: &AppState) -> Result<Seeded, ServerError> {
     let registry = state.registry();
     let mut seeded = Seeded::default();
@@ -346,7 +348,7 @@ async fn seed(state: &AppState) -> Result<Seeded, ServerError> {
         .create_user(NewUser {
             username: "admin".into(),
             password_hash: hash,
-            role: Role::Admin,
+            role: Role::Owner,
             tenant: DEFAULT_TENANT.into(),
         })
         .await
@@ -382,11 +384,12 @@ async fn seed_stdlib(
                 name: tool.name().to_owned(),
                 description: tool.spec().description.clone(),
                 tool_type: "function".into(),
-                source: "stdlib".into(),
+                source: crate::tools::STDLIB_SOURCE.into(),
                 endpoint: file.endpoint.clone(),
                 version: file.version.clone(),
                 definition,
                 created_by: "toolshed".into(),
+                tenant: DEFAULT_TENANT.into(),
             })
             .await
         {

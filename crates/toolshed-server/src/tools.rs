@@ -31,6 +31,10 @@ pub struct Registration {
     pub infer_description: bool,
 }
 
+/// The source of the tools the server registers itself (the stdlib's); no client may
+/// claim it.
+pub const STDLIB_SOURCE: &str = "stdlib";
+
 /// The placeholder description of a tool whose description is inferred.
 const INFERRED: &str = "(inferred from the code)";
 
@@ -43,6 +47,14 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
     };
     let source = match map.remove("source") {
         None | Some(Value::Null) => "manual".to_owned(),
+        // The server's own tools are registered by the server alone: a client claiming
+        // the source would pass its code off as built-in.
+        Some(Value::String(s)) if s == STDLIB_SOURCE => {
+            return Err(ApiError::field(
+                "source",
+                "`stdlib` is reserved for the tools the server registers itself; leave `source` out (it is `manual` then) or use another, e.g. `cli`",
+            ));
+        }
         Some(Value::String(s)) if valid_source(&s) => s,
         Some(other) => {
             return Err(ApiError::field(
@@ -239,8 +251,9 @@ pub async fn complete_registration(
     Ok(reg)
 }
 
-/// The store's form of a registration.
-pub fn new_tool(reg: &Registration, created_by: &str) -> Result<NewTool, ApiError> {
+/// The store's form of a registration by `created_by` of `tenant` (the owner of a new
+/// tool; an update keeps the stored owner).
+pub fn new_tool(reg: &Registration, created_by: &str, tenant: &str) -> Result<NewTool, ApiError> {
     let definition = serde_json::to_value(&reg.file)
         .map_err(|e| ApiError::internal("cannot serialize a tool definition", e))?;
     Ok(NewTool {
@@ -256,6 +269,7 @@ pub fn new_tool(reg: &Registration, created_by: &str) -> Result<NewTool, ApiErro
         version: reg.file.version.clone(),
         definition,
         created_by: created_by.to_owned(),
+        tenant: tenant.to_owned(),
     })
 }
 

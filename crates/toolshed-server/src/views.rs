@@ -44,6 +44,7 @@ pub fn tool_summary(t: &ToolRecord) -> ToolSummary {
         endpoint: t.endpoint.clone(),
         version: t.version.clone(),
         revision: t.revision,
+        tenant: t.tenant.clone(),
         created_at: time(t.created_at_ms),
         updated_at: time(t.updated_at_ms),
     }
@@ -81,6 +82,7 @@ pub fn agent(a: AgentRecord) -> AgentView {
         name: a.name,
         framework: a.framework,
         status: agent_status(a.status),
+        tenant: a.tenant,
         tool_ids: a.tool_ids,
         definition: a.definition,
         created_by: a.created_by,
@@ -215,6 +217,7 @@ pub fn role(r: toolshed_auth::Role) -> toolshed_api::views::Role {
         toolshed_auth::Role::Viewer => Wire::Viewer,
         toolshed_auth::Role::Deployer => Wire::Deployer,
         toolshed_auth::Role::Admin => Wire::Admin,
+        toolshed_auth::Role::Owner => Wire::Owner,
     }
 }
 

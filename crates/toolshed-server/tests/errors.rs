@@ -338,3 +338,38 @@ async fn field_problems_and_violations_have_one_details_shape_each() {
     );
     s.stop().await;
 }
+
+/// `page=0`, `per_page=0`, `per_page=100000` and `limit=0` were silently accepted (and
+/// clamped): each is now a 400 naming the parameter and its range, as the document says.
+#[tokio::test]
+async fn paging_parameters_out_of_range_are_refused_naming_them() {
+    let s = TestServer::start().await;
+    for (path, name) in [
+        ("/api/v1/registry/tools?per_page=0", "per_page"),
+        ("/api/v1/registry/tools?per_page=100000", "per_page"),
+        ("/api/v1/registry/tools?page=0", "page"),
+        ("/api/v1/registry/agents?per_page=501", "per_page"),
+        ("/api/v1/tools/sandbox/executions?page=0", "page"),
+        ("/api/v1/runs?limit=0", "limit"),
+        ("/api/v1/runs?limit=1001", "limit"),
+    ] {
+        let (status, answer) = s.call("GET", path, Some(&s.admin), None).await;
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "INVALID_QUERY", "{path}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`{name}=")) && message.contains(" to "),
+            "{path}: the message names the parameter and its range: {message}"
+        );
+    }
+    // The bounds themselves are accepted.
+    for path in [
+        "/api/v1/registry/tools?per_page=500&page=1",
+        "/api/v1/registry/tools?per_page=1",
+        "/api/v1/runs?limit=1000",
+    ] {
+        let (status, answer) = s.call("GET", path, Some(&s.admin), None).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+    }
+    s.stop().await;
+}

@@ -81,10 +81,10 @@ pub enum ToolCommand {
         #[arg(long)]
         source: Option<String>,
         /// The page, from 1.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         page: u32,
-        /// Tools per page (at most 500).
-        #[arg(long, default_value_t = 20)]
+        /// Tools per page, 1 to 500.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=500))]
         per_page: u32,
     },
     /// Show a tool with its schemas.

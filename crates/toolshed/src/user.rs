@@ -20,7 +20,8 @@ pub enum UserCommand {
         /// The user name: 1-64 letters, digits, `.`, `_`, `-` or `@`.
         name: String,
         /// viewer (reads the registry), deployer (also runs tools and decides
-        /// approvals) or admin (also manages users).
+        /// approvals), admin (also manages its tenant's users) or owner (manages every
+        /// tenant: its users, tools and agents).
         #[arg(long)]
         role: String,
         /// The password, at least 8 characters (asked for twice without echo when left
@@ -98,7 +99,10 @@ async fn add(
 
 async fn list(database_url: &str, json_out: bool) -> Result<(), Failure> {
     let store = open(database_url).await?;
-    let users = store.list_users().await.map_err(registry_failure)?;
+    let users = store
+        .list_users(&toolshed_registry::TenantScope::All)
+        .await
+        .map_err(registry_failure)?;
     if json_out {
         print_json(&Value::Array(users.iter().map(user_json).collect()));
         return Ok(());

@@ -340,6 +340,25 @@ fn users_are_added_offline_and_roles_are_enforced() {
         .collect();
     assert_eq!(names, ["admin", "vera"]);
     assert!(users[1].get("password_hash").is_none());
+    // The seeded first account is the organisation's owner; `--role owner` adds another.
+    assert_eq!(users[0]["role"], "owner", "{users}");
+    let o = admin.run(&[
+        "user",
+        "add",
+        "olga",
+        "--role",
+        "owner",
+        "--tenant",
+        "acme",
+        "--password",
+        "long-enough",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("added user olga (role owner, tenant acme)"),
+        "{}",
+        stdout(&o)
+    );
 
     // Not logged in: exit 2 and a hint.
     let nobody = server.shell();

@@ -1,17 +1,20 @@
-//! `POST /api/v1/auth/login` and user management (admin only).
+//! `POST /api/v1/auth/login` and user management: an admin manages its own tenant's
+//! users (another tenant's are not listed, and removing one is a 404 as for an unknown
+//! name; adding one there is a 403), the organisation's owner every tenant's.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use toolshed_api::requests::{LoginBody, NewUserBody};
 use toolshed_api::views::{DeletedUser, TokenView, UserView};
-use toolshed_api::{ApiCode, Data, ErrorEnvelope};
+use toolshed_api::{ApiCode, Data, ErrorEnvelope, FieldProblem};
 use toolshed_auth::Role;
 use toolshed_registry::NewUser;
 
+use crate::Json;
 use crate::error::ApiError;
 use crate::extract::{Auth, Body};
 use crate::state::AppState;
-use crate::{DEFAULT_TENANT, Json};
+use crate::tenancy::{scope_of, tenant_of};
 
 /// Exchange a user name and password for a bearer token.
 #[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginBody,
@@ -68,12 +71,13 @@ pub fn check_username(name: &str) -> Result<(), String> {
     }
 }
 
-/// Add a user (admin).
+/// Add a user (admin: to its own tenant; owner: to any tenant, and owners too).
 #[utoipa::path(post, path = "/api/v1/users", tag = "auth", request_body = NewUserBody,
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Added", body = Data<UserView>),
-        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low, or the tenant or role is beyond the caller's (an admin adds users to its own tenant only, and no owner)", body = ErrorEnvelope),
         (status = 409, description = "The name is taken", body = ErrorEnvelope),
         (status = 422, body = ErrorEnvelope),
     ))]
@@ -82,11 +86,29 @@ pub async fn add_user(
     auth: Auth,
     Body(body): Body<NewUserBody>,
 ) -> Result<(StatusCode, Json<Data<UserView>>), ApiError> {
-    auth.require(Role::Admin)?;
+    let claims = auth.require(Role::Admin)?;
     check_username(&body.username).map_err(|m| ApiError::field("username", m))?;
     let role: Role = body.role.parse()?;
-    let tenant = body.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+    let own = tenant_of(claims);
+    let tenant = body.tenant.unwrap_or_else(|| own.to_owned());
     check_username(&tenant).map_err(|m| ApiError::field("tenant", m))?;
+    if !scope_of(claims).allows(&tenant) {
+        return Err(refused(
+            "tenant",
+            format!(
+                "an admin adds users to its own tenant (`{own}`) only, not to `{tenant}`; leave `tenant` out, or ask an organisation owner"
+            ),
+        ));
+    }
+    if role > claims.role {
+        return Err(refused(
+            "role",
+            format!(
+                "you are {}: you cannot add a user with the higher role {role}",
+                claims.role
+            ),
+        ));
+    }
     let password = body.password;
     let hash = tokio::task::spawn_blocking(move || toolshed_auth::hash_password(&password))
         .await
@@ -108,7 +130,7 @@ pub async fn add_user(
     ))
 }
 
-/// List users (admin).
+/// List users (admin: its own tenant's; owner: every tenant's).
 #[utoipa::path(get, path = "/api/v1/users", tag = "auth", security(("bearer" = [])),
     responses(
         (status = 200, body = Data<Vec<UserView>>),
@@ -118,20 +140,23 @@ pub async fn list_users(
     State(state): State<AppState>,
     auth: Auth,
 ) -> Result<Json<Data<Vec<UserView>>>, ApiError> {
-    auth.require(Role::Admin)?;
-    let users = state.registry().list_users().await?;
+    let claims = auth.require(Role::Admin)?;
+    let users = state.registry().list_users(&scope_of(claims)).await?;
     Ok(Json(Data {
         data: users.into_iter().map(crate::views::user).collect(),
     }))
 }
 
-/// Remove a user (admin). You cannot remove yourself.
+/// Remove a user (admin: of its own tenant, another tenant's is a 404 as if unknown,
+/// and never an owner; owner: anyone). You cannot remove yourself.
 #[utoipa::path(delete, path = "/api/v1/users/{username}", tag = "auth", security(("bearer" = [])),
     params(("username" = String, Path, description = "The user name")),
     responses(
         (status = 200, body = Data<DeletedUser>),
-        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
-        (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low, or the user is an organisation owner and you are not", body = ErrorEnvelope),
+        (status = 404, description = "No such user in your tenant", body = ErrorEnvelope),
+        (status = 409, body = ErrorEnvelope),
     ))]
 pub async fn delete_user(
     State(state): State<AppState>,
@@ -144,11 +169,20 @@ pub async fn delete_user(
             "you cannot remove yourself; another admin can",
         ));
     }
-    state.registry().delete_user(&username).await?;
+    state
+        .registry()
+        .delete_user(&username, &scope_of(claims))
+        .await?;
     Ok(Json(Data {
         data: DeletedUser {
             username,
             deleted: true,
         },
     }))
+}
+
+/// A 403 naming the field that asks for more than the caller may give.
+fn refused(field: &str, message: String) -> ApiError {
+    ApiError::new(ApiCode::Forbidden, message.clone())
+        .with_fields(vec![FieldProblem::new(field, message)])
 }

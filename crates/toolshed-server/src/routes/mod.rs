@@ -55,7 +55,10 @@ pub struct ApiDoc;
 
 impl OpenApi for ApiDoc {
     fn openapi() -> utoipa::openapi::OpenApi {
-        api().into_openapi()
+        let mut doc = api().into_openapi();
+        // After the routes are in: `Info`'s own modifiers run before there are any.
+        utoipa::Modify::modify(&CommonAnswers, &mut doc);
+        doc
     }
 }
 
@@ -72,7 +75,7 @@ pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[openapi(
     info(title = "toolshed registry API", description = "Tools and agents for the whole organisation: register, list, execute (as durable runs), approvals and answers; tool code tested in the sandbox. Every answer is `{\"data\": …}`; every error `{\"error\": {\"code\", \"message\", \"details\"}}`, its codes listed in `ApiCode` and in docs/errors.md."),
     components(schemas(toolshed_api::ErrorEnvelope)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &CommonAnswers),
 )]
 struct Info;
 
@@ -90,5 +93,105 @@ impl utoipa::Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// The answers every route of a kind can give, added where a route's own list leaves
+/// them out, and a description for every answer (OpenAPI requires one):
+/// - every route: 500 `INTERNAL` (the database is unreachable, say) and 503 (the
+///   server's time limit, `REQUEST_TIMEOUT`);
+/// - a route behind the bearer scheme: 401 (no, bad or expired token);
+/// - a route with a body: 400 (not JSON), 413 (too large) and 422 (a field is wrong);
+/// - a route with query or path parameters: 400 (a parameter is wrong, or the path
+///   does not decode).
+///
+/// Written once here so a new route cannot forget one: the contract test checks every
+/// answer the test suite provokes against this list.
+struct CommonAnswers;
+
+impl utoipa::Modify for CommonAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{Ref, RefOr, ResponseBuilder};
+        let error = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        utoipa::openapi::Content::new(Some(Ref::from_schema_name("ErrorEnvelope"))),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            let item_has_params = item.parameters.as_ref().is_some_and(|p| !p.is_empty());
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let secured = op.security.as_ref().is_some_and(|s| !s.is_empty());
+                let has_body = op.request_body.is_some();
+                // Query or path parameters: a bad value, or a path that does not
+                // decode, is a 400.
+                let has_params =
+                    item_has_params || op.parameters.as_ref().is_some_and(|ps| !ps.is_empty());
+                let answers = &mut op.responses.responses;
+                let mut add = |status: &str| {
+                    answers
+                        .entry(status.to_owned())
+                        .or_insert_with(|| error(default_description(status)));
+                };
+                add("500");
+                add("503");
+                if secured {
+                    add("401");
+                }
+                if has_body {
+                    add("400");
+                    add("413");
+                    add("422");
+                }
+                if has_params {
+                    add("400");
+                }
+                for (status, answer) in answers.iter_mut() {
+                    if let RefOr::T(answer) = answer
+                        && answer.description.is_empty()
+                    {
+                        answer.description = default_description(status).to_owned();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What an answer of this status means on this API, where a route says no more.
+fn default_description(status: &str) -> &'static str {
+    match status {
+        "200" => "Done",
+        "201" => "Created",
+        "202" => "Accepted: the run is parked or still running",
+        "400" => {
+            "The body is not JSON, or a query parameter is wrong (`INVALID_JSON`, `INVALID_QUERY`)"
+        }
+        "401" => "No token, or a bad or expired one (`UNAUTHENTICATED`)",
+        "403" => "The caller's role or tenant may not do this (`FORBIDDEN`)",
+        "404" => "Not found, or not the caller's tenant's (`NOT_FOUND`)",
+        "409" => "In conflict with the current state (`CONFLICT`)",
+        "413" => "The body is larger than the server's limit (`PAYLOAD_TOO_LARGE`)",
+        "422" => "A field is wrong; every problem is in `details` (`INVALID_BODY`, `INVALID_ARGS`)",
+        "429" => "Too many requests: wait for the `Retry-After` header's seconds",
+        "500" => "The server failed (`INTERNAL`); the request may be retried",
+        "503" => {
+            "The request took longer than the server allows (`REQUEST_TIMEOUT`), or a service the route needs is unavailable"
+        }
+        _ => "See the error code",
     }
 }

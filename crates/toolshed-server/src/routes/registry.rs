@@ -21,6 +21,7 @@ use crate::Json;
 use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
+use crate::tenancy::{scope_of, tenant_of};
 use crate::tools::{
     Registration, complete_registration, find_by_name, find_tool, new_tool, parse_registration,
 };
@@ -31,6 +32,7 @@ pub const REGISTRY_AGENT: &str = "registry";
 
 /// Listing filters.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ToolQuery {
     /// Only this type: `function`, `mcp` or `api`.
@@ -39,9 +41,11 @@ pub struct ToolQuery {
     pub source: Option<String>,
     /// Only names starting with this.
     pub q: Option<String>,
-    /// The page, from 1.
+    /// The page, from 1 (default 1).
+    #[param(minimum = 1)]
     pub page: Option<u32>,
-    /// Items per page (default 20, at most 500).
+    /// Items per page, 1 to 500 (default 20).
+    #[param(minimum = 1, maximum = 500)]
     pub per_page: Option<u32>,
 }
 
@@ -71,7 +75,7 @@ pub async fn create_tool(
     }
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    let new = new_tool(&reg, &claims.sub)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
     Ok((
@@ -111,8 +115,8 @@ pub async fn list_tools(
             tool_type: q.tool_type,
             source: q.source,
             name_prefix: q.q,
-            page: q.page.unwrap_or(1),
-            per_page: q.per_page.unwrap_or(0),
+            page: page_of(q.page)?,
+            per_page: per_page_of(q.per_page)?,
         })
         .await?;
     Ok(Json(views::paged(page, |t| views::tool_summary(&t))))
@@ -144,7 +148,8 @@ pub async fn get_tool(
     responses(
         (status = 200, body = Data<ToolDetail>),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-        (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or the tool is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
+        (status = 404, body = ErrorEnvelope),
         (status = 409, description = "Stale revision or name taken", body = ErrorEnvelope),
         (status = 413, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope),
     ))]
@@ -156,14 +161,25 @@ pub async fn update_tool(
 ) -> Result<Json<Data<ToolDetail>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     let current = find_tool(state.registry().as_ref(), &id).await?;
+    let scope = scope_of(claims);
+    // Refused before any work on the body (completing it may run the code to infer a
+    // schema); the store checks again in the transaction that writes.
+    if !scope.allows(&current.tenant) {
+        return Err(toolshed_registry::RegistryError::NotOwner {
+            what: "tool",
+            name: current.name,
+            owner: current.tenant,
+        }
+        .into());
+    }
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
     let reg = complete_registration(state.dispatcher(), reg).await?;
     check_executable(&state, &reg)?;
-    let new = new_tool(&reg, &claims.sub)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
     let record = state
         .registry()
-        .update_tool(&current.id, new, expected)
+        .update_tool(&current.id, new, expected, &scope)
         .await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, revision = record.revision, by = %claims.sub, "tool updated");
@@ -177,7 +193,8 @@ pub async fn update_tool(
     params(("id" = String, Path, description = "The tool id, or its name")),
     responses(
         (status = 200, body = Data<ToolSummary>),
-        (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or the tool is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope),
     ))]
 pub async fn delete_tool(
@@ -187,7 +204,10 @@ pub async fn delete_tool(
 ) -> Result<Json<Data<ToolSummary>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
     let current = find_tool(state.registry().as_ref(), &id).await?;
-    let record = state.registry().delete_tool(&current.id).await?;
+    let record = state
+        .registry()
+        .delete_tool(&current.id, &scope_of(claims))
+        .await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool deleted");
     Ok(Json(Data {
@@ -374,7 +394,8 @@ pub async fn execute_tool(
     responses(
         (status = 201, body = Data<AgentView>),
         (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
-        (status = 403, body = ErrorEnvelope), (status = 413, body = ErrorEnvelope),
+        (status = 403, description = "The role is too low (`FORBIDDEN`), or an agent of this name is another tenant's (`NOT_OWNER`, naming it)", body = ErrorEnvelope),
+        (status = 413, body = ErrorEnvelope),
         (status = 422, body = ErrorEnvelope),
     ))]
 pub async fn register_agent(
@@ -403,13 +424,17 @@ pub async fn register_agent(
     }
     let record = state
         .registry()
-        .upsert_agent(NewAgent {
-            name: file.name.clone(),
-            framework: file.framework.clone().unwrap_or_default(),
-            definition: body,
-            tool_ids,
-            created_by: claims.sub.clone(),
-        })
+        .upsert_agent(
+            NewAgent {
+                name: file.name.clone(),
+                framework: file.framework.clone().unwrap_or_default(),
+                definition: body,
+                tool_ids,
+                created_by: claims.sub.clone(),
+                tenant: tenant_of(claims).to_owned(),
+            },
+            &scope_of(claims),
+        )
         .await?;
     tracing::info!(agent = %record.name, id = %record.id, by = %claims.sub, "agent registered");
     Ok((
@@ -420,13 +445,31 @@ pub async fn register_agent(
     ))
 }
 
+/// The `page` parameter: from 1, default 1.
+pub fn page_of(page: Option<u32>) -> Result<u32, ApiError> {
+    crate::extract::bounded("page", page, 1, 1..=u32::MAX)
+}
+
+/// The `per_page` parameter: 1 to [`toolshed_registry::MAX_PER_PAGE`], default 20.
+pub fn per_page_of(per_page: Option<u32>) -> Result<u32, ApiError> {
+    crate::extract::bounded(
+        "per_page",
+        per_page,
+        20,
+        1..=toolshed_registry::MAX_PER_PAGE,
+    )
+}
+
 /// Paging of agents.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
-    /// The page, from 1.
+    /// The page, from 1 (default 1).
+    #[param(minimum = 1)]
     pub page: Option<u32>,
-    /// Items per page (default 20, at most 500).
+    /// Items per page, 1 to 500 (default 20).
+    #[param(minimum = 1, maximum = 500)]
     pub per_page: Option<u32>,
 }
 
@@ -442,7 +485,7 @@ pub async fn list_agents(
     auth.require(Role::Viewer)?;
     let page = state
         .registry()
-        .list_agents(q.page.unwrap_or(1), q.per_page.unwrap_or(0))
+        .list_agents(page_of(q.page)?, per_page_of(q.per_page)?)
         .await?;
     Ok(Json(views::paged(page, views::agent)))
 }

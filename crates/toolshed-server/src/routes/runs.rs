@@ -21,13 +21,15 @@ use crate::views;
 
 /// Which runs to list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunQuery {
     /// `running`, `parked`, `completed`, `failed` or `cancelled`.
     pub status: Option<String>,
     /// Only this agent's runs (`registry` for runs of the execute route).
     pub agent_id: Option<String>,
-    /// At most this many, newest first (default 100).
+    /// At most this many, newest first: 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -54,7 +56,7 @@ pub async fn list_runs(
             status,
             agent_id: q.agent_id,
             tenant: Some(tenant_of(claims)),
-            limit: q.limit.unwrap_or(0).min(1000),
+            limit: crate::extract::bounded("limit", q.limit, 100, 1..=1000)?,
         })
         .await?;
     Ok(Json(Data {
@@ -103,6 +105,7 @@ async fn visible_call(
 
 /// Whether to include crumbs.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ShowQuery {
     /// Include the run's crumbs.

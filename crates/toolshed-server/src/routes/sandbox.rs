@@ -281,8 +281,8 @@ pub async fn list_executions(
         .registry()
         .list_sandbox_executions(
             &tenant_of(claims),
-            q.page.unwrap_or(1),
-            q.per_page.unwrap_or(0),
+            crate::routes::registry::page_of(q.page)?,
+            crate::routes::registry::per_page_of(q.per_page)?,
         )
         .await?;
     let meta = toolshed_api::PageMeta {

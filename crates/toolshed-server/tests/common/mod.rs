@@ -3,6 +3,8 @@
 
 #![allow(dead_code, missing_docs)]
 
+pub mod contract;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -111,6 +113,7 @@ impl TestServer {
         token: Option<&str>,
         body: Option<Vec<u8>>,
     ) -> (u16, Value) {
+        let method_name = method;
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut req = self
             .client
@@ -128,6 +131,7 @@ impl TestServer {
         let value: Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("answer to {path} is not JSON ({e}): {text:?}"));
         assert_ne!(status, 500, "a 500 for {path}: {value}");
+        contract::check(method_name, path, status, &value);
         if status >= 400 {
             let err = &value["error"];
             assert!(
