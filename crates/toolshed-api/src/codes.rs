@@ -85,6 +85,12 @@ toolshed_core::wire_enum! {
         /// 422: a registered tool declares a credential outside the server's credentials
         /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
         CredentialNotAllowed,
+        /// 409: a resumed run holds an approved call whose tool changed since the
+        /// approval; nothing ran, the run stays parked and the call waits for a new
+        /// decision on the current revision (`details.changes` names each).
+        RevisionChanged,
+        /// 403: four-eyes: whoever asked for a call may not approve it; another user must.
+        SelfApproval,
     }
 }
 
@@ -95,7 +101,7 @@ impl ApiCode {
         Some(match self {
             ApiCode::InvalidJson | ApiCode::InvalidQuery => 400,
             ApiCode::Unauthenticated => 401,
-            ApiCode::Forbidden | ApiCode::NotOwner => 403,
+            ApiCode::Forbidden | ApiCode::NotOwner | ApiCode::SelfApproval => 403,
             ApiCode::NotFound => 404,
             ApiCode::MethodNotAllowed => 405,
             ApiCode::Conflict
@@ -103,7 +109,8 @@ impl ApiCode {
             | ApiCode::NotResumable
             | ApiCode::RunFinished
             | ApiCode::NonDeterminism
-            | ApiCode::BudgetExhausted => 409,
+            | ApiCode::BudgetExhausted
+            | ApiCode::RevisionChanged => 409,
             ApiCode::PayloadTooLarge => 413,
             ApiCode::UnsupportedMediaType => 415,
             ApiCode::InvalidBody

@@ -73,6 +73,8 @@ pub enum ErrorDetails {
     /// Every schema violation found.
     #[schema(value_type = Vec<crate::schema::ViolationSchema>)]
     Violations(Vec<Violation>),
+    /// Every approved call whose tool changed since its approval (`REVISION_CHANGED`).
+    Changes(Vec<crate::views::RevisionChangeView>),
 }
 
 impl ErrorDetails {
@@ -92,6 +94,15 @@ impl ErrorDetails {
                         v.pointer.as_str()
                     };
                     format!("{at}: {}", v.expected)
+                })
+                .collect(),
+            ErrorDetails::Changes(changes) => changes
+                .iter()
+                .map(|c| {
+                    format!(
+                        "call {} ({}): approved for {}, now {}",
+                        c.call_id, c.tool, c.approved_revision, c.current_revision
+                    )
                 })
                 .collect(),
         }

@@ -172,6 +172,24 @@ pub enum Gate {
     Approval {
         /// Why the gate applies (`always`, or the predicate's text).
         reason: String,
+        /// The tool revision the approval is asked for (`4@sha256:…` for a registry
+        /// tool's revision 4); an approval runs only against it. Null for gates recorded
+        /// before revisions were kept.
+        #[serde(default)]
+        revision: Option<String>,
+        /// Four-eyes (the tool's `approval.four_eyes`): whoever asked may not approve.
+        #[serde(default)]
+        four_eyes: bool,
+        /// Who asked for the call (the run's principal), if known.
+        #[serde(default)]
+        requested_by: Option<String>,
+        /// When it was asked (milliseconds since the Unix epoch), if known.
+        #[serde(default)]
+        requested_at_ms: Option<i64>,
+        /// Earlier approvals that no longer hold (given for a revision the tool left),
+        /// oldest first.
+        #[serde(default)]
+        superseded: Vec<Decision>,
     },
     /// A human tool's answer, which must match this schema.
     Answer {
@@ -436,6 +454,26 @@ pub struct Decision {
     pub reason: Option<String>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: i64,
+    /// The tool revision decided on (the gate's); null for decisions recorded before
+    /// revisions were kept.
+    #[serde(default)]
+    pub revision: Option<String>,
+}
+
+/// A resumed run's approved call whose tool changed since the approval (the
+/// `details.changes` of a `REVISION_CHANGED` answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RevisionChangeView {
+    /// The call: decide it again by this id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The revision the approval was given for.
+    pub approved_revision: String,
+    /// The tool's revision now.
+    pub current_revision: String,
+    /// Who approved it.
+    pub approved_by: String,
 }
 
 /// A human tool's answer.

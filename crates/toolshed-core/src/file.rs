@@ -106,7 +106,8 @@ pub struct ToolFile {
     /// Opt out of "external effects need keyed idempotency".
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_unkeyed_external: bool,
-    /// `never`, `always`, or `{when: "<CEL over args>"}`.
+    /// `never`, `always`, `{when: "<CEL over args>"}` or `{always: true}`, the mappings
+    /// optionally with `four_eyes: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Value>,
     /// Crash-window bound for keyed calls.
@@ -283,12 +284,12 @@ impl ToolFile {
                 Some(t)
             }
         });
-        let approval = match self.approval.as_ref().map(parse_approval) {
-            None => Approval::Never,
+        let (approval, four_eyes) = match self.approval.as_ref().map(parse_approval) {
+            None => (Approval::Never, false),
             Some(Ok(a)) => a,
             Some(Err(e)) => {
                 errors.push(e);
-                Approval::Never
+                (Approval::Never, false)
             }
         };
         let name_ok = name.is_some();
@@ -303,6 +304,7 @@ impl ToolFile {
             idempotency: self.idempotency.unwrap_or_default(),
             allow_unkeyed_external: self.allow_unkeyed_external,
             approval,
+            four_eyes,
             timeout,
             max_attempts: self.max_attempts,
             retry: self.retry.unwrap_or_default(),
@@ -320,6 +322,7 @@ impl ToolFile {
                     .implementation
                     .and_then(|i| serde_json::to_value(i).ok()),
                 network_access: self.network_access,
+                revision: None,
             },
         };
         errors.extend(spec.check());
@@ -359,11 +362,16 @@ impl ToolFile {
             effects: Some(spec.effects),
             idempotency: Some(spec.idempotency),
             allow_unkeyed_external: spec.allow_unkeyed_external,
-            approval: Some(match &spec.approval {
-                Approval::Never => Value::String("never".into()),
-                Approval::Always => Value::String("always".into()),
-                Approval::When(_) => serde_json::json!({"when": "<rust closure>"}),
-                Approval::Cel(p) => serde_json::json!({"when": p.source()}),
+            approval: Some(match (&spec.approval, spec.four_eyes) {
+                (Approval::Never, _) => Value::String("never".into()),
+                (Approval::Always, false) => Value::String("always".into()),
+                (Approval::Always, true) => serde_json::json!({"always": true, "four_eyes": true}),
+                (Approval::When(_), four_eyes) => {
+                    with_four_eyes(serde_json::json!({"when": "<rust closure>"}), four_eyes)
+                }
+                (Approval::Cel(p), four_eyes) => {
+                    with_four_eyes(serde_json::json!({"when": p.source()}), four_eyes)
+                }
             }),
             max_attempts: spec.max_attempts,
             retry: (spec.retry.attempts > 0).then_some(spec.retry),
@@ -372,36 +380,80 @@ impl ToolFile {
     }
 }
 
-fn parse_approval(value: &Value) -> Result<Approval, FieldError> {
-    const HELP: &str = "use `never`, `always`, or `{when: \"<CEL expression over args>\"}` \
-                        (e.g. `{when: \"args.amount > 100\"}`)";
+fn with_four_eyes(mut approval: Value, four_eyes: bool) -> Value {
+    if four_eyes && let Some(map) = approval.as_object_mut() {
+        map.insert("four_eyes".into(), Value::Bool(true));
+    }
+    approval
+}
+
+/// `approval`: `never`, `always`, or a mapping `{when: "<CEL>"}` / `{always: true}`,
+/// either with `four_eyes: true` (the caller may not approve its own call).
+fn parse_approval(value: &Value) -> Result<(Approval, bool), FieldError> {
+    const HELP: &str = "use `never`, `always`, `{when: \"<CEL expression over args>\"}` \
+                        (e.g. `{when: \"args.amount > 100\"}`) or `{always: true}`, either \
+                        with `four_eyes: true` to forbid approving one's own call";
     match value {
-        Value::String(s) if s == "never" => Ok(Approval::Never),
-        Value::String(s) if s == "always" => Ok(Approval::Always),
+        Value::String(s) if s == "never" => Ok((Approval::Never, false)),
+        Value::String(s) if s == "always" => Ok((Approval::Always, false)),
         Value::String(s) => Err(FieldError::new(
             "approval",
             format!("`{s}` is not valid; {HELP}"),
         )),
         Value::Object(map) => {
-            if let Some(extra) = map.keys().find(|k| *k != "when") {
+            if let Some(extra) = map
+                .keys()
+                .find(|k| !["when", "always", "four_eyes"].contains(&k.as_str()))
+            {
                 return Err(FieldError::new(
                     format!("approval.{extra}"),
                     format!("unknown field; {HELP}"),
                 ));
             }
-            match map.get("when") {
-                Some(Value::String(expr)) if !expr.trim().is_empty() => {
-                    Ok(Approval::Cel(CelPredicate::compile(expr)?))
+            let four_eyes = match map.get("four_eyes") {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(FieldError::new(
+                        "approval.four_eyes",
+                        format!(
+                            "must be true or false, got {}",
+                            crate::schema::kind_of(other)
+                        ),
+                    ));
                 }
-                Some(_) => Err(FieldError::new(
-                    "approval.when",
-                    "must be a non-empty CEL expression string over `args`",
-                )),
-                None => Err(FieldError::new(
-                    "approval",
-                    format!("missing `when`; {HELP}"),
-                )),
-            }
+            };
+            let approval = match (map.get("when"), map.get("always")) {
+                (Some(_), Some(_)) => {
+                    return Err(FieldError::new(
+                        "approval",
+                        format!("give `when` or `always`, not both; {HELP}"),
+                    ));
+                }
+                (Some(Value::String(expr)), None) if !expr.trim().is_empty() => {
+                    Approval::Cel(CelPredicate::compile(expr)?)
+                }
+                (Some(_), None) => {
+                    return Err(FieldError::new(
+                        "approval.when",
+                        "must be a non-empty CEL expression string over `args`",
+                    ));
+                }
+                (None, Some(Value::Bool(true))) => Approval::Always,
+                (None, Some(_)) => {
+                    return Err(FieldError::new(
+                        "approval.always",
+                        "must be `true` (leave `approval` out, or write `never`, for no gate)",
+                    ));
+                }
+                (None, None) => {
+                    return Err(FieldError::new(
+                        "approval",
+                        format!("missing `when` or `always`; {HELP}"),
+                    ));
+                }
+            };
+            Ok((approval, four_eyes))
         }
         other => Err(FieldError::new(
             "approval",
@@ -516,6 +568,67 @@ network_access: false
                 .approval
                 .applies(&serde_json::json!({"amount": 99}))
                 .unwrap()
+        );
+    }
+
+    #[test]
+    fn four_eyes_is_read_from_the_approval_mapping_and_written_back() {
+        let base = "spec_version: v1\nname: t\ndescription: d\n";
+        for (approval, gated, four_eyes) in [
+            ("always", true, false),
+            ("{always: true}", true, false),
+            ("{always: true, four_eyes: true}", true, true),
+            ("{when: 'args.n > 1', four_eyes: true}", true, true),
+            ("{when: 'args.n > 1', four_eyes: false}", true, false),
+        ] {
+            let text = format!("{base}approval: {approval}\n");
+            let spec = parse_tool_file(&text, FileFormat::Yaml, None).unwrap();
+            assert_eq!(spec.four_eyes, four_eyes, "{approval}");
+            assert_eq!(
+                spec.approval.applies(&serde_json::json!({"n": 2})).unwrap(),
+                gated,
+                "{approval}"
+            );
+            // The file form keeps the policy, so a registry round trip keeps it too.
+            let back = ToolFile::from_spec(&spec).approval.unwrap();
+            let again = parse_approval(&back).unwrap();
+            assert_eq!(again.1, four_eyes, "{approval} -> {back}");
+        }
+    }
+
+    #[test]
+    fn bad_four_eyes_approvals_name_the_field() {
+        use FileFormat::*;
+        let base = "spec_version: v1\nname: t\ndescription: d\n";
+        check_err(
+            &format!("{base}approval: {{four_eyes: true}}\n"),
+            Yaml,
+            "approval",
+            "missing `when` or `always`",
+        );
+        check_err(
+            &format!("{base}approval: {{always: true, four_eyes: 'yes'}}\n"),
+            Yaml,
+            "approval.four_eyes",
+            "must be true or false",
+        );
+        check_err(
+            &format!("{base}approval: {{always: false}}\n"),
+            Yaml,
+            "approval.always",
+            "must be `true`",
+        );
+        check_err(
+            &format!("{base}approval: {{always: true, when: 'args.x > 1'}}\n"),
+            Yaml,
+            "approval",
+            "not both",
+        );
+        check_err(
+            &format!("{base}approval: {{always: true, four_eye: true}}\n"),
+            Yaml,
+            "approval.four_eye",
+            "unknown field",
         );
     }
 

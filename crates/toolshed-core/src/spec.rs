@@ -352,6 +352,12 @@ pub struct ToolMeta {
     /// Whether the tool may reach the network when sandboxed.
     #[serde(default)]
     pub network_access: bool,
+    /// The revision a registry gave this definition (its revision number), when the
+    /// tool comes from one. Not part of the file form: the runtime folds it into the
+    /// tool revision it records with an approval gate, so an approval given for one
+    /// revision never runs another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// The full definition of a tool, minus its implementation.
@@ -373,6 +379,9 @@ pub struct ToolSpec {
     pub allow_unkeyed_external: bool,
     /// The human gate.
     pub approval: Approval,
+    /// Four-eyes: whoever asked for a gated call may not approve it (`approval:
+    /// {four_eyes: true, …}`); another user must decide. Denying is always allowed.
+    pub four_eyes: bool,
     /// How long one execution may take; `None` uses the pipeline's default.
     pub timeout: Option<Duration>,
     /// Crash-window bound: how many times a keyed call may be started in all.
@@ -401,6 +410,7 @@ impl ToolSpec {
             idempotency: Idempotency::None,
             allow_unkeyed_external: false,
             approval: Approval::Never,
+            four_eyes: false,
             timeout: None,
             max_attempts: None,
             retry: RetryPolicy::none(),
@@ -449,6 +459,13 @@ impl ToolSpec {
             && t.is_zero()
         {
             errors.push(FieldError::new("timeout", "must be greater than zero"));
+        }
+        if self.four_eyes && matches!(self.approval, Approval::Never) {
+            errors.push(FieldError::new(
+                "approval.four_eyes",
+                "needs a gate to apply to: use `approval: {always: true, four_eyes: true}` or \
+                 `approval: {when: \"<CEL over args>\", four_eyes: true}`",
+            ));
         }
         if self.max_attempts == Some(0) {
             errors.push(FieldError::new(
@@ -504,6 +521,18 @@ mod tests {
         assert!(spec.check().is_empty());
         spec.allow_unkeyed_external = false;
         spec.idempotency = Idempotency::Keyed;
+        assert!(spec.check().is_empty());
+    }
+
+    #[test]
+    fn four_eyes_needs_a_gate() {
+        let mut spec = ToolSpec::new("pay", "Pay.").unwrap();
+        spec.four_eyes = true;
+        let errors = spec.check();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "approval.four_eyes");
+        assert!(errors[0].message.contains("always: true"), "{errors:?}");
+        spec.approval = Approval::Always;
         assert!(spec.check().is_empty());
     }
 

@@ -339,6 +339,10 @@ impl ToolBuilder {
     pub fn approval(self, a: Approval) -> Self {
         self.edit(|s| s.approval = a)
     }
+    /// Four-eyes: whoever asked for a gated call may not approve it.
+    pub fn four_eyes(self, on: bool) -> Self {
+        self.edit(|s| s.four_eyes = on)
+    }
     /// The per-execution timeout.
     pub fn timeout(self, t: Duration) -> Self {
         self.edit(|s| s.timeout = Some(t))

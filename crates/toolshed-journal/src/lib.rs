@@ -283,6 +283,13 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// `open` call.
     async fn record_gate(&self, call_id: &str, gate: Gate) -> Result<CallRecord>;
 
+    /// Ask again for an approved call whose approval no longer holds (the runtime does
+    /// when the tool's revision changed since the approval): status `approved` →
+    /// `awaiting_approval` with `gate` (an [`Gate::Approval`]; the caller keeps the
+    /// cleared decision in its `superseded`), so it can be decided again. Only valid on
+    /// an `approved` call; anything else is a `Conflict`.
+    async fn regate(&self, call_id: &str, gate: Gate) -> Result<CallRecord>;
+
     /// Decide a pending approval. Approved → status `approved` (the call runs on the
     /// next drive); denied → status `failed` with the error result `APPROVAL_DENIED`,
     /// "denied by BY: REASON". Deciding twice, or a call that awaits no approval, is a

@@ -579,6 +579,7 @@ struct WriterStatements {
     record_started: Statement,
     record_finished: Statement,
     record_gate: Statement,
+    regate: Statement,
     decide: Statement,
     answer: Statement,
     append_crumbs: Statement,
@@ -682,6 +683,13 @@ impl WriterStatements {
                     CallChange::Gate.sql_condition("")
                 ))
                 .await?,
+            regate: client
+                .prepare(&format!(
+                    "UPDATE calls SET status = $2, gate = $3, decision = NULL, updated_at_ms = $4 \
+                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
+                    CallChange::Regate.sql_condition("")
+                ))
+                .await?,
             decide: client
                 .prepare(&format!(
                     "UPDATE calls SET status = $2, decision = $3, error = $4, updated_at_ms = $5 \
@@ -775,11 +783,18 @@ impl WriterStatements {
                 ],
             ),
             WriteOp::RecordGate {
+                change,
                 call_id,
                 status,
                 gate,
                 now,
-            } => (&self.record_gate, vec![call_id, status, gate, now]),
+            } => (
+                match change {
+                    CallChange::Regate => &self.regate,
+                    _ => &self.record_gate,
+                },
+                vec![call_id, status, gate, now],
+            ),
             WriteOp::Decide {
                 call_id,
                 status,

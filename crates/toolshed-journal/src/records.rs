@@ -226,9 +226,29 @@ pub struct CallResult {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Gate {
     /// An approval of the call with its args.
+    ///
+    /// The fields past `reason` came with approvals bound to revisions; a gate recorded
+    /// before them reads with their defaults (no revision: nothing to compare on resume).
     Approval {
         /// Why the gate applies (`always`, or the predicate's text).
         reason: String,
+        /// The revision of the tool the approval is asked for (the runtime's
+        /// `tool_revision`): an approval runs only against this revision.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        revision: Option<String>,
+        /// Four-eyes: whoever asked for the call may not approve it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        four_eyes: bool,
+        /// Who asked for the call (the run's principal's subject), if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<String>,
+        /// When the approval was asked for (milliseconds since the Unix epoch).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_at_ms: Option<i64>,
+        /// Earlier approvals of this call that no longer hold (given for a revision the
+        /// tool has left), oldest first: the call was asked again after each.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        superseded: Vec<Decision>,
     },
     /// A human tool's answer, which must match this schema.
     Answer {
@@ -248,6 +268,24 @@ pub struct Decision {
     pub reason: Option<String>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: i64,
+    /// The tool revision the decision was made for (the gate's), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+impl Gate {
+    /// An approval gate with only its reason (no revision, no policy), as recorded
+    /// before approvals were bound to revisions; what tests and simple callers build.
+    pub fn approval(reason: impl Into<String>) -> Gate {
+        Gate::Approval {
+            reason: reason.into(),
+            revision: None,
+            four_eyes: false,
+            requested_by: None,
+            requested_at_ms: None,
+            superseded: Vec::new(),
+        }
+    }
 }
 
 /// A human tool's answer.

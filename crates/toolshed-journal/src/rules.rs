@@ -82,6 +82,9 @@ pub(crate) enum CallChange {
     Start,
     Finish,
     Gate,
+    /// Ask again for an approved call whose approval no longer holds (its tool's
+    /// revision changed): back to `awaiting_approval`, the decision cleared.
+    Regate,
     Decide,
     Answer,
 }
@@ -94,6 +97,7 @@ impl CallChange {
             CallChange::Start => &[Open, Started, Approved],
             CallChange::Finish => &[Open, Started, AwaitingApproval, AwaitingAnswer, Approved],
             CallChange::Gate => &[Open],
+            CallChange::Regate => &[Approved],
             CallChange::Decide => &[AwaitingApproval],
             CallChange::Answer => &[AwaitingAnswer],
         }
@@ -198,6 +202,9 @@ pub(crate) fn call_conflict(
         CallChange::Gate => {
             format!("call `{call_id}` is `{status}`; only a new (`open`) call can wait for a human")
         }
+        CallChange::Regate => format!(
+            "call `{call_id}` is `{status}`; only an approved call can be asked again for an approval"
+        ),
         CallChange::Decide => match (&call.decision, &call.gate) {
             (Some(d), _) => format!(
                 "call `{call_id}` was already {} by `{}` at {}",
@@ -414,6 +421,9 @@ pub(crate) enum WriteOp {
         now: i64,
     },
     RecordGate {
+        /// [`CallChange::Gate`] (a new call) or [`CallChange::Regate`] (an approved one
+        /// asked again; its decision is cleared).
+        change: CallChange,
         call_id: String,
         status: &'static str,
         gate: String,
@@ -446,7 +456,9 @@ impl WriteOp {
         match self {
             WriteOp::RecordStarted { call_id, .. } => Some((CallChange::Start, call_id)),
             WriteOp::RecordFinished { call_id, .. } => Some((CallChange::Finish, call_id)),
-            WriteOp::RecordGate { call_id, .. } => Some((CallChange::Gate, call_id)),
+            WriteOp::RecordGate {
+                change, call_id, ..
+            } => Some((*change, call_id)),
             WriteOp::Decide { call_id, .. } => Some((CallChange::Decide, call_id)),
             WriteOp::Answer { call_id, .. } => Some((CallChange::Answer, call_id)),
             _ => None,
@@ -545,8 +557,26 @@ impl WriteOp {
             Gate::Answer { .. } => CallStatus::AwaitingAnswer,
         };
         Ok(WriteOp::RecordGate {
+            change: CallChange::Gate,
             call_id: call_id.to_owned(),
             status: status.as_str(),
+            gate: to_json("gate", gate)?,
+            now: now_ms(),
+        })
+    }
+
+    /// An approved call asked again: only an approval gate can be asked again (an
+    /// answered human tool is final), so another gate is refused before any write.
+    pub(crate) fn regate(call_id: &str, gate: &Gate) -> Result<WriteOp> {
+        if !matches!(gate, Gate::Approval { .. }) {
+            return Err(JournalError::Conflict(format!(
+                "call `{call_id}` can only be asked again for an approval, not for an answer"
+            )));
+        }
+        Ok(WriteOp::RecordGate {
+            change: CallChange::Regate,
+            call_id: call_id.to_owned(),
+            status: CallStatus::AwaitingApproval.as_str(),
             gate: to_json("gate", gate)?,
             now: now_ms(),
         })
@@ -818,6 +848,10 @@ mod tests {
             "(calls.status = 'open' OR calls.status = 'started' OR calls.status = 'approved')"
         );
         assert_eq!(CallChange::Gate.sql_condition(""), "(status = 'open')");
+        assert_eq!(
+            CallChange::Regate.sql_condition(""),
+            "(status = 'approved')"
+        );
         assert_eq!(
             run_mutable_condition(),
             "(status = 'running' OR status = 'parked')"

@@ -865,13 +865,18 @@ fn apply(st: &WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
             call_outcome(st, op, call_id, changed)
         }
         WriteOp::RecordGate {
+            change,
             call_id,
             status,
             gate,
             now,
         } => {
+            let sql = match change {
+                CallChange::Regate => &st.sql.regate,
+                _ => &st.sql.record_gate,
+            };
             let changed = st
-                .get(&st.sql.record_gate)
+                .get(sql)
                 .map_err(db)?
                 .execute(params![call_id, status, gate, now])
                 .map_err(db)?;
@@ -994,6 +999,7 @@ struct Sql {
     attempts: String,
     record_finished: String,
     record_gate: String,
+    regate: String,
     decide: String,
     answer: String,
     crumb_counter: String,
@@ -1020,7 +1026,7 @@ impl<'c> WriterStatements<'c> {
 
 impl Sql {
     /// Every statement, to prepare (and check) them all when the journal opens.
-    fn all(&self) -> [&str; 29] {
+    fn all(&self) -> [&str; 30] {
         [
             &self.begin,
             &self.commit,
@@ -1042,6 +1048,7 @@ impl Sql {
             &self.attempts,
             &self.record_finished,
             &self.record_gate,
+            &self.regate,
             &self.decide,
             &self.answer,
             &self.crumb_counter,
@@ -1129,6 +1136,11 @@ impl Sql {
             record_gate: format!(
                 "UPDATE calls SET status = ?2, gate = ?3, updated_at_ms = ?4 WHERE call_id = ?1 AND {}",
                 CallChange::Gate.sql_condition("")
+            ),
+            regate: format!(
+                "UPDATE calls SET status = ?2, gate = ?3, decision = NULL, updated_at_ms = ?4 \
+                 WHERE call_id = ?1 AND {}",
+                CallChange::Regate.sql_condition("")
             ),
             decide: format!(
                 "UPDATE calls SET status = ?2, decision = ?3, error = ?4, updated_at_ms = ?5 \

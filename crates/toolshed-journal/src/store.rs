@@ -310,6 +310,12 @@ impl Journal for SqlJournal {
             .into_call(None)
     }
 
+    async fn regate(&self, call_id: &str, gate: Gate) -> Result<CallRecord> {
+        self.write(WriteOp::regate(call_id, &gate)?)
+            .await?
+            .into_call(None)
+    }
+
     async fn decide(&self, call_id: &str, decision: Decision) -> Result<CallRecord> {
         self.write(WriteOp::decide(call_id, &decision)?)
             .await?

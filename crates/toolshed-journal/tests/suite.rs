@@ -91,6 +91,7 @@ suite!(
     record_finished_only_on_non_final_calls,
     record_gate_only_on_open_calls,
     decide_approves_once,
+    regate_asks_an_approved_call_again_and_nothing_else,
     deny_fails_the_call_with_approval_denied,
     answer_completes_a_human_tool_once,
     pending_gates_filter_by_run_and_tenant,
@@ -155,8 +156,18 @@ fn ok(value: Value) -> CallResult {
 }
 
 fn approval() -> Gate {
+    Gate::approval("always")
+}
+
+/// An approval gate bound to a tool revision, with its policy and requester.
+fn approval_at(revision: &str, superseded: Vec<Decision>) -> Gate {
     Gate::Approval {
         reason: "always".to_owned(),
+        revision: Some(revision.to_owned()),
+        four_eyes: true,
+        requested_by: Some("alice".to_owned()),
+        requested_at_ms: Some(1_700_000_000_000),
+        superseded,
     }
 }
 
@@ -172,6 +183,7 @@ fn decision(approved: bool, by: &str, reason: Option<&str>) -> Decision {
         by: by.to_owned(),
         reason: reason.map(str::to_owned),
         at_ms: 1_700_000_000_000,
+        revision: None,
     }
 }
 
@@ -642,6 +654,68 @@ async fn decide_approves_once(store: Store) {
             .await,
     );
     assert!(message.contains("awaits an answer"), "{message}");
+}
+
+async fn regate_asks_an_approved_call_again_and_nothing_else(store: Store) {
+    let j = store.open().await;
+    j.create_run(new_run("r1")).await.unwrap();
+    let call = j.open_call(new_call("r1", 0)).await.unwrap();
+    let gated = j
+        .record_gate(&call.call_id, approval_at("1@sha256:aa", vec![]))
+        .await
+        .unwrap();
+    assert_eq!(gated.gate, Some(approval_at("1@sha256:aa", vec![])));
+    // Only an approved call can be asked again.
+    let message = conflict(
+        j.regate(&call.call_id, approval_at("2@sha256:bb", vec![]))
+            .await,
+    );
+    assert!(
+        message.contains("is `awaiting_approval`; only an approved call can be asked again"),
+        "{message}"
+    );
+    let first = Decision {
+        revision: Some("1@sha256:aa".to_owned()),
+        ..decision(true, "bob", Some("fine"))
+    };
+    let approved = j.decide(&call.call_id, first.clone()).await.unwrap();
+    assert_eq!(approved.decision, Some(first.clone()));
+
+    // Asked again: waiting for an approval, the decision cleared and kept in the gate.
+    let again = approval_at("2@sha256:bb", vec![first.clone()]);
+    let regated = j.regate(&call.call_id, again.clone()).await.unwrap();
+    assert_eq!(regated.status, CallStatus::AwaitingApproval);
+    assert_eq!(regated.decision, None);
+    assert_eq!(regated.gate, Some(again.clone()));
+    assert_eq!(j.get_call(&call.call_id).await.unwrap(), regated);
+    let pending = j.pending_gates(&GateFilter::default()).await.unwrap();
+    assert_eq!(pending, vec![regated.clone()]);
+
+    // It can be decided again, and a second regate of a waiting call is refused.
+    let message = conflict(j.regate(&call.call_id, again.clone()).await);
+    assert!(message.contains("only an approved call"), "{message}");
+    let second = Decision {
+        revision: Some("2@sha256:bb".to_owned()),
+        ..decision(false, "carol", Some("changed"))
+    };
+    let denied = j.decide(&call.call_id, second.clone()).await.unwrap();
+    assert_eq!(denied.status, CallStatus::Failed);
+    assert_eq!(denied.decision, Some(second));
+    let message = conflict(j.regate(&call.call_id, again.clone()).await);
+    assert!(message.contains("is `failed`"), "{message}");
+
+    // A human tool's answer is never asked again, whatever its state.
+    let human = j.open_call(new_call("r1", 1)).await.unwrap();
+    let message = conflict(j.regate(&human.call_id, answer_gate()).await);
+    assert!(
+        message.contains("only be asked again for an approval"),
+        "{message}"
+    );
+    // An unknown call is not found.
+    assert!(matches!(
+        j.regate("ghost", approval()).await,
+        Err(JournalError::NotFound { .. })
+    ));
 }
 
 async fn deny_fails_the_call_with_approval_denied(store: Store) {

@@ -56,6 +56,32 @@ pub enum RuntimeError {
         /// Every violation (empty when the tool's answer schema itself is unusable).
         violations: Vec<toolshed_core::schema::Violation>,
     },
+    /// A resumed run holds approved calls whose tool changed since the approval: they
+    /// were not run, each waits for a new decision, and the run stays parked.
+    #[error("{}", revision_message(.run_id, .changes))]
+    RevisionChanged {
+        /// The run.
+        run_id: String,
+        /// Each approved call whose tool changed, in ordinal order.
+        changes: Vec<RevisionChange>,
+    },
+    /// Four-eyes: the decider is the one who asked for the call (or who asked is not
+    /// known); another user must approve it.
+    #[error(
+        "call {call_id} needs another user's approval: four-eyes applies ({policy}) and {}",
+        match .requested_by {
+            Some(who) => format!("`{who}` asked for it; ask another user to approve it (denying it yourself is allowed)"),
+            None => "its run records no requester, so it cannot be told apart from the approver; approve it where the run records who asked (the registry server)".to_owned(),
+        }
+    )]
+    SelfApproval {
+        /// The call.
+        call_id: String,
+        /// Who asked for the call, when known (the approver, if so).
+        requested_by: Option<String>,
+        /// Where the policy comes from: `the tool's approval.four_eyes` or `the server's --four-eyes`.
+        policy: &'static str,
+    },
     /// The runtime cannot start with this configuration.
     #[error("{0}")]
     Startup(String),
@@ -63,6 +89,39 @@ pub enum RuntimeError {
     /// caller's mistake.
     #[error("a call task failed: {0}")]
     TaskFailed(String),
+}
+
+/// One approved call whose tool is no longer at the revision it was approved for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RevisionChange {
+    /// The call (decide it again by this id).
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The revision the approval was given for.
+    pub approved_revision: String,
+    /// The tool's revision now.
+    pub current_revision: String,
+    /// Who approved it.
+    pub approved_by: String,
+}
+
+fn revision_message(run_id: &str, changes: &[RevisionChange]) -> String {
+    let each: Vec<String> = changes
+        .iter()
+        .map(|c| {
+            format!(
+                "call {} of tool `{}` was approved by `{}` for revision {}, but the tool is now at revision {}",
+                c.call_id, c.tool, c.approved_by, c.approved_revision, c.current_revision
+            )
+        })
+        .collect();
+    format!(
+        "run {run_id} was not resumed: {}; nothing ran and the run stays parked. Each call waits \
+         for a new decision on the current revision: review it (`toolshed approvals list`, \
+         GET /api/v1/approvals), approve or deny it again, then resume",
+        each.join("; ")
+    )
 }
 
 toolshed_core::wire_enum! {
@@ -79,6 +138,10 @@ toolshed_core::wire_enum! {
         RunFinished,
         /// A human tool's answer does not match its schema.
         InvalidAnswer,
+        /// An approved call's tool changed since the approval; the call waits for a new decision.
+        RevisionChanged,
+        /// Four-eyes: the one who asked for a call cannot approve it.
+        SelfApproval,
         /// The runtime refused its configuration.
         Startup,
         /// A spawned call task panicked or was cancelled.
@@ -108,6 +171,8 @@ impl RuntimeError {
             RuntimeError::BudgetExhausted { .. } => RuntimeCode::BudgetExhausted,
             RuntimeError::RunFinished { .. } => RuntimeCode::RunFinished,
             RuntimeError::InvalidAnswer { .. } => RuntimeCode::InvalidAnswer,
+            RuntimeError::RevisionChanged { .. } => RuntimeCode::RevisionChanged,
+            RuntimeError::SelfApproval { .. } => RuntimeCode::SelfApproval,
             RuntimeError::Startup(_) => RuntimeCode::Startup,
             RuntimeError::TaskFailed(_) => RuntimeCode::TaskFailed,
         })

@@ -1,6 +1,11 @@
 //! Deciding gates from outside a run: approve, deny, answer. These only write the
 //! journal; the decision takes effect when a driver resumes the run, so the process
 //! that decides need not be the one that resumes.
+//!
+//! A decision records who, when, why and the tool revision it was made for (the
+//! gate's), on the call and in an `approval_decided` crumb of the run: the audit trail.
+//! Four-eyes (the tool's `approval.four_eyes`, or [`ApprovalPolicy::four_eyes`] for a
+//! whole server) refuses an approval by whoever asked for the call.
 
 use serde_json::{Value, json};
 use toolshed_core::schema::{CompiledSchema, describe_violations};
@@ -10,15 +15,35 @@ use toolshed_journal::{Answer, CallRecord, Decision, Gate, Journal};
 use crate::RuntimeError;
 use crate::run::now_ms;
 
+/// What a deployment adds to every tool's own approval rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApprovalPolicy {
+    /// Four-eyes for every gated call (`toolshed serve --four-eyes`), not only those of
+    /// tools that declare `approval.four_eyes`.
+    pub four_eyes: bool,
+}
+
 /// Approve a call waiting for approval. Approving twice, or a call that awaits no
-/// approval, is a `CONFLICT` error that says what the call is waiting for.
+/// approval, is a `CONFLICT` error that says what the call is waiting for; a call of a
+/// four-eyes tool approved by whoever asked for it is [`RuntimeError::SelfApproval`].
 pub async fn approve(
     journal: &dyn Journal,
     call_id: &str,
     by: &str,
     reason: Option<String>,
 ) -> Result<CallRecord, RuntimeError> {
-    decide(journal, call_id, true, by, reason).await
+    approve_under(journal, call_id, by, reason, ApprovalPolicy::default()).await
+}
+
+/// [`approve`] under a deployment's policy as well as the tool's.
+pub async fn approve_under(
+    journal: &dyn Journal,
+    call_id: &str,
+    by: &str,
+    reason: Option<String>,
+    policy: ApprovalPolicy,
+) -> Result<CallRecord, RuntimeError> {
+    decide(journal, call_id, true, by, reason, policy).await
 }
 
 /// Deny a call waiting for approval: on resume it becomes an error result naming who
@@ -29,7 +54,17 @@ pub async fn deny(
     by: &str,
     reason: Option<String>,
 ) -> Result<CallRecord, RuntimeError> {
-    decide(journal, call_id, false, by, reason).await
+    // Denying one's own call is always allowed: four-eyes guards running a call, and a
+    // denial runs nothing.
+    decide(
+        journal,
+        call_id,
+        false,
+        by,
+        reason,
+        ApprovalPolicy::default(),
+    )
+    .await
 }
 
 async fn decide(
@@ -38,19 +73,68 @@ async fn decide(
     approved: bool,
     by: &str,
     reason: Option<String>,
+    policy: ApprovalPolicy,
 ) -> Result<CallRecord, RuntimeError> {
+    // The gate says which revision is being decided and who asked. The journal's own
+    // conditional write refuses a call that is not waiting (with who decided it); this
+    // read only adds what the decision is about.
+    let current = journal.get_call(call_id).await?;
+    let (revision, tool_four_eyes, requested_by) = match &current.gate {
+        Some(Gate::Approval {
+            revision,
+            four_eyes,
+            requested_by,
+            ..
+        }) => (revision.clone(), *four_eyes, requested_by.clone()),
+        _ => (None, false, None),
+    };
+    if approved && (tool_four_eyes || policy.four_eyes) {
+        let policy = if tool_four_eyes {
+            "the tool's approval.four_eyes"
+        } else {
+            "the server's --four-eyes"
+        };
+        // A gate recorded before gates kept their requester: the run's principal asked.
+        let requested_by = match requested_by {
+            Some(who) => Some(who),
+            None => journal
+                .get_run(&current.run_id)
+                .await?
+                .principal
+                .map(|p| p.sub),
+        };
+        match &requested_by {
+            Some(who) if who != by => {}
+            _ => {
+                return Err(RuntimeError::SelfApproval {
+                    call_id: call_id.to_owned(),
+                    requested_by,
+                    policy,
+                });
+            }
+        }
+    }
+    let at_ms = now_ms();
     let decision = Decision {
         approved,
         by: by.to_owned(),
         reason: reason.clone(),
-        at_ms: now_ms(),
+        at_ms,
+        revision: revision.clone(),
     };
     let rec = journal.decide(call_id, decision).await?;
     crumb(
         journal,
         &rec,
         CrumbKind::ApprovalDecided,
-        json!({"call_id": rec.call_id, "approved": approved, "by": by, "reason": reason}),
+        json!({
+            "call_id": rec.call_id,
+            "approved": approved,
+            "by": by,
+            "reason": reason,
+            "revision": revision,
+            "at_ms": at_ms,
+        }),
     )
     .await;
     Ok(rec)

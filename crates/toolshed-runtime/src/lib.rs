@@ -36,8 +36,8 @@ use toolshed_core::{BlobStore, CredentialProvider, Pipeline, Principal};
 use toolshed_journal::{Budgets, Journal, NewRun};
 
 pub use driver::{Driver, PlanStep, RunOutcome, drive};
-pub use error::{RuntimeCode, RuntimeError};
-pub use gates::{answer, approve, deny};
+pub use error::{RevisionChange, RuntimeCode, RuntimeError};
+pub use gates::{ApprovalPolicy, answer, approve, approve_under, deny};
 pub use run::{CallStep, PendingGate, RunHandle};
 
 /// Settings of a [`Runtime`].
@@ -232,6 +232,31 @@ pub fn args_hash(value: &serde_json::Value) -> String {
     hex::encode(hasher.finalize())
 }
 
+/// The revision of a tool an approval is bound to: `sha256:` and the first 16 hex
+/// digits of the SHA-256 of the RFC 8785 form of the tool's file form
+/// (`ToolFile::from_spec`: description, schemas, effects, idempotency, approval and its
+/// four-eyes policy, endpoint, implementation, timeout, attempts, retry, credentials),
+/// prefixed by the registry's revision number when the tool comes from a registry
+/// (`ToolMeta::revision`), e.g. `4@sha256:9f2c1a7b4e0d5c3a`.
+///
+/// Why both: a registry tool's number changes on every update (even one that changes
+/// nothing) and says which revision to look at, while the hash tells a deleted and
+/// re-registered tool (numbered from 1 again) apart, and is the only revision a tool
+/// built in a program or read from a local `tool.yaml` has. What the file form cannot
+/// show (a Rust handler's or closure's code, the bytes behind a host path) is not
+/// covered: those change with the program, or with the registry revision that points at
+/// them. Sixteen hex digits (64 bits) only need to tell a tool's own revisions apart.
+pub fn tool_revision(spec: &toolshed_core::ToolSpec) -> String {
+    let file = toolshed_core::file::ToolFile::from_spec(spec);
+    let value = serde_json::to_value(&file).unwrap_or(serde_json::Value::Null);
+    let hash = args_hash(&value);
+    let short = hash.get(..16).unwrap_or(&hash);
+    match &spec.meta.revision {
+        Some(n) => format!("{n}@sha256:{short}"),
+        None => format!("sha256:{short}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
@@ -239,6 +264,36 @@ mod tests {
 
     fn parsed(text: &str) -> Value {
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn a_tool_revision_changes_with_the_definition_and_the_registry_number() {
+        use toolshed_core::{Approval, ToolSpec};
+        let spec = ToolSpec::new("refund", "Refund an order").unwrap();
+        let base = super::tool_revision(&spec);
+        assert!(base.starts_with("sha256:") && base.len() == 23, "{base}");
+        assert_eq!(super::tool_revision(&spec.clone()), base);
+        let mut described = spec.clone();
+        described.description = "Refund an order, twice".into();
+        let mut gated = spec.clone();
+        gated.approval = Approval::Always;
+        let mut four_eyes = gated.clone();
+        four_eyes.four_eyes = true;
+        let mut moved = spec.clone();
+        moved.meta.endpoint = Some("python:/srv/tools/refund.py:run".into());
+        let revisions: std::collections::BTreeSet<String> =
+            [&spec, &described, &gated, &four_eyes, &moved]
+                .iter()
+                .map(|s| super::tool_revision(s))
+                .collect();
+        assert_eq!(revisions.len(), 5, "{revisions:?}");
+        let mut numbered = spec.clone();
+        numbered.meta.revision = Some("3".into());
+        assert_eq!(
+            super::tool_revision(&numbered),
+            format!("3@{base}"),
+            "the number is a prefix, the hash of the same definition the rest"
+        );
     }
 
     #[test]

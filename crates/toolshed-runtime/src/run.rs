@@ -13,7 +13,7 @@ use toolshed_core::{
 };
 use toolshed_journal::{CallRecord, CallResult, CallStatus, Gate, NewCall, RunRecord, RunStatus};
 
-use crate::{Runtime, RuntimeConfig, RuntimeError, args_hash};
+use crate::{RevisionChange, Runtime, RuntimeConfig, RuntimeError, args_hash, tool_revision};
 
 /// What became of one call in a durable run.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +105,10 @@ impl RunHandle {
                 status: current.status,
             });
         }
+        // Read before the drive begins: an approved call whose tool changed since its
+        // approval is asked again, and the run stays parked, before anything runs.
+        let calls = journal.calls_of_run(&run_id).await?;
+        ask_again_if_changed(&runtime, &current, &calls).await?;
         let run = journal.begin_drive(&run_id).await?;
         let ctx = context_for(&run, runtime.config());
         // Budgets: checked before anything runs, so a spent run never executes a call.
@@ -133,12 +137,10 @@ impl RunHandle {
             }
             None => None,
         };
-        let recorded: HashMap<u32, CallRecord> = journal
-            .calls_of_run(&run_id)
-            .await?
-            .into_iter()
-            .map(|c| (c.ordinal, c))
-            .collect();
+        // The calls read above are the drive's record: an approved call among them was
+        // checked against its tool's revision, so none runs unchecked.
+        let recorded: HashMap<u32, CallRecord> =
+            calls.into_iter().map(|c| (c.ordinal, c)).collect();
         runtime.pipeline().crumbs().emit(
             Crumb::new(CrumbKind::RunResumed, &ctx, "", "")
                 .with_payload(json!({"resumes": run.resumes, "recorded_calls": recorded.len()})),
@@ -366,6 +368,11 @@ impl RunHandle {
                     Ok(false) => None,
                     Ok(true) => Some(Gate::Approval {
                         reason: spec.approval.describe(),
+                        revision: Some(tool_revision(&spec)),
+                        four_eyes: spec.four_eyes,
+                        requested_by: state.run.principal.as_ref().map(|p| p.sub.clone()),
+                        requested_at_ms: Some(now_ms()),
+                        superseded: Vec::new(),
                     }),
                     Err(err) => {
                         let rec = self.recorded_or_open(recorded, &new_call).await?;
@@ -462,15 +469,101 @@ impl RunHandle {
         let gate = PendingGate {
             call_id: rec.call_id.clone(),
             tool: rec.tool.clone(),
-            gate: rec.gate.clone().unwrap_or(Gate::Approval {
-                reason: String::new(),
-            }),
+            gate: rec.gate.clone().unwrap_or_else(|| Gate::approval("")),
         };
         if let Ok(mut p) = self.inner.parked.lock() {
             p.push(gate.clone());
         }
         CallStep::Parked(gate)
     }
+}
+
+/// Refuse to drive a run holding an approved call whose tool is no longer at the
+/// revision the approval was given for: each such call is asked again (back to
+/// `awaiting_approval`, its gate at the current revision, the old decision kept in the
+/// gate's `superseded`), the run is (or stays) parked, and the error names every one.
+/// A gate without a revision was recorded before gates kept one and is not compared;
+/// a call whose tool the runtime does not have fails on its own when it is issued.
+async fn ask_again_if_changed(
+    runtime: &Runtime,
+    run: &RunRecord,
+    calls: &[CallRecord],
+) -> Result<(), RuntimeError> {
+    let mut changes = Vec::new();
+    for call in calls.iter().filter(|c| c.status == CallStatus::Approved) {
+        let Some(Gate::Approval {
+            revision: Some(approved),
+            requested_by,
+            superseded,
+            ..
+        }) = &call.gate
+        else {
+            continue;
+        };
+        let Some(tool) = runtime.pipeline().toolset().get(&call.tool) else {
+            continue;
+        };
+        let spec = tool.spec();
+        let current = tool_revision(spec);
+        if &current == approved {
+            continue;
+        }
+        let mut history = superseded.clone();
+        history.extend(call.decision.clone());
+        let gate = Gate::Approval {
+            reason: match spec.approval {
+                toolshed_core::Approval::Never => "the tool changed since it was approved".into(),
+                ref a => a.describe(),
+            },
+            revision: Some(current.clone()),
+            four_eyes: spec.four_eyes,
+            requested_by: requested_by.clone(),
+            requested_at_ms: Some(now_ms()),
+            superseded: history,
+        };
+        let rec = runtime.journal().regate(&call.call_id, gate).await?;
+        let ctx = context_for(run, runtime.config());
+        runtime.pipeline().crumbs().emit(
+            Crumb::new(
+                CrumbKind::ApprovalRequested,
+                &ctx,
+                &rec.tool_call_id,
+                &rec.tool,
+            )
+            .with_payload(json!({
+                "call_id": rec.call_id,
+                "args": rec.args,
+                "gate": rec.gate,
+                "revision_changed": {"approved": approved, "current": current},
+            })),
+        );
+        changes.push(RevisionChange {
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            approved_revision: approved.clone(),
+            current_revision: current,
+            approved_by: call
+                .decision
+                .as_ref()
+                .map(|d| d.by.clone())
+                .unwrap_or_default(),
+        });
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // A run left `running` by a crashed driver parks: its calls wait for people now.
+    if run.status == RunStatus::Running {
+        runtime
+            .journal()
+            .set_run_status(&run.id, RunStatus::Parked, None)
+            .await?;
+    }
+    runtime.journal_crumbs().flush().await;
+    Err(RuntimeError::RevisionChanged {
+        run_id: run.id.clone(),
+        changes,
+    })
 }
 
 /// Replace a result larger than `max` serialized bytes by a non-retryable

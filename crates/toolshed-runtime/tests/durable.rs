@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use toolshed_core::{
     Approval, ErrorCode, Idempotency, Pipeline, RetryPolicy, Tool, ToolCall, ToolSet, human_tool,
 };
-use toolshed_journal::{Budgets, CallStatus, Journal, RunFilter, RunStatus};
+use toolshed_journal::{Budgets, CallStatus, Gate, Journal, RunFilter, RunStatus};
 use toolshed_runtime::{CallStep, NewRunBuilder, Runtime, RuntimeConfig, RuntimeError};
 
 /// A journal on one backend, with what keeps it alive.
@@ -199,6 +199,10 @@ on_both!(
     one_call_runs_record_everything_at_once_or_take_the_ordinary_path,
     approved_calls_on_resume_run_exactly_the_hooks_of_a_live_call,
     a_resumed_run_reports_the_recorded_diagnostics,
+    an_approval_runs_only_against_the_revision_it_was_given_for,
+    a_crashed_run_holding_a_stale_approval_parks_instead_of_running,
+    four_eyes_refuses_approving_ones_own_call,
+    every_decision_is_in_the_audit_trail,
 );
 
 async fn replay_executes_each_handler_once(db: Db) {
@@ -987,4 +991,316 @@ async fn approved_calls_on_resume_run_exactly_the_hooks_of_a_live_call(db: Db) {
     };
     assert_eq!(shape(&resumed_hooks), shape(&live_hooks));
     assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+}
+
+// ---- approvals bound to revisions, four-eyes, the audit trail ----
+
+/// A `refund` tool at a version (its description changes with it, so its revision
+/// does), counting its executions.
+fn refund_tool(version: u32, four_eyes: bool, runs: &Arc<AtomicU32>) -> Tool {
+    let runs = runs.clone();
+    Tool::builder("refund")
+        .description(format!("Refund an order (v{version})."))
+        .input_schema(json!({"type": "object", "properties": {"order": {"type": "string"}}}))
+        .effects(toolshed_core::Effects::External)
+        .idempotency(Idempotency::Keyed)
+        .approval(Approval::Always)
+        .four_eyes(four_eyes)
+        .handler(move |args, _| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, String>(json!({"refunded": args["order"]})) }
+        })
+        .build()
+        .unwrap()
+}
+
+fn refund_runtime(db: &Db, version: u32, four_eyes: bool, runs: &Arc<AtomicU32>) -> Runtime {
+    let set = ToolSet::from_tools([refund_tool(version, four_eyes, runs)]).unwrap();
+    Runtime::new(
+        Pipeline::builder(set).build(),
+        db.journal.clone(),
+        RuntimeConfig::default(),
+    )
+    .unwrap()
+}
+
+fn revision_of(rt: &Runtime) -> String {
+    toolshed_runtime::tool_revision(rt.pipeline().toolset().get("refund").unwrap().spec())
+}
+
+fn user(sub: &str) -> toolshed_core::Principal {
+    toolshed_core::Principal {
+        iss: "toolshed".into(),
+        sub: sub.into(),
+        tenant: Some("acme".into()),
+    }
+}
+
+/// A run of `alice` (or of nobody) whose one `refund` call parks; its id and call id.
+async fn parked_refund(rt: &Runtime, by: Option<&str>) -> (String, String) {
+    let mut new = NewRunBuilder::new("agent");
+    if let Some(by) = by {
+        new = new.principal(user(by));
+    }
+    let run = rt.start(new.build()).await.unwrap();
+    let gate = parked(
+        run.call(call("refund", json!({"order": "A-1"})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Parked);
+    (run.id().to_owned(), gate.call_id)
+}
+
+async fn an_approval_runs_only_against_the_revision_it_was_given_for(db: Db) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let v1 = refund_runtime(&db, 1, false, &runs);
+    let v1_rev = revision_of(&v1);
+    let (id, call_id) = parked_refund(&v1, Some("alice")).await;
+    let gated = db.journal.get_call(&call_id).await.unwrap();
+    let Some(Gate::Approval {
+        revision,
+        requested_by,
+        requested_at_ms,
+        ..
+    }) = &gated.gate
+    else {
+        panic!("not an approval gate: {:?}", gated.gate)
+    };
+    assert_eq!(revision.as_deref(), Some(v1_rev.as_str()));
+    assert_eq!(requested_by.as_deref(), Some("alice"));
+    assert!(requested_at_ms.is_some());
+    toolshed_runtime::approve(&*db.journal, &call_id, "bob", Some("refund ok".into()))
+        .await
+        .unwrap();
+
+    // The tool changes before the resume: refused, nothing runs, the run stays parked.
+    let v2 = refund_runtime(&db, 2, false, &runs);
+    let v2_rev = revision_of(&v2);
+    assert_ne!(v1_rev, v2_rev);
+    let err = v2.resume(&id).await.unwrap_err();
+    assert_eq!(err.code(), "REVISION_CHANGED");
+    let RuntimeError::RevisionChanged { run_id, changes } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(run_id, &id);
+    assert_eq!(
+        changes,
+        &vec![toolshed_runtime::RevisionChange {
+            call_id: call_id.clone(),
+            tool: "refund".into(),
+            approved_revision: v1_rev.clone(),
+            current_revision: v2_rev.clone(),
+            approved_by: "bob".into(),
+        }]
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(&v1_rev) && message.contains(&v2_rev) && message.contains("stays parked"),
+        "{message}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        db.journal.get_run(&id).await.unwrap().status,
+        RunStatus::Parked
+    );
+
+    // The call waits for a new decision on the current revision; the old one is kept.
+    let asked = db.journal.get_call(&call_id).await.unwrap();
+    assert_eq!(asked.status, CallStatus::AwaitingApproval);
+    assert_eq!(asked.decision, None);
+    let Some(Gate::Approval {
+        revision,
+        requested_by,
+        superseded,
+        ..
+    }) = &asked.gate
+    else {
+        panic!("{:?}", asked.gate)
+    };
+    assert_eq!(revision.as_deref(), Some(v2_rev.as_str()));
+    assert_eq!(requested_by.as_deref(), Some("alice"));
+    assert_eq!(superseded.len(), 1);
+    assert_eq!(superseded[0].by, "bob");
+    assert_eq!(superseded[0].revision.as_deref(), Some(v1_rev.as_str()));
+    let pending = db.journal.pending_gates(&Default::default()).await.unwrap();
+    assert_eq!(
+        pending.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+        vec![&call_id]
+    );
+
+    // Resuming before the new decision parks as any undecided call does.
+    let run = v2.resume(&id).await.unwrap();
+    parked(
+        run.call(call("refund", json!({"order": "A-1"})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Parked);
+    // Approved again, for the revision it runs now: it runs, once.
+    let again = toolshed_runtime::approve(&*db.journal, &call_id, "carol", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.decision.as_ref().unwrap().revision.as_deref(),
+        Some(v2_rev.as_str())
+    );
+    let run = v2.resume(&id).await.unwrap();
+    let out = done(
+        run.call(call("refund", json!({"order": "A-1"})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out.result.unwrap(), json!({"refunded": "A-1"}));
+    assert_eq!(run.finish().await.unwrap().status, RunStatus::Completed);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+async fn a_crashed_run_holding_a_stale_approval_parks_instead_of_running(db: Db) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let v1 = refund_runtime(&db, 1, false, &runs);
+    let (id, call_id) = parked_refund(&v1, Some("alice")).await;
+    toolshed_runtime::approve(&*db.journal, &call_id, "bob", None)
+        .await
+        .unwrap();
+    // A driver begins and dies before issuing the call: the run is left `running`.
+    drop(v1.resume(&id).await.unwrap());
+    assert_eq!(
+        db.journal.get_run(&id).await.unwrap().status,
+        RunStatus::Running
+    );
+
+    let v2 = refund_runtime(&db, 2, false, &runs);
+    let err = v2.resume(&id).await.unwrap_err();
+    assert_eq!(err.code(), "REVISION_CHANGED");
+    assert_eq!(
+        db.journal.get_run(&id).await.unwrap().status,
+        RunStatus::Parked
+    );
+    assert_eq!(
+        db.journal.get_call(&call_id).await.unwrap().status,
+        CallStatus::AwaitingApproval
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+async fn four_eyes_refuses_approving_ones_own_call(db: Db) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let guarded = refund_runtime(&db, 1, true, &runs);
+    let (id, call_id) = parked_refund(&guarded, Some("alice")).await;
+    let err = toolshed_runtime::approve(&*db.journal, &call_id, "alice", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "SELF_APPROVAL");
+    let message = err.to_string();
+    assert!(
+        message.contains("`alice` asked for it") && message.contains("another user"),
+        "{message}"
+    );
+    let still = db.journal.get_call(&call_id).await.unwrap();
+    assert_eq!(still.status, CallStatus::AwaitingApproval);
+    assert_eq!(still.decision, None);
+    // Another user may approve it, and it runs.
+    toolshed_runtime::approve(&*db.journal, &call_id, "bob", None)
+        .await
+        .unwrap();
+    let run = guarded.resume(&id).await.unwrap();
+    done(
+        run.call(call("refund", json!({"order": "A-1"})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Denying one's own call is allowed: it runs nothing.
+    let (_, own) = parked_refund(&guarded, Some("alice")).await;
+    let denied =
+        toolshed_runtime::deny(&*db.journal, &own, "alice", Some("changed my mind".into()))
+            .await
+            .unwrap();
+    assert_eq!(denied.status, CallStatus::Failed);
+
+    // A run that records no requester cannot be told apart from its approver.
+    let (_, anonymous) = parked_refund(&guarded, None).await;
+    let err = toolshed_runtime::approve(&*db.journal, &anonymous, "bob", None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "SELF_APPROVAL");
+    assert!(err.to_string().contains("records no requester"), "{err}");
+
+    // Server-wide: a tool without four-eyes, under a policy that asks for it.
+    let plain = refund_runtime(&db, 1, false, &runs);
+    let (_, call_id) = parked_refund(&plain, Some("alice")).await;
+    let policy = toolshed_runtime::ApprovalPolicy { four_eyes: true };
+    let err = toolshed_runtime::approve_under(&*db.journal, &call_id, "alice", None, policy)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "SELF_APPROVAL");
+    assert!(err.to_string().contains("--four-eyes"), "{err}");
+    toolshed_runtime::approve_under(&*db.journal, &call_id, "bob", None, policy)
+        .await
+        .unwrap();
+    // Without the policy the tool's own rule (none) applies.
+    let (_, call_id) = parked_refund(&plain, Some("alice")).await;
+    toolshed_runtime::approve(&*db.journal, &call_id, "alice", None)
+        .await
+        .unwrap();
+}
+
+async fn every_decision_is_in_the_audit_trail(db: Db) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let rt = refund_runtime(&db, 1, false, &runs);
+    let rev = revision_of(&rt);
+    let (id, call_id) = parked_refund(&rt, Some("alice")).await;
+    let before = toolshed_store_time_now();
+    let rec = toolshed_runtime::approve(
+        &*db.journal,
+        &call_id,
+        "bob",
+        Some("checked the order".into()),
+    )
+    .await
+    .unwrap();
+    let d = rec.decision.unwrap();
+    assert_eq!(
+        (
+            d.approved,
+            d.by.as_str(),
+            d.reason.as_deref(),
+            d.revision.as_deref()
+        ),
+        (true, "bob", Some("checked the order"), Some(rev.as_str()))
+    );
+    assert!(d.at_ms >= before, "{} < {before}", d.at_ms);
+    let crumbs = db.journal.crumbs_of_run(&id).await.unwrap();
+    let decided: Vec<&Value> = crumbs
+        .iter()
+        .map(|c| &c.crumb)
+        .filter(|c| c["type"] == "tool:approval:decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "{crumbs:?}");
+    let payload = &decided[0]["payload"];
+    assert_eq!(payload["call_id"], json!(call_id));
+    assert_eq!(payload["approved"], json!(true));
+    assert_eq!(payload["by"], json!("bob"));
+    assert_eq!(payload["reason"], json!("checked the order"));
+    assert_eq!(payload["revision"], json!(rev));
+    assert_eq!(payload["at_ms"], json!(d.at_ms));
+    let requested: Vec<&Value> = crumbs
+        .iter()
+        .map(|c| &c.crumb)
+        .filter(|c| c["type"] == "tool:approval:requested")
+        .collect();
+    assert_eq!(requested[0]["payload"]["gate"]["revision"], json!(rev));
+    assert_eq!(
+        requested[0]["payload"]["gate"]["requested_by"],
+        json!("alice")
+    );
+}
+
+fn toolshed_store_time_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

@@ -217,6 +217,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::RunFinished { .. } => Some(ApiCode::RunFinished),
             RuntimeError::NonDeterminism { .. } => Some(ApiCode::NonDeterminism),
             RuntimeError::BudgetExhausted { .. } => Some(ApiCode::BudgetExhausted),
+            RuntimeError::RevisionChanged { .. } => Some(ApiCode::RevisionChanged),
+            RuntimeError::SelfApproval { .. } => Some(ApiCode::SelfApproval),
             // A registry tool whose stored definition the runtime refuses to run: the
             // same answer as a definition the server cannot build.
             RuntimeError::Startup(_) => Some(ApiCode::InvalidDefinition),
@@ -233,6 +235,22 @@ impl From<RuntimeError> for ApiError {
         match e {
             RuntimeError::InvalidAnswer { violations, .. } if !violations.is_empty() => {
                 error.with_violations(violations)
+            }
+            RuntimeError::RevisionChanged { changes, .. } => {
+                let changes = changes
+                    .into_iter()
+                    .map(|c| toolshed_api::views::RevisionChangeView {
+                        call_id: c.call_id,
+                        tool: c.tool,
+                        approved_revision: c.approved_revision,
+                        current_revision: c.current_revision,
+                        approved_by: c.approved_by,
+                    })
+                    .collect();
+                ApiError {
+                    details: Some(ErrorDetails::Changes(changes)),
+                    ..error
+                }
             }
             _ => error,
         }

@@ -107,6 +107,10 @@ pub struct ServerConfig {
     /// Prune finished runs continuously (`toolshed serve --retain-runs 30d`); `None`
     /// (the default) keeps every run.
     pub retain_runs: Option<Retention>,
+    /// Four-eyes for every gated call (`toolshed serve --four-eyes`): whoever asked for a
+    /// call may not approve it, whatever the tool declares (default off: only tools
+    /// with `approval.four_eyes` ask for it).
+    pub four_eyes: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -151,6 +155,7 @@ impl ServerConfig {
             limits: limits::Limits::default(),
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
+            four_eyes: false,
         }
     }
 }

@@ -508,7 +508,9 @@ pub fn build_tool(
             e,
         )
     })?;
-    executable(dispatcher, file, env).map_err(|reason| {
+    // The registry's revision number goes into the tool's revision, which approvals are
+    // bound to (`toolshed_runtime::tool_revision`).
+    executable_at(dispatcher, file, env, Some(record.revision.to_string())).map_err(|reason| {
         ApiError::new(
             ApiCode::InvalidDefinition,
             format!("tool `{}` {reason}; update it with PUT", record.name),
@@ -518,9 +520,20 @@ pub fn build_tool(
 
 /// A definition as the tool the runtime executes, or why it cannot be one.
 pub fn executable(dispatcher: &Dispatcher, file: ToolFile, env: &RunEnv) -> Result<Tool, String> {
+    executable_at(dispatcher, file, env, None)
+}
+
+/// [`executable`], marked with the registry revision it was stored as.
+fn executable_at(
+    dispatcher: &Dispatcher,
+    file: ToolFile,
+    env: &RunEnv,
+    revision: Option<String>,
+) -> Result<Tool, String> {
     let mut spec = file
         .into_spec()
         .map_err(|e| format!("has a definition this server refuses ({e})"))?;
+    spec.meta.revision = revision;
     let name = spec.name.as_str().to_owned();
     let endpoint_text = env.endpoint.clone().or_else(|| spec.meta.endpoint.clone());
     let handler: Arc<dyn Handler> = match endpoint_text.as_deref().map(Endpoint::parse) {

@@ -181,7 +181,21 @@ pub fn call(c: journal::CallRecord) -> CallView {
 /// What a gated call waits for.
 pub fn gate(g: journal::Gate) -> Gate {
     match g {
-        journal::Gate::Approval { reason } => Gate::Approval { reason },
+        journal::Gate::Approval {
+            reason,
+            revision,
+            four_eyes,
+            requested_by,
+            requested_at_ms,
+            superseded,
+        } => Gate::Approval {
+            reason,
+            revision,
+            four_eyes,
+            requested_by,
+            requested_at_ms,
+            superseded: superseded.into_iter().map(decision).collect(),
+        },
         journal::Gate::Answer { schema } => Gate::Answer { schema },
     }
 }
@@ -193,6 +207,7 @@ pub fn decision(d: journal::Decision) -> Decision {
         by: d.by,
         reason: d.reason,
         at_ms: d.at_ms,
+        revision: d.revision,
     }
 }
 

@@ -75,22 +75,56 @@ pub async fn run(cmd: ApprovalsCommand, db: &Db, json_out: bool) -> Result<(), F
                 let rows: Vec<Vec<String>> = pending
                     .iter()
                     .map(|c| {
-                        let what = match &c.gate {
-                            Some(Gate::Approval { reason }) => format!("approval ({reason})"),
-                            Some(Gate::Answer { .. }) => "answer".into(),
-                            None => "-".into(),
+                        let (what, revision, asked) = match &c.gate {
+                            Some(Gate::Approval {
+                                reason,
+                                revision,
+                                four_eyes,
+                                requested_by,
+                                requested_at_ms,
+                                ..
+                            }) => (
+                                format!(
+                                    "approval ({reason}){}",
+                                    if *four_eyes { ", four-eyes" } else { "" }
+                                ),
+                                revision.clone().unwrap_or_else(|| "-".into()),
+                                format!(
+                                    "{} {}",
+                                    requested_by.as_deref().unwrap_or("-"),
+                                    crate::runs::format_time(
+                                        requested_at_ms.unwrap_or(c.created_at_ms)
+                                    )
+                                ),
+                            ),
+                            Some(Gate::Answer { .. }) => (
+                                "answer".into(),
+                                "-".into(),
+                                crate::runs::format_time(c.created_at_ms),
+                            ),
+                            None => ("-".into(), "-".into(), "-".into()),
                         };
                         vec![
                             c.call_id.clone(),
                             c.run_id.clone(),
                             c.tool.clone(),
                             what,
+                            revision,
+                            asked,
                             c.args.to_string(),
                         ]
                     })
                     .collect();
                 print(&table(
-                    &["CALL ID", "RUN", "TOOL", "WAITING FOR", "ARGS"],
+                    &[
+                        "CALL ID",
+                        "RUN",
+                        "TOOL",
+                        "WAITING FOR",
+                        "REVISION",
+                        "ASKED",
+                        "ARGS",
+                    ],
                     &rows,
                     60,
                 ));

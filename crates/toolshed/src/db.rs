@@ -8,7 +8,7 @@ use toolshed_core::{Pipeline, ToolSet, ToolSource};
 use toolshed_journal::{Journal, JournalError};
 use toolshed_runtime::{Runtime, RuntimeConfig, RuntimeError};
 
-use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_TOOL_ERROR, Failure};
+use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_PARKED, EXIT_TOOL_ERROR, Failure};
 
 /// The default journal.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://toolshed.db";
@@ -93,7 +93,14 @@ pub fn journal_failure(e: JournalError) -> Failure {
 pub fn runtime_failure(e: RuntimeError) -> Failure {
     match e {
         RuntimeError::Journal(j) => journal_failure(j),
-        RuntimeError::InvalidAnswer { .. } | RuntimeError::RunFinished { .. } => Failure::Error {
+        // The run stays parked: it waits for a new decision, as a parked run does.
+        RuntimeError::RevisionChanged { .. } => Failure::Error {
+            code: EXIT_PARKED,
+            error: anyhow!("{} [{}]", e, e.code()),
+        },
+        RuntimeError::InvalidAnswer { .. }
+        | RuntimeError::RunFinished { .. }
+        | RuntimeError::SelfApproval { .. } => Failure::Error {
             code: EXIT_BAD_INPUT,
             error: anyhow!("{} [{}]", e, e.code()),
         },

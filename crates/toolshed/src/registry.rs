@@ -1012,8 +1012,22 @@ fn parked_hint(run_id: &str, call: &str, gate: &Gate) -> String {
         Gate::Answer { schema } => format!(
             "run {run_id} parked: call {call} waits for an answer matching {schema}\n  answer:  toolshed registry answer {call} --answer '{{…}}'\n  then:    toolshed registry resume {run_id}"
         ),
-        Gate::Approval { reason } => format!(
-            "run {run_id} parked: call {call} needs an approval ({reason})\n  decide:  toolshed registry approve {call} [--reason TEXT]   or   toolshed registry deny {call} --reason TEXT\n  then:    toolshed registry resume {run_id}"
+        Gate::Approval {
+            reason,
+            revision,
+            four_eyes,
+            ..
+        } => format!(
+            "run {run_id} parked: call {call} needs an approval ({reason}{}{})\n  decide:  toolshed registry approve {call} [--reason TEXT]   or   toolshed registry deny {call} --reason TEXT\n  then:    toolshed registry resume {run_id}",
+            revision
+                .as_deref()
+                .map(|r| format!("; tool revision {r}"))
+                .unwrap_or_default(),
+            if *four_eyes {
+                "; four-eyes: another user must approve"
+            } else {
+                ""
+            }
         ),
     }
 }

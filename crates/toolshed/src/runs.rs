@@ -279,7 +279,7 @@ pub fn report_parked(outcome: &RunOutcome, json_out: bool) {
     let mut text = format!("run {run} parked: it waits for a person.\n");
     for p in &outcome.parked {
         match &p.gate {
-            Gate::Approval { reason } => text.push_str(&format!(
+            Gate::Approval { reason, .. } => text.push_str(&format!(
                 "  call {} ({}) needs approval ({reason}):\n    toolshed approvals approve {} [--reason TEXT]   or   toolshed approvals deny {} --reason TEXT\n",
                 p.call_id, p.tool, p.call_id, p.call_id
             )),
@@ -319,6 +319,7 @@ async fn show(id: &str, with_crumbs: bool, db: &Db, json_out: bool) -> Result<()
         70,
     ));
     text.push_str(&diagnostics_text(&calls));
+    text.push_str(&approvals_text(&calls));
     if let Some(crumbs) = crumbs {
         text.push_str("\ncrumbs:\n");
         let rows: Vec<Vec<String>> = crumbs
@@ -339,6 +340,67 @@ async fn show(id: &str, with_crumbs: bool, db: &Db, json_out: bool) -> Result<()
     }
     print(&text);
     Ok(())
+}
+
+/// The audit trail of each gated call: who asked and when, for which tool revision,
+/// under which policy, and every decision (who, when, why, which revision), the ones
+/// that no longer hold included.
+fn approvals_text(calls: &[CallRecord]) -> String {
+    let mut text = String::new();
+    for c in calls {
+        let Some(Gate::Approval {
+            revision,
+            four_eyes,
+            requested_by,
+            requested_at_ms,
+            superseded,
+            ..
+        }) = &c.gate
+        else {
+            continue;
+        };
+        text.push_str(&format!(
+            "\ncall {} ({}): approval asked{}{}{}{}\n",
+            c.ordinal,
+            c.tool,
+            requested_by
+                .as_deref()
+                .map(|w| format!(" by {w}"))
+                .unwrap_or_default(),
+            requested_at_ms
+                .map(|t| format!(" at {}", format_time(t)))
+                .unwrap_or_default(),
+            revision
+                .as_deref()
+                .map(|r| format!(" for revision {r}"))
+                .unwrap_or_default(),
+            if *four_eyes { " (four-eyes)" } else { "" },
+        ));
+        for d in superseded {
+            text.push_str(&format!("  {} (no longer holds)\n", decision_line(d)));
+        }
+        if let Some(d) = &c.decision {
+            text.push_str(&format!("  {}\n", decision_line(d)));
+        }
+    }
+    text
+}
+
+fn decision_line(d: &toolshed_journal::Decision) -> String {
+    format!(
+        "{} by {} at {}{}{}",
+        if d.approved { "approved" } else { "denied" },
+        d.by,
+        format_time(d.at_ms),
+        d.revision
+            .as_deref()
+            .map(|r| format!(" for revision {r}"))
+            .unwrap_or_default(),
+        d.reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )
 }
 
 /// What each call's execution printed, for the calls that printed anything: the exit
@@ -433,7 +495,7 @@ fn call_row(c: &CallRecord) -> Vec<String> {
                     .unwrap_or_default()
             )
         }
-        (None, None, Some(Gate::Approval { reason }), None) => {
+        (None, None, Some(Gate::Approval { reason, .. }), None) => {
             format!("waiting for approval ({reason})")
         }
         (None, None, Some(Gate::Answer { .. }), _) => "waiting for an answer".into(),

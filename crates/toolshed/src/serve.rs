@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// How often to prune with `--retain-runs` (default 5m).
     #[arg(long, value_name = "AGE", requires = "retain_runs", value_parser = crate::retention::parse_age)]
     prune_every: Option<Duration>,
+    /// Four-eyes for every gated call: whoever asked for a call may not approve it
+    /// (403 `SELF_APPROVAL`); another user must. Without it only tools declaring
+    /// `approval: {four_eyes: true}` ask for it.
+    #[arg(long, env = "TOOLSHED_FOUR_EYES", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    four_eyes: bool,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -153,6 +158,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         }
         config.retain_runs = Some(retention);
     }
+    config.four_eyes = args.four_eyes;
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
     let shutdown = shutdown_signal()?;
@@ -409,5 +415,17 @@ mod tests {
             err.contains("10.0.0.0/40") && err.contains("prefix"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn four_eyes_is_off_unless_the_operator_turns_it_on() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.four_eyes)
+        };
+        if std::env::var_os("TOOLSHED_FOUR_EYES").is_none() {
+            assert!(!parse(&[]).unwrap_or(true), "off by default");
+        }
+        assert!(parse(&["--four-eyes"]).unwrap_or(false));
     }
 }

@@ -134,6 +134,110 @@ fn approval_across_three_processes() {
     );
 }
 
+/// An approval given while the tool was at another revision (an older build of the
+/// tool) is refused by `runs resume`: exit 4, the run stays parked, the call waits for
+/// a new decision on the current revision, and `runs show` has the whole audit trail.
+#[test]
+fn resume_refuses_an_approval_given_for_another_revision() {
+    let env = Env::new();
+    let o = env.run(&[
+        "tools",
+        "run",
+        "transfer_funds",
+        "--json",
+        "--args",
+        r#"{"amount": 500, "to": "ACME-001"}"#,
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = stdout_json(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let current = parked["waiting_for"][0]["gate"]["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(current.starts_with("sha256:"), "{parked}");
+
+    // Make the approval one given for another revision of the tool: approved, asked
+    // again at a revision this build does not have, approved again there.
+    let stale = "sha256:0000000000000000";
+    let o = env.run(&["approvals", "approve", &call_id, "--by", "bob"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let journal = toolshed_journal::open(&env.url).await.unwrap();
+        let gate = toolshed_journal::Gate::Approval {
+            reason: "when amount > 100".into(),
+            revision: Some(stale.into()),
+            four_eyes: false,
+            requested_by: None,
+            requested_at_ms: None,
+            superseded: vec![],
+        };
+        journal.regate(&call_id, gate).await.unwrap();
+    });
+    let o = env.run(&[
+        "approvals",
+        "approve",
+        &call_id,
+        "--by",
+        "bob",
+        "--reason",
+        "old build",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let o = env.run(&["runs", "resume", &run_id]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("[REVISION_CHANGED]") && err.contains(stale) && err.contains(&current),
+        "{err}"
+    );
+    let o = env.run(&["approvals", "list", "--json"]);
+    let pending = stdout_json(&o);
+    assert_eq!(pending[0]["call_id"], json!(call_id));
+    assert_eq!(pending[0]["status"], "awaiting_approval");
+    assert_eq!(pending[0]["gate"]["revision"], json!(current));
+    let o = env.run(&["runs", "show", &run_id, "--json"]);
+    assert_eq!(stdout_json(&o)["run"]["status"], "parked");
+    let o = env.run(&["approvals", "list"]);
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        listed.contains("REVISION") && listed.contains("ASKED") && listed.contains(&current),
+        "{listed}"
+    );
+
+    // Decided again, it runs.
+    let o = env.run(&[
+        "approvals",
+        "approve",
+        &call_id,
+        "--reason",
+        "checked again",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = env.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout_json(&o)["status"], "completed");
+    let o = env.run(&["runs", "show", &run_id]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        shown.contains("approved by bob at")
+            && shown.contains(&format!(
+                "for revision {stale}: old build (no longer holds)"
+            ))
+            && shown.contains("approved by tester at")
+            && shown.contains(&format!("for revision {current}: checked again")),
+        "{shown}"
+    );
+}
+
 #[test]
 fn denial_becomes_an_error_result() {
     let env = Env::new();

@@ -135,11 +135,13 @@ pub async fn get_run(
 }
 
 /// Resume a run: decided approvals and answers take effect, recorded calls replay, and
-/// the rest executes. Needs the deployer role.
+/// the rest executes. Needs the deployer role. An approved call whose tool changed since
+/// its approval is not run: 409 `REVISION_CHANGED` naming both revisions, the run stays
+/// parked and the call waits for a new decision (`GET /api/v1/approvals`).
 #[utoipa::path(post, path = "/api/v1/runs/{id}/resume", tag = "runs", security(("bearer" = [])),
     params(("id" = String, Path, description = "The run id")),
     responses((status = 200, body = Data<ResumeView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
-        (status = 404, body = ErrorEnvelope), (status = 409, description = "Finished, or not resumable here", body = ErrorEnvelope)))]
+        (status = 404, body = ErrorEnvelope), (status = 409, description = "Finished, not resumable here, or an approved call's tool changed (`REVISION_CHANGED`)", body = ErrorEnvelope)))]
 pub async fn resume_run(
     State(state): State<AppState>,
     auth: Auth,
@@ -293,10 +295,13 @@ pub async fn list_approvals(
     }))
 }
 
-/// Approve a waiting call (deployer). It runs when the run is resumed.
+/// Approve a waiting call (deployer). It runs when the run is resumed, against the tool
+/// revision it was approved for. Under four-eyes (the tool's `approval.four_eyes`, or
+/// `toolshed serve --four-eyes`) the user who asked for the call cannot approve it: 403
+/// `SELF_APPROVAL`.
 #[utoipa::path(post, path = "/api/v1/approvals/{call_id}/approve", tag = "approvals", security(("bearer" = [])),
     params(("call_id" = String, Path, description = "The call id")), request_body = ReasonBody,
-    responses((status = 200, body = Data<DecisionView>), (status = 401, body = ErrorEnvelope), (status = 403, body = ErrorEnvelope),
+    responses((status = 200, body = Data<DecisionView>), (status = 401, body = ErrorEnvelope), (status = 403, description = "Not a deployer, or four-eyes: the caller asked for this call (`SELF_APPROVAL`)", body = ErrorEnvelope),
         (status = 404, body = ErrorEnvelope), (status = 409, description = "Not waiting for an approval", body = ErrorEnvelope)))]
 pub async fn approve(
     State(state): State<AppState>,
@@ -332,7 +337,10 @@ async fn decide(
     visible_call(&state, claims, &call_id).await?;
     let journal = state.journal().as_ref();
     let rec = if approved {
-        toolshed_runtime::approve(journal, &call_id, &claims.sub, body.reason).await?
+        let policy = toolshed_runtime::ApprovalPolicy {
+            four_eyes: state.config().four_eyes,
+        };
+        toolshed_runtime::approve_under(journal, &call_id, &claims.sub, body.reason, policy).await?
     } else {
         toolshed_runtime::deny(journal, &call_id, &claims.sub, body.reason).await?
     };
