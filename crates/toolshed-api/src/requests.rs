@@ -205,6 +205,27 @@ pub struct SandboxExecuteBody {
     pub memory_mb: Option<u64>,
 }
 
+impl std::fmt::Debug for ChangePasswordBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked = |p: &Option<String>| p.as_ref().map(|_| "***");
+        f.debug_struct("ChangePasswordBody")
+            .field("current_password", &masked(&self.current_password))
+            .field("old_password", &masked(&self.old_password))
+            .field("new_password", &"***")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for UserChangeBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserChangeBody")
+            .field("role", &self.role)
+            .field("tenant", &self.tenant)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,26 +269,5 @@ mod tests {
             assert!(!text.contains("hunter2"), "{text}");
             assert!(text.contains("***"), "{text}");
         }
-    }
-}
-
-impl std::fmt::Debug for ChangePasswordBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let masked = |p: &Option<String>| p.as_ref().map(|_| "***");
-        f.debug_struct("ChangePasswordBody")
-            .field("current_password", &masked(&self.current_password))
-            .field("old_password", &masked(&self.old_password))
-            .field("new_password", &"***")
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for UserChangeBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UserChangeBody")
-            .field("role", &self.role)
-            .field("tenant", &self.tenant)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
     }
 }

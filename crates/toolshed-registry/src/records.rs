@@ -378,6 +378,7 @@ mod tests {
             role: Role::Admin,
             tenant: "acme".into(),
             created_at_ms: 1,
+            token_generation: 7,
         };
         for text in [format!("{new:?}"), format!("{stored:#?}")] {
             assert!(!text.contains("argon2"), "{text}");

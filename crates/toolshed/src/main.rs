@@ -65,7 +65,7 @@ enum Command {
     /// the registry server.
     Agent(Group<agent::AgentCommand>),
     /// Run the registry server (REST API) on the `--database-url` database.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Add and list registry users, directly in the `--database-url` database.
     User(Group<user::UserCommand>),
     /// Log in to the registry server (`TOOLSHED_URL`) and save the token.
@@ -146,7 +146,7 @@ fn main() -> ExitCode {
             Command::Approvals(g) => approvals::run(g.command, &db, g.json).await,
             Command::Answer(args) => approvals::answer(args, &db).await,
             Command::Agent(g) => agent::run(g.command, g.json).await,
-            Command::Serve(args) => serve::run(args, db.url()).await,
+            Command::Serve(args) => serve::run(*args, db.url()).await,
             Command::User(g) => user::run(g.command, db.url(), g.json).await,
             Command::Login(args) => client::login(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
