@@ -200,6 +200,7 @@ impl Dispatcher {
     ///     network: Network::On,
     ///     limits: LimitsRequest { memory_bytes: Some(512 << 20), ..LimitsRequest::default() },
     ///     binds: vec![Bind::read_only("/srv/project", "/project")],
+    ///     libraries: Vec::new(),
     /// };
     /// let endpoint = Endpoint::parse("python:/srv/project/tools.py:lookup").unwrap();
     /// let handler = dispatcher.handler_with(endpoint, "lookup", policy);

@@ -562,3 +562,52 @@ async fn two_tenants_executing_one_tool_never_share_a_worker() {
     assert_ne!(default_3.0, acme_1.0);
     s.stop().await;
 }
+
+/// `PATCH /api/v1/users/{username}` keeps to the caller's tenant as the other user
+/// routes do: an admin changes only its own tenant's users (another tenant's, or the
+/// organisation's owner, is a 404 as for an unknown name), may not move a user to
+/// another tenant or grant a role above its own; the owner may do both.
+#[tokio::test]
+async fn an_admin_changes_only_its_own_tenants_users_and_cannot_move_or_promote_them() {
+    let s = TestServer::start().await;
+    let acme_admin = user_of(&s, "ada", "admin", "acme").await;
+    let _ = user_of(&s, "abe", "deployer", "acme").await;
+    let patch = |who: &str, token: &str, body: Value| {
+        let path = format!("/api/v1/users/{who}");
+        let token = token.to_owned();
+        let s = &s;
+        async move { s.call("PATCH", &path, Some(&token), Some(body)).await }
+    };
+    // Another tenant's user, and the owner: not found.
+    for who in ["dee", "admin"] {
+        let (status, answer) = patch(who, &acme_admin, json!({"role": "viewer"})).await;
+        assert_eq!(status, 404, "{who}: {answer}");
+        assert_eq!(answer["error"]["code"], "NOT_FOUND");
+    }
+    let (status, answer) = s.call("GET", "/api/v1/users", Some(&s.admin), None).await;
+    assert_eq!(status, 200, "{answer}");
+    let dee = answer["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["username"] == "dee")
+        .cloned()
+        .unwrap();
+    assert_eq!(dee["role"], "deployer", "dee is unchanged: {dee}");
+    // Moving its own user to another tenant, or promoting it to owner: refused.
+    let (status, answer) = patch("abe", &acme_admin, json!({"tenant": "globex"})).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["details"]["fields"][0]["field"], "tenant");
+    let (status, answer) = patch("abe", &acme_admin, json!({"role": "owner"})).await;
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(answer["error"]["details"]["fields"][0]["field"], "role");
+    // Within its tenant and its role, allowed.
+    let (status, answer) = patch("abe", &acme_admin, json!({"role": "viewer"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["role"], "viewer");
+    // The owner moves a user between tenants.
+    let (status, answer) = patch("abe", &s.admin, json!({"tenant": "globex"})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["tenant"], "globex");
+    s.stop().await;
+}
