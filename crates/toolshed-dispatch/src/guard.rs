@@ -1,6 +1,6 @@
 //! Where an `http(s)://` tool may connect: public addresses only, unless the operator
 //! allowlists a host or a range. The check runs on the addresses a name resolves to, in
-//! the client's own resolver ([`GuardedResolver`]), so the addresses checked are the
+//! the client's own resolver (`GuardedResolver`), so the addresses checked are the
 //! ones connected to: a DNS answer that changes between a check and the connection (a
 //! rebinding) cannot slip a private address through.
 
