@@ -950,11 +950,31 @@ pub(crate) async fn all_with_code(
     db: &mut dyn Executor,
     tools: Vec<ToolRecord>,
 ) -> Result<Vec<ToolRecord>> {
-    let mut out = Vec::with_capacity(tools.len());
-    for t in tools {
-        out.push(with_code(db, t).await?);
+    // One read for the whole page (a listing, a tool's versions), not one per record.
+    let mut tools = tools;
+    if tools.is_empty() {
+        return Ok(tools);
     }
-    Ok(out)
+    let pairs: Vec<(&str, u32)> = tools.iter().map(|t| (t.id.as_str(), t.revision)).collect();
+    let pairs = serde_json::to_string(&pairs)
+        .map_err(|e| RegistryError::Backend(format!("cannot encode revision pairs: {e}")))?;
+    let mut codes = std::collections::HashMap::new();
+    for row in db.rows(&sql::TOOL_CODES, &[pairs.into()]).await? {
+        let id: String = row.get(0)?;
+        let revision: i64 = row.get(1)?;
+        let size: i64 = row.get(3)?;
+        let files: i64 = row.get(4)?;
+        let code = CodeRef {
+            sha256: row.get(2)?,
+            size_bytes: u64::try_from(size).unwrap_or(0),
+            files: u32::try_from(files).unwrap_or(0),
+        };
+        codes.insert((id, revision), code);
+    }
+    for t in &mut tools {
+        t.code = codes.remove(&(t.id.clone(), i64::from(t.revision)));
+    }
+    Ok(tools)
 }
 
 /// A stored archive's bytes.

@@ -315,6 +315,21 @@ pub(crate) const TOOL_CODE: Sql = Sql::same(
      JOIN registry_code c ON c.sha256 = t.sha256 WHERE t.tool_id = ?1 AND t.revision = ?2",
 );
 
+/// The code of several revisions in one read: ?1 a JSON array of `[tool_id, revision]`
+/// pairs; each row is tool id, revision, hash, size, files (revisions without code have
+/// no row).
+pub(crate) const TOOL_CODES: Sql = Sql::per_dialect(
+    "SELECT t.tool_id, t.revision, c.sha256, c.size_bytes, c.files \
+     FROM json_each(?1) j \
+     JOIN registry_tool_code t ON t.tool_id = json_extract(j.value, '$[0]') \
+         AND t.revision = json_extract(j.value, '$[1]') \
+     JOIN registry_code c ON c.sha256 = t.sha256",
+    "SELECT t.tool_id, t.revision, c.sha256, c.size_bytes, c.files \
+     FROM jsonb_array_elements(CAST(?1 AS TEXT)::jsonb) j \
+     JOIN registry_tool_code t ON t.tool_id = j->>0 AND t.revision = (j->>1)::bigint \
+     JOIN registry_code c ON c.sha256 = t.sha256",
+);
+
 /// An archive by hash. ?1 sha256.
 pub(crate) const CODE_ARCHIVE: Sql =
     Sql::same("SELECT archive FROM registry_code WHERE sha256 = ?1");
