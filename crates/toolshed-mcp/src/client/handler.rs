@@ -1,5 +1,6 @@
-//! The client side of the session: rmcp's `ClientHandler`, which routes progress to
-//! the call that asked for it and counts `notifications/tools/list_changed`.
+//! The client side of the session: rmcp's `ClientHandler`, which counts
+//! `notifications/tools/list_changed`, and [`Tap`], the transport wrapper that routes
+//! progress to the call that asked for it.
 //!
 //! One [`Shared`] lives as long as the server's [`Connection`](super::conn::Connection),
 //! across restarts, so a `changes()` receiver keeps working after the process is
@@ -14,7 +15,9 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig as RmcpClientConfig, Implementation,
     ProgressNotificationParam, ProgressToken, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{NotificationContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use tokio::sync::{mpsc, watch};
 
 /// How many progress notifications of one call wait unread before more are dropped
@@ -33,6 +36,17 @@ impl Shared {
             progress: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
         })
+    }
+
+    /// Hands a progress notification to the call that asked for it.
+    fn route_progress(&self, params: &ProgressNotificationParam) {
+        let tx = lock(&self.progress)
+            .get(&token_key(&params.progress_token))
+            .cloned();
+        if let Some(tx) = tx {
+            // Full: the call is not reading fast enough; a dropped progress is harmless.
+            let _ = tx.try_send(params.clone());
+        }
     }
 
     /// A receiver of the list-changed counter.
@@ -104,21 +118,6 @@ impl Handler {
 }
 
 impl ClientHandler for Handler {
-    fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        let tx = lock(&self.shared.progress)
-            .get(&token_key(&params.progress_token))
-            .cloned();
-        if let Some(tx) = tx {
-            // Full: the call is not reading fast enough; a dropped progress is harmless.
-            let _ = tx.try_send(params);
-        }
-        std::future::ready(())
-    }
-
     fn on_tool_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
@@ -129,5 +128,39 @@ impl ClientHandler for Handler {
 
     fn get_info(&self) -> RmcpClientConfig {
         self.info.clone()
+    }
+}
+
+/// A transport that routes progress notifications as they are read, in order, before
+/// the answer that follows them. rmcp hands notifications to the handler on tasks of
+/// their own, so the handler may see a call's last progress after its answer, or two
+/// progress notifications swapped; read here, they cannot be.
+pub(crate) struct Tap<T> {
+    pub(crate) inner: T,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<T: Transport<RoleClient> + 'static> Transport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(n) = &message
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.shared.route_progress(&p.params);
+        }
+        Some(message)
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
     }
 }
