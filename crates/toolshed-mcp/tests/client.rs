@@ -429,3 +429,74 @@ impl toolshed_core::CredentialProvider for Fixed {
         Box::pin(async move { Ok(toolshed_core::Secret::new(self.0.as_str())) })
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_run_through_the_pipeline_with_partial_crumbs() {
+    use toolshed_core::spec::Approval;
+    use toolshed_core::{CrumbKind, MemorySink, Pipeline, RunContext, ToolCall, ToolSet};
+
+    let cache = tempfile::tempdir().unwrap();
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let s = server(&hub, &fixture("fx", "paged"));
+    let listed = s.tools().await.unwrap();
+    let mut tools = Vec::new();
+    for t in listed
+        .iter()
+        .filter(|t| t.name == "echo" || t.name == "progress")
+    {
+        let mut spec = t.spec().unwrap();
+        if t.name == "progress" {
+            // The fixture gives no hints: MCP's defaults make it destructive, gated.
+            assert!(matches!(spec.approval, Approval::Always));
+            spec.approval = Approval::Never;
+        }
+        tools.push(toolshed_mcp::tool(s.clone(), t, spec).unwrap());
+    }
+    let p = Pipeline::builder(ToolSet::from_tools(tools).unwrap()).build();
+    let sink = MemorySink::new();
+    p.crumbs().add_sink(Arc::new(sink.clone()));
+    let run = RunContext::ephemeral();
+
+    let out = p
+        .call(&run, ToolCall::new("fx__echo", json!({"text": "x"})))
+        .await;
+    assert_eq!(
+        out.result.unwrap_err().code,
+        ErrorCode::ApprovalRequired,
+        "a destructive-by-default MCP tool waits for a human"
+    );
+
+    let out = p.call(&run, ToolCall::new("fx__progress", json!({}))).await;
+    assert_eq!(out.result.unwrap(), json!({"done": true}));
+    assert_eq!(out.diagnostics.content[0]["text"], "done");
+    let partials = sink
+        .kinds()
+        .into_iter()
+        .filter(|k| *k == CrumbKind::Partial)
+        .count();
+    assert_eq!(partials, 2, "{:?}", sink.kinds());
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_initialize_is_asked_with_server_discover() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let s = server(&hub, &fixture("modern", "modern"));
+    let info = s
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {}", s.stderr()));
+    assert_eq!(info.era, Era::Discover);
+    assert_eq!(info.protocol_version, "2026-07-28");
+    assert_eq!(info.server_name, "fixture-modern");
+    let tools = s.tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "echo"));
+    let c = call(&s, "echo", json!({"text": "modern"})).await;
+    assert_eq!(c.result.unwrap(), json!("echo: modern"));
+
+    // A legacy server is legacy.
+    let s = server(&hub, &fixture("legacy", "paged"));
+    assert_eq!(s.connect().await.unwrap().era, Era::Legacy);
+    hub.shutdown().await;
+}
