@@ -500,3 +500,88 @@ async fn a_server_that_refuses_initialize_is_asked_with_server_discover() {
     assert_eq!(s.connect().await.unwrap().era, Era::Legacy);
     hub.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_kills_a_server_that_ignores_stdin_and_sigterm() {
+    // Unsandboxed (the developer opt-in), so the server's pid is a host pid to watch.
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = ClientConfig::new(cache.path());
+    config.unsandboxed = true;
+    config.limits = limits();
+    let hub = McpHub::new(config);
+    let script = fixtures().join("fixture_server.mjs");
+    let spec = stdio(
+        "stubborn",
+        "/usr/bin/node",
+        &[script.to_str().unwrap(), "stubborn"],
+    );
+    let s = server(&hub, &spec);
+    s.connect().await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || s.stderr().contains("pid ")).await);
+    let pid: u32 = s
+        .stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc.exists());
+    hub.shutdown().await;
+    assert!(
+        s.stderr().contains("ignoring SIGTERM"),
+        "SIGTERM came first: {}",
+        s.stderr()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !proc.exists()).await,
+        "SIGKILL ended it"
+    );
+}
+
+#[tokio::test]
+async fn headers_carry_credentials_that_never_appear_in_errors() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 16 * 1024];
+        let n = c.read(&mut buf).unwrap();
+        // An error page that echoes the request back, credential included.
+        let body = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = c.write_all(answer.as_bytes());
+        body
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = ClientConfig::new(cache.path());
+    config.http_policy = toolshed_dispatch::HttpPolicy::default().with_loopback();
+    let hub = McpHub::new(config);
+    let mut spec = http("authed", &format!("http://127.0.0.1:{port}/mcp"));
+    let toolshed_mcp::Launch::Http(h) = &mut spec.launch else {
+        unreachable!()
+    };
+    h.headers
+        .insert("Authorization".into(), "Bearer ${API_KEY}".into());
+    h.headers.insert("X-Team".into(), "tools".into());
+    spec.credentials = vec!["API_KEY".into()];
+    let s = hub.server("t", &spec, Arc::new(Fixed("tok-9f8e7d6c5b4a".into())), None);
+    let e = s.connect().await.unwrap_err();
+    let request = seen.join().unwrap().to_ascii_lowercase();
+    assert!(
+        request.contains("authorization: bearer tok-9f8e7d6c5b4a"),
+        "{request}"
+    );
+    assert!(request.contains("x-team: tools"), "{request}");
+    assert!(
+        request.contains("accept: ") && request.contains("text/event-stream"),
+        "{request}"
+    );
+    assert!(!e.to_string().contains("tok-9f8e7d6c5b4a"), "{e}");
+    assert!(!format!("{e:?}").contains("tok-9f8e7d6c5b4a"), "{e:?}");
+}
