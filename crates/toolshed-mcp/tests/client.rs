@@ -349,6 +349,23 @@ async fn cursor_loops_and_name_collisions_are_refused() {
         "{e}"
     );
     hub.shutdown().await;
+
+    // The caps on tools and pages (the fixture lists 5 tools on 3 pages).
+    for (tools, pages, says) in [(3, 64, "more than 3 tools"), (512, 2, "more than 2 pages")] {
+        let mut config = ClientConfig::new(cache.path());
+        config.sandbox = Some(sandbox());
+        config.binds = vec![Bind::executable(fixtures(), FIXTURES)];
+        config.limits.max_tools = tools;
+        config.limits.max_pages = pages;
+        let hub = McpHub::new(config);
+        let e = server(&hub, &fixture("fx", "paged"))
+            .tools()
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), McpCode::McpToolListRejected);
+        assert!(e.to_string().contains(says), "{e}");
+        hub.shutdown().await;
+    }
 }
 
 #[tokio::test]
