@@ -375,6 +375,24 @@ async fn stdio_without_a_sandbox_is_refused_and_metadata_urls_are_refused() {
     let e = server(&hub, &everything()).connect().await.unwrap_err();
     assert_eq!(e.code(), McpCode::McpSandboxRequired, "{e}");
 
+    // One server per (scope, name), reused while its spec is the same.
+    let a = server(&hub, &everything());
+    assert!(Arc::ptr_eq(&a, &server(&hub, &everything())));
+    assert!(!Arc::ptr_eq(
+        &a,
+        &hub.server(
+            "tenant-other",
+            &everything(),
+            Arc::new(toolshed_core::EnvProvider),
+            None
+        )
+    ));
+    let mut changed = everything();
+    changed.timeout = Duration::from_secs(5);
+    let b = server(&hub, &changed);
+    assert!(!Arc::ptr_eq(&a, &b), "a changed spec replaces the server");
+    assert_eq!(b.spec().timeout, Duration::from_secs(5));
+
     for url in [
         "http://169.254.169.254/mcp",
         "http://[::ffff:169.254.169.254]/mcp",
