@@ -38,14 +38,17 @@
 
 mod dispatch;
 mod file;
+pub mod mcp;
 mod resolve;
 mod workspace;
 
 pub use dispatch::DispatchImplementations;
 pub use file::{AgentFile, Limits, SandboxSettings, ToolEntry, parse_agent_file};
+pub use mcp::{AgentMcp, LoadedMcpServer};
 pub use resolve::{
-    ImplementationError, Implementations, LoadedAgent, RegistryLookup, RegistryLookupError,
-    RegistryTool, load_agent, load_agent_with_workspaces, snake_name,
+    ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
+    RegistryLookupError, RegistryTool, load_agent, load_agent_with, load_agent_with_workspaces,
+    snake_name,
 };
 pub use workspace::{WORKSPACE_TOOLS, WorkspaceCaps, WorkspaceConfig, Workspaces};
 
