@@ -189,10 +189,10 @@ fn bad_server_fields_name_the_field_and_the_fix() {
     assert_all(
         &e,
         &[
-            "field `tools[0]`: unknown field `prefx`",
+            "field `tools[0].prefx`: unknown field `prefx`",
             "field `tools[1].prefix`: `has space`",
             "field `plugins.mcp_client.servers.both`: has both `command` and `url`",
-            "field `plugins.mcp_client.servers.typo`: unknown field `comand`",
+            "field `plugins.mcp_client.servers.typo.comand`: unknown field `comand`",
             "field `plugins.mcp_client.servers.sse.transport`: the legacy HTTP+SSE transport is not supported",
             "field `plugins.mcp_client.servers.ftp.url`",
             "field `plugins.mcp_client.servers.empty.command`: must not be empty",
@@ -218,12 +218,17 @@ async fn a_missing_server_names_every_place_looked_in() {
     let e = load(dir.path(), Some(&OneServer), None).await.unwrap_err();
     assert_all(
         &e,
-        &["ref mcp-servers/nowhere: not found in agent.yaml's plugins.mcp_client servers, mcp-servers/nowhere.(yaml|yml|json), or the registry"],
+        &[
+            "ref mcp-servers/nowhere: not found in agent.yaml's plugins.mcp_client servers, mcp-servers/nowhere.(yaml|yml|json), or the registry",
+        ],
     );
     // A name that is not a server name is refused before any file is looked for.
     let dir = project("name: a\ntools:\n  - ref: mcp-servers/..\n", &[]);
     let e = load(dir.path(), None, None).await.unwrap_err();
-    assert_all(&e, &["ref mcp-servers/..: MCP server `..`: name: contains '.'"]);
+    assert_all(
+        &e,
+        &["ref mcp-servers/..: MCP server `..`: name: contains '.'"],
+    );
 }
 
 #[tokio::test]
@@ -232,7 +237,10 @@ async fn a_project_file_with_a_bad_field_names_the_file_and_the_field() {
         "name: a\ntools:\n  - ref: mcp-servers/x\n  - ref: mcp-servers/y\n  - ref: mcp-servers/z\n  - ref: mcp-servers/w\n",
         &[
             ("mcp-servers/x.yaml", "comand: npx\n"),
-            ("mcp-servers/y.json", "{\"name\": \"other\", \"command\": \"npx\"}"),
+            (
+                "mcp-servers/y.json",
+                "{\"name\": \"other\", \"command\": \"npx\"}",
+            ),
             ("mcp-servers/z.yaml", "url: [unclosed\n"),
             ("mcp-servers/w.yaml", "command: npx\n"),
             ("mcp-servers/w.json", "{\"command\": \"npx\"}"),
@@ -242,8 +250,8 @@ async fn a_project_file_with_a_bad_field_names_the_file_and_the_field() {
     assert_all(
         &e,
         &[
-            "mcp-servers/x.yaml: field `mcp-servers/x.yaml`: unknown field `comand`",
-            "field `mcp-servers/y.json.name`: `other` differs from the server's name `y`",
+            "mcp-servers/x.yaml: field `comand`: unknown field `comand`, expected one of `name`, `transport`",
+            "mcp-servers/y.json: field `name`: `other` differs from the server's name `y`",
             "mcp-servers/z.yaml: not valid YAML",
             "mcp-servers/w.yaml and mcp-servers/w.json all define the MCP server `w`; keep one",
         ],
@@ -276,23 +284,26 @@ async fn refs_resolve_from_the_agent_then_the_project_then_the_registry() {
 }
 
 #[tokio::test]
-async fn everything_tools_join_as_server__tool_with_the_annotations_and_overrides() {
+async fn everything_tools_join_as_server_tool_with_the_annotations_and_overrides() {
     let cache = tempfile::tempdir().unwrap();
     let hub = hub(cache.path());
     let dir = project(
         "name: a\ntools:\n  - ref: mcp-servers/everything\n    exclude: [get-env]\n    overrides:\n      get-sum: {approval: always, timeout_seconds: 7}\n      echo: {effects: external, idempotency: keyed}\n",
-        &[(
-            "mcp-servers/everything.yaml",
-            &everything_yaml(""),
-        )],
+        &[("mcp-servers/everything.yaml", &everything_yaml(""))],
     );
     let a = load(dir.path(), None, Some(&hub)).await.unwrap();
     let echo = a.toolset.get("everything__echo").expect("everything__echo");
-    assert_eq!(echo.spec().meta.endpoint.as_deref(), Some("mcp:everything/echo"));
+    assert_eq!(
+        echo.spec().meta.endpoint.as_deref(),
+        Some("mcp:everything/echo")
+    );
     // echo's annotations say read-only; the override says external and keyed.
     assert_eq!(echo.spec().effects, Effects::External);
     assert_eq!(echo.spec().idempotency, Idempotency::Keyed);
-    let sum = a.toolset.get("everything__get-sum").expect("everything__get-sum");
+    let sum = a
+        .toolset
+        .get("everything__get-sum")
+        .expect("everything__get-sum");
     assert!(matches!(sum.spec().approval, Approval::Always));
     assert_eq!(sum.spec().timeout, Some(std::time::Duration::from_secs(7)));
     assert!(a.toolset.get("everything__get-env").is_none(), "excluded");
@@ -342,7 +353,9 @@ async fn colliding_tools_are_a_start_up_error_naming_both_sources() {
     let e = load(dir.path(), None, Some(&hub)).await.unwrap_err();
     assert_all(
         &e,
-        &["tool `echo` is defined twice: by tools/echo.yaml and by mcp-servers/everything (mcp-servers/everything.yaml)"],
+        &[
+            "tool `echo` is defined twice: by tools/echo.yaml and by mcp-servers/everything (mcp-servers/everything.yaml)",
+        ],
     );
     hub.shutdown().await;
 }

@@ -93,7 +93,7 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
         sandbox: sandbox_config.clone(),
         ..WorkspaceConfig::new(workspaces_root())
     });
-    let hub = McpHub::new(mcp_config(dir, sandbox_config, http));
+    let hub = McpHub::new(mcp_config(dir, sandbox_config, http)?);
     let mcp = AgentMcp {
         hub: hub.clone(),
         credentials: Arc::new(EnvProvider),
@@ -130,28 +130,49 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
 /// The MCP client of the CLI: stdio servers in the sandbox (built only when the agent
 /// names an MCP server, so other agents never pay for the host check), their package
 /// caches under `TOOLSHED_MCP_CACHE` (else `.toolshed/mcp-cache`), HTTP servers on
-/// public addresses and loopback. `TOOLSHED_MCP_UNSANDBOXED=1` is a developer's opt-in
-/// to run stdio servers as plain processes on a host without the sandbox.
+/// public addresses and loopback. `TOOLSHED_MCP_BINDS` shows host folders read-only
+/// (with their programs runnable) to every stdio server: `HOST=TARGET` pairs separated
+/// by commas, e.g. a folder of locally installed servers at `/mcp`; nothing of the host
+/// is shown otherwise (not even the project: a downloaded server never reads it).
+/// `TOOLSHED_MCP_UNSANDBOXED=1` is a developer's opt-in to run stdio servers as plain
+/// processes on a host without the sandbox.
 fn mcp_config(
     dir: &Path,
     sandbox: toolshed_sandbox::SandboxConfig,
     http: toolshed_dispatch::HttpPolicy,
-) -> ClientConfig {
+) -> Result<ClientConfig, Failure> {
     let cache_root = std::env::var_os("TOOLSHED_MCP_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(".toolshed/mcp-cache"));
     let mut config = ClientConfig::new(cache_root);
     config.http_policy = http;
     config.unsandboxed = std::env::var("TOOLSHED_MCP_UNSANDBOXED").is_ok_and(|v| v == "1");
+    if let Ok(binds) = std::env::var("TOOLSHED_MCP_BINDS") {
+        for pair in binds.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((host, target)) = pair.split_once('=') else {
+                return Err(Failure::bad_input(anyhow!(
+                    "TOOLSHED_MCP_BINDS: `{pair}` must be HOST=TARGET, e.g. /opt/mcp-servers=/mcp"
+                )));
+            };
+            let host = std::fs::canonicalize(host).map_err(|e| {
+                Failure::bad_input(anyhow!("TOOLSHED_MCP_BINDS: cannot resolve `{host}`: {e}"))
+            })?;
+            config
+                .binds
+                .push(toolshed_sandbox::Bind::executable(host, target));
+        }
+    }
     if !config.unsandboxed && names_mcp_servers(dir) {
         // A host that cannot sandbox leaves `sandbox` unset: the client then refuses
         // stdio servers with the reason, and HTTP servers still work.
         match toolshed_sandbox::Sandbox::new(sandbox) {
             Ok(s) => config.sandbox = Some(s),
-            Err(e) => tracing::warn!(error = %e, "the sandbox cannot run here; stdio MCP servers are refused"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the sandbox cannot run here; stdio MCP servers are refused")
+            }
         }
     }
-    config
+    Ok(config)
 }
 
 /// Whether the agent in `dir` names any MCP server (a cheap look before the sandbox is
@@ -220,7 +241,11 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
                 })
                 .collect();
             text.push_str("\n\n");
-            text.push_str(&table(&["MCP SERVER", "TRANSPORT", "FROM", "TOOLS"], &rows, 70));
+            text.push_str(&table(
+                &["MCP SERVER", "TRANSPORT", "FROM", "TOOLS"],
+                &rows,
+                70,
+            ));
         }
         print(&text);
     }

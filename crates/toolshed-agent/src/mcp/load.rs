@@ -260,7 +260,13 @@ fn project_file(
     } else {
         serde_yaml_ng::from_str(&text).map_err(|e| format!("{shown}: not valid YAML: {e}"))?
     };
-    let entry = parse_server(name, &value, &shown).map_err(|e| format!("{shown}: {e}"))?;
+    // Fields are named within the file: `mcp-servers/x.yaml: field `command`: …`.
+    let entry = parse_server(name, &value, &shown).map_err(|e| {
+        let e = e
+            .replacen(&format!("field `{shown}."), "field `", 1)
+            .replacen(&format!("field `{shown}`: "), "", 1);
+        format!("{shown}: {e}")
+    })?;
     Ok(Some((entry, shown)))
 }
 
