@@ -178,17 +178,19 @@ impl Pending {
     async fn next(&mut self) -> Event {
         tokio::select! {
             biased;
-            answer = &mut self.answer => {
-                self.cancel.disarm();
-                let answer = answer.unwrap_or(Err(ServiceError::TransportClosed));
-                self.done(answer).await
-            }
+            // Progress first: the transport routes a call's progress before its answer
+            // is read, so this order keeps them in the order they were sent.
             Some(p) = self.progress.recv() => {
                 let mut v = json!({"progress": p.progress});
                 if let Some(t) = p.total { v["total"] = json!(t); }
                 if let Some(m) = p.message { v["message"] = json!(m); }
                 scrub_value(&mut v, &self.secrets);
                 Event::Progress(v)
+            }
+            answer = &mut self.answer => {
+                self.cancel.disarm();
+                let answer = answer.unwrap_or(Err(ServiceError::TransportClosed));
+                self.done(answer).await
             }
             _ = self.cancelled.cancelled() => {
                 self.cancel.fire("the caller cancelled the call");

@@ -20,7 +20,7 @@ use rmcp::service::{
 use serde_json::Value;
 use toolshed_core::{CredentialProvider, Principal, Secret};
 
-use super::handler::{Handler, Shared};
+use super::handler::{Handler, Shared, Tap};
 use super::profile::SandboxProfile;
 use super::stdio::{Child, Fault, StderrLog};
 use super::{ClientConfig, Era, McpTool, ServerInfo, ToolHints, http, stdio};
@@ -341,7 +341,15 @@ impl Connection {
                 )
                 .await?;
                 (
-                    handler.serve_with_lifecycle(spawned.transport, mode).await,
+                    handler
+                        .serve_with_lifecycle(
+                            Tap {
+                                inner: spawned.transport,
+                                shared: self.shared.clone(),
+                            },
+                            mode,
+                        )
+                        .await,
                     Some(spawned.child),
                 )
             }
@@ -352,8 +360,12 @@ impl Connection {
                     headers.push((k.clone(), v));
                 }
                 *lock(&self.secrets) = secrets;
-                let transport = http::transport(ctx.config, server, &launch.url, headers)?;
-                (handler.serve_with_lifecycle(transport, mode).await, None)
+                let transport = http::transport(ctx.config, server, &launch.url, headers).await?;
+                let tap = Tap {
+                    inner: transport,
+                    shared: self.shared.clone(),
+                };
+                (handler.serve_with_lifecycle(tap, mode).await, None)
             }
         };
         match result {

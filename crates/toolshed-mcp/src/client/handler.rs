@@ -1,29 +1,40 @@
-//! The client side of the session: rmcp's `ClientHandler`, which routes progress to
-//! the call that asked for it and counts `notifications/tools/list_changed`.
+//! The client side of the session: rmcp's `ClientHandler`, which counts
+//! `notifications/tools/list_changed`, and [`Tap`], the transport wrapper that routes
+//! progress to the call that asked for it.
 //!
 //! One [`Shared`] lives as long as the server's [`Connection`](super::conn::Connection),
 //! across restarts, so a `changes()` receiver keeps working after the process is
 //! replaced.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rmcp::ClientHandler;
 use rmcp::model::{
     ClientCapabilities, ClientConfig as RmcpClientConfig, Implementation,
     ProgressNotificationParam, ProgressToken, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{NotificationContext, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use tokio::sync::{mpsc, watch};
 
 /// How many progress notifications of one call wait unread before more are dropped
 /// (a server flooding progress must not grow memory).
 pub(crate) const PROGRESS_BUFFER: usize = 64;
 
+/// How long progress for a token nobody watches is kept.
+const ORPHAN_TTL: Duration = Duration::from_secs(5);
+
 /// State the handler shares with the connection.
 pub(crate) struct Shared {
     progress: Mutex<HashMap<String, mpsc::Sender<ProgressNotificationParam>>>,
+    /// Progress for a token no call watches yet: a call learns its token only once
+    /// rmcp has queued the request, and a quick server may answer with progress
+    /// before the call registers. Kept briefly, bounded; handed over on registration.
+    orphans: Mutex<VecDeque<(Instant, String, ProgressNotificationParam)>>,
     changes: watch::Sender<u64>,
 }
 
@@ -31,8 +42,30 @@ impl Shared {
     pub(crate) fn new() -> Arc<Shared> {
         Arc::new(Shared {
             progress: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(VecDeque::new()),
             changes: watch::channel(0).0,
         })
+    }
+
+    /// Hands a progress notification to the call that asked for it.
+    fn route_progress(&self, params: &ProgressNotificationParam) {
+        let key = token_key(&params.progress_token);
+        let progress = lock(&self.progress);
+        match progress.get(&key) {
+            // Full: the call is not reading fast enough; a dropped progress is harmless.
+            Some(tx) => {
+                let _ = tx.try_send(params.clone());
+            }
+            None => {
+                let mut orphans = lock(&self.orphans);
+                let now = Instant::now();
+                orphans.retain(|(at, _, _)| now.duration_since(*at) < ORPHAN_TTL);
+                if orphans.len() >= PROGRESS_BUFFER {
+                    orphans.pop_front();
+                }
+                orphans.push_back((now, key, params.clone()));
+            }
+        }
     }
 
     /// A receiver of the list-changed counter.
@@ -52,7 +85,19 @@ impl Shared {
     ) -> (mpsc::Receiver<ProgressNotificationParam>, ProgressGuard) {
         let (tx, rx) = mpsc::channel(PROGRESS_BUFFER);
         let key = token_key(token);
-        lock(&self.progress).insert(key.clone(), tx);
+        // Under the routing lock: nothing is routed between the hand-over and the
+        // registration, so the order is kept.
+        let mut progress = lock(&self.progress);
+        lock(&self.orphans).retain(|(_, k, p)| {
+            if *k == key {
+                let _ = tx.try_send(p.clone());
+                false
+            } else {
+                true
+            }
+        });
+        progress.insert(key.clone(), tx);
+        drop(progress);
         (
             rx,
             ProgressGuard {
@@ -104,21 +149,6 @@ impl Handler {
 }
 
 impl ClientHandler for Handler {
-    fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        let tx = lock(&self.shared.progress)
-            .get(&token_key(&params.progress_token))
-            .cloned();
-        if let Some(tx) = tx {
-            // Full: the call is not reading fast enough; a dropped progress is harmless.
-            let _ = tx.try_send(params);
-        }
-        std::future::ready(())
-    }
-
     fn on_tool_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
@@ -129,5 +159,39 @@ impl ClientHandler for Handler {
 
     fn get_info(&self) -> RmcpClientConfig {
         self.info.clone()
+    }
+}
+
+/// A transport that routes progress notifications as they are read, in order, before
+/// the answer that follows them. rmcp hands notifications to the handler on tasks of
+/// their own, so the handler may see a call's last progress after its answer, or two
+/// progress notifications swapped; read here, they cannot be.
+pub(crate) struct Tap<T> {
+    pub(crate) inner: T,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl<T: Transport<RoleClient> + 'static> Transport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(n) = &message
+            && let ServerNotification::ProgressNotification(p) = &n.notification
+        {
+            self.shared.route_progress(&p.params);
+        }
+        Some(message)
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
     }
 }

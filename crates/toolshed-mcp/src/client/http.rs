@@ -22,7 +22,12 @@ use crate::error::McpError;
 const RESERVED: &[&str] = &["accept", "mcp-session-id", "last-event-id", "content-type"];
 
 /// The transport to `url`, with `headers` (credentials expanded).
-pub(crate) fn transport(
+///
+/// The host is resolved and checked here too, before the handshake, so a refused
+/// address is an error that says so (the resolver's refusal reaches us only as
+/// "error sending request" through rmcp's transport); the resolver's own check, at
+/// connection time, is still the one that counts.
+pub(crate) async fn transport(
     config: &ClientConfig,
     server: &str,
     url: &str,
@@ -44,6 +49,26 @@ pub(crate) fn transport(
             url: url.to_owned(),
             reason: format!("{ip} is {kind}"),
         });
+    }
+    if literal.is_none()
+        && let Some(host) = parsed.host_str()
+    {
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        let addrs = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| McpError::Start {
+                server: server.to_owned(),
+                reason: format!("cannot resolve `{host}`: {e}"),
+            })?;
+        for a in addrs {
+            if let Err(kind) = config.http_policy.check(host, a.ip()) {
+                return Err(McpError::AddressRefused {
+                    server: server.to_owned(),
+                    url: url.to_owned(),
+                    reason: format!("{host} resolves to {}, {kind}", a.ip()),
+                });
+            }
+        }
     }
     let client = reqwest::Client::builder()
         .user_agent(concat!("toolshed-mcp/", env!("CARGO_PKG_VERSION")))
