@@ -305,6 +305,13 @@ async fn run_tool(
     let run_id = outcome.run.id.clone();
     if !outcome.parked.is_empty() {
         crate::runs::report_parked(&outcome, json_out);
+        if let (Some(dir), false) = (&args.agent, json_out) {
+            // A plain resume would not have the agent's tools.
+            eprintln!(
+                "(the run calls the tools of the agent in {0}: `toolshed runs resume {run_id} --agent {0}`)",
+                dir.display()
+            );
+        }
         return Err(Failure::Reported(EXIT_PARKED));
     }
     let Some(call) = outcome.outcomes.first() else {

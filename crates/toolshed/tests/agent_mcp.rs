@@ -315,3 +315,37 @@ fn a_ref_the_project_does_not_define_comes_from_the_registry() {
         assert!(e.contains(expect), "missing `{expect}` in:\n{e}");
     }
 }
+
+#[test]
+fn an_owner_override_gates_an_mcp_tool_and_the_run_resumes_after_approval() {
+    // echo is read-only by its annotations (no approval); the agent's owner says always.
+    let p = Project::new(
+        "name: gated\ntools:\n  - ref: mcp-servers/everything\n    include: [echo]\n    overrides:\n      echo: {approval: always}\n",
+        &[("mcp-servers/everything.yaml", &everything(""))],
+    );
+    let o = p.run(&[
+        "tools",
+        "run",
+        "everything__echo",
+        "--agent",
+        ".",
+        "--args",
+        r#"{"message": "after approval"}"#,
+        "--json",
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = p.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Resumed with the agent's tools (the parked message says so), the call runs.
+    let o = p.run(&["runs", "resume", &run_id, "--agent", ".", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["calls"][0]["result"], "Echo: after approval", "{done}");
+}

@@ -1,5 +1,5 @@
 //! MCP servers' tools in an agent: how agent.yaml and the project name servers
-//! ([`config`]), and how they become the agent's tools ([`load`]).
+//! (`config`), and how they become the agent's tools (`load`).
 //!
 //! A server is named three ways: bread's `plugins.mcp_client.servers.NAME` (or
 //! `mcpServers`), AgentBreeder's top-level `mcp_servers: [{ref: mcp/NAME, url}]`, and
