@@ -349,6 +349,23 @@ async fn cursor_loops_and_name_collisions_are_refused() {
         "{e}"
     );
     hub.shutdown().await;
+
+    // The caps on tools and pages (the fixture lists 5 tools on 3 pages).
+    for (tools, pages, says) in [(3, 64, "more than 3 tools"), (512, 2, "more than 2 pages")] {
+        let mut config = ClientConfig::new(cache.path());
+        config.sandbox = Some(sandbox());
+        config.binds = vec![Bind::executable(fixtures(), FIXTURES)];
+        config.limits.max_tools = tools;
+        config.limits.max_pages = pages;
+        let hub = McpHub::new(config);
+        let e = server(&hub, &fixture("fx", "paged"))
+            .tools()
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), McpCode::McpToolListRejected);
+        assert!(e.to_string().contains(says), "{e}");
+        hub.shutdown().await;
+    }
 }
 
 #[tokio::test]
@@ -357,6 +374,24 @@ async fn stdio_without_a_sandbox_is_refused_and_metadata_urls_are_refused() {
     let hub = McpHub::new(ClientConfig::new(cache.path()));
     let e = server(&hub, &everything()).connect().await.unwrap_err();
     assert_eq!(e.code(), McpCode::McpSandboxRequired, "{e}");
+
+    // One server per (scope, name), reused while its spec is the same.
+    let a = server(&hub, &everything());
+    assert!(Arc::ptr_eq(&a, &server(&hub, &everything())));
+    assert!(!Arc::ptr_eq(
+        &a,
+        &hub.server(
+            "tenant-other",
+            &everything(),
+            Arc::new(toolshed_core::EnvProvider),
+            None
+        )
+    ));
+    let mut changed = everything();
+    changed.timeout = Duration::from_secs(5);
+    let b = server(&hub, &changed);
+    assert!(!Arc::ptr_eq(&a, &b), "a changed spec replaces the server");
+    assert_eq!(b.spec().timeout, Duration::from_secs(5));
 
     for url in [
         "http://169.254.169.254/mcp",
