@@ -131,8 +131,8 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
 /// names an MCP server, so other agents never pay for the host check), their package
 /// caches under `TOOLSHED_MCP_CACHE` (else `.toolshed/mcp-cache`), HTTP servers on
 /// public addresses and loopback. `TOOLSHED_MCP_BINDS` shows host folders read-only
-/// (with their programs runnable) to every stdio server: `HOST=TARGET` pairs separated
-/// by commas, e.g. a folder of locally installed servers at `/mcp`; nothing of the host
+/// (with their programs runnable) to every stdio server: `HOST[:TARGET]` separated by
+/// commas, e.g. a folder of locally installed servers at `/mcp`; nothing of the host
 /// is shown otherwise (not even the project: a downloaded server never reads it).
 /// `TOOLSHED_MCP_UNSANDBOXED=1` is a developer's opt-in to run stdio servers as plain
 /// processes on a host without the sandbox.
@@ -148,15 +148,17 @@ fn mcp_config(
     config.http_policy = http;
     config.unsandboxed = std::env::var("TOOLSHED_MCP_UNSANDBOXED").is_ok_and(|v| v == "1");
     if let Ok(binds) = std::env::var("TOOLSHED_MCP_BINDS") {
-        for pair in binds.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let Some((host, target)) = pair.split_once('=') else {
-                return Err(Failure::bad_input(anyhow!(
-                    "TOOLSHED_MCP_BINDS: `{pair}` must be HOST=TARGET, e.g. /opt/mcp-servers=/mcp"
-                )));
-            };
+        // `HOST[:TARGET]`, as `toolshed scan --bind` takes them.
+        for raw in binds.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (host, target) = raw.split_once(':').unwrap_or((raw, raw));
             let host = std::fs::canonicalize(host).map_err(|e| {
                 Failure::bad_input(anyhow!("TOOLSHED_MCP_BINDS: cannot resolve `{host}`: {e}"))
             })?;
+            if !Path::new(target).is_absolute() {
+                return Err(Failure::bad_input(anyhow!(
+                    "TOOLSHED_MCP_BINDS: the target `{target}` of `{raw}` must be an absolute path, e.g. /opt/mcp-servers:/mcp"
+                )));
+            }
             config
                 .binds
                 .push(toolshed_sandbox::Bind::executable(host, target));

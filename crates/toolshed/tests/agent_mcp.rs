@@ -74,7 +74,7 @@ impl Project {
             .env("TOOLSHED_MCP_CACHE", path.join("mcp-cache"))
             .env(
                 "TOOLSHED_MCP_BINDS",
-                format!("{}={MODULES}", node_modules().display()),
+                format!("{}:{MODULES}", node_modules().display()),
             )
             .env_remove("TOOLSHED_MCP_UNSANDBOXED")
             .output()
