@@ -127,6 +127,9 @@ pub struct AgentFile {
     /// The MCP servers the agent defines itself: `plugins.mcp_client.servers` (or its
     /// alias `mcpServers`), by name.
     pub mcp_client: BTreeMap<String, McpServerEntry>,
+    /// `plugins.mcp_client.servers: [NAME, …]`: servers named, not defined, resolved as
+    /// `ref: mcp-servers/NAME` is.
+    pub mcp_client_names: Vec<String>,
     /// AgentBreeder's top-level `mcp_servers: [{ref: mcp/NAME, transport, url}]`.
     pub mcp_servers: Vec<McpServerRef>,
     /// AgentBreeder fields kept as given.
@@ -233,7 +236,7 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
             Map::new()
         }
     };
-    let mcp_client = plugins
+    let (mcp_client, mcp_client_names) = plugins
         .get("mcp_client")
         .map(|cfg| crate::mcp::parse_mcp_client(cfg, &mut problems))
         .unwrap_or_default();
@@ -282,6 +285,7 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         limits,
         plugins,
         mcp_client,
+        mcp_client_names,
         mcp_servers,
         other,
     })

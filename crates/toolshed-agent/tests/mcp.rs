@@ -60,7 +60,9 @@ impl RegistryLookup for OneServer {
         &self,
         name: &str,
     ) -> Result<Option<McpServerSpec>, RegistryLookupError> {
-        Ok((name == "registered").then(|| everything_spec("registered")))
+        Ok(["registered", "listed"]
+            .contains(&name)
+            .then(|| everything_spec(name)))
     }
 }
 
@@ -193,7 +195,7 @@ fn the_three_ways_of_naming_servers_parse() {
 
 #[test]
 fn bad_server_fields_name_the_field_and_the_fix() {
-    let text = "name: a\ntools:\n  - ref: mcp-servers/x\n    prefx: y\n  - ref: mcp-servers/y\n    prefix: 'has space'\nplugins:\n  mcp_client:\n    servers:\n      both: {command: npx, url: 'https://x.example/mcp'}\n      typo: {comand: npx}\n      sse: {url: 'https://x.example/sse', transport: sse}\n      ftp: {url: 'ftp://x.example'}\n      empty: {command: ''}\n      stdiourl: {transport: stdio, command: npx, headers: {A: b}}\n      'bad name!': {command: npx}\n    other: 1\nmcp_servers:\n  - ref: mcp/side\n    image: ghcr.io/x/y\n  - ref: tools/z\n";
+    let text = "name: a\ntools:\n  - ref: mcp-servers/x\n    prefx: y\n  - ref: mcp-servers/y\n    prefix: 'has space'\nplugins:\n  mcp_client:\n    servers:\n      both: {command: npx, url: 'https://x.example/mcp'}\n      typo: {comand: npx}\n      sse: {url: 'https://x.example/sse', transport: sse}\n      ftp: {url: 'ftp://x.example'}\n      empty: {command: ''}\n      stdiourl: {transport: stdio, command: npx, headers: {A: b}}\n      'bad name!': {command: npx}\n    other: 1\nmcp_servers:\n  - ref: mcp/side\n    transport: stdio\n    command: x\n  - ref: tools/z\n";
     let e = parse_agent_file(text, "agent.yaml")
         .unwrap_err()
         .to_string();
@@ -210,7 +212,7 @@ fn bad_server_fields_name_the_field_and_the_fix() {
             "field `plugins.mcp_client.servers.stdiourl.headers`: a stdio server takes",
             "field `plugins.mcp_client.servers.bad name!.name`",
             "field `plugins.mcp_client.other`: unknown",
-            "field `mcp_servers[0].image`: co-deployed sidecar containers are not run by toolshed",
+            "field `mcp_servers[0]`: only a `url` (a Streamable HTTP server) can be given here",
             "field `mcp_servers[1].ref`: `tools/z` must be `mcp/NAME`",
         ],
     );
@@ -275,7 +277,7 @@ async fn refs_resolve_from_the_agent_then_the_project_then_the_registry() {
     // names where its definition was found.
     let dir = project(
         &format!(
-            "name: a\ntools:\n  - ref: mcp-servers/own\n  - ref: mcp-servers/file\n  - ref: mcp-servers/registered\nplugins:\n  mcp_client:\n    servers:\n      own:\n{}",
+            "name: a\ntools:\n  - ref: mcp-servers/own\n  - ref: mcp-servers/file\n  - ref: mcp-servers/registered\nplugins:\n  mcp_client:\n    mcpServers: [listed, nowhere]\n    servers:\n      own:\n{}",
             everything_yaml("        ")
         ),
         &[(
@@ -288,6 +290,8 @@ async fn refs_resolve_from_the_agent_then_the_project_then_the_registry() {
         &e,
         &[
             "mcp-servers/own (agent.yaml plugins.mcp_client): MCP servers need an MCP client",
+            "mcp-servers/listed (registry): MCP servers need an MCP client",
+            "plugins.mcp_client server nowhere: not found in",
             "mcp-servers/file (mcp-servers/file.yaml): MCP servers need an MCP client",
             "mcp-servers/registered (registry): MCP servers need an MCP client",
         ],
@@ -426,4 +430,22 @@ async fn after_list_changed_the_next_load_has_the_new_tools() {
     assert!(again.toolset.get("fx__added").is_some());
     assert_eq!(again.toolset.len(), a.toolset.len() + 1);
     hub.shutdown().await;
+}
+
+#[tokio::test]
+async fn agentbreeder_sidecars_parse_but_do_not_start() {
+    // The registry keeps AgentBreeder's agent.yaml as given, sidecars included.
+    let text = "name: a\nmcp_servers:\n  - ref: mcp/side\n    image: ghcr.io/x/y\n    port: 3100\n  - ref: mcp/forwarded\n    image: ghcr.io/x/z\n    transport: sse\n    url: https://mcp.example.com/sse\n";
+    let a = parse_agent_file(text, "agent.yaml").unwrap();
+    assert_eq!(a.mcp_servers.len(), 2);
+    let dir = project(text, &[]);
+    let e = load(dir.path(), None, None).await.unwrap_err();
+    assert_all(
+        &e,
+        &[
+            "mcp_servers ref mcp/side: co-deployed sidecar containers (`image`, `port`) are not run by toolshed",
+            // With a `url` the sidecar is not needed: the server is reached over HTTP.
+            "mcp-servers/forwarded (agent.yaml mcp_servers): MCP servers need an MCP client",
+        ],
+    );
 }

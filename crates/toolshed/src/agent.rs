@@ -188,6 +188,7 @@ fn names_mcp_servers(dir: &Path) -> bool {
         return false;
     };
     !file.mcp_client.is_empty()
+        || !file.mcp_client_names.is_empty()
         || !file.mcp_servers.is_empty()
         || file
             .tools

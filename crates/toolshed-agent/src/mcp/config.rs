@@ -89,13 +89,20 @@ pub enum McpServerRef {
     },
     /// `{ref: mcp/NAME, url: …}`: a Streamable HTTP server the entry defines.
     Defined(Box<McpServerEntry>),
+    /// `{ref: mcp/NAME, image, port}` without a `url`: a sidecar container AgentBreeder
+    /// deploys. Kept (the registry stores such agents as given); an agent using one does
+    /// not start here, since toolshed runs no containers.
+    Sidecar {
+        /// The server's name.
+        name: String,
+    },
 }
 
 impl McpServerRef {
     /// The server's name.
     pub fn name(&self) -> &str {
         match self {
-            McpServerRef::Named { name } => name,
+            McpServerRef::Named { name } | McpServerRef::Sidecar { name } => name,
             McpServerRef::Defined(e) => &e.spec.name,
         }
     }
@@ -131,18 +138,21 @@ struct FlatServer {
 
 /// `plugins.mcp_client`: `{servers: {NAME: {command, args, env} | {url, headers}}}`
 /// (`mcpServers` is accepted for `servers`). Problems are pushed, each naming the field.
+/// `servers` may also be a list of names (`servers: [zendesk, slack]`), each resolved
+/// as `ref: mcp-servers/NAME` is; those names are the second part of the answer.
 pub(crate) fn parse_mcp_client(
     cfg: &Value,
     problems: &mut Vec<String>,
-) -> BTreeMap<String, McpServerEntry> {
+) -> (BTreeMap<String, McpServerEntry>, Vec<String>) {
     let at = "plugins.mcp_client";
+    let mut servers = BTreeMap::new();
+    let mut names = Vec::new();
     let Value::Object(cfg) = cfg else {
         problems.push(format!(
             "field `{at}`: must be a mapping like `{{servers: {{NAME: {{command: npx, args: [-y, PACKAGE]}}}}}}`"
         ));
-        return BTreeMap::new();
+        return (servers, names);
     };
-    let mut servers = BTreeMap::new();
     for (key, value) in cfg {
         if key != "servers" && key != "mcpServers" {
             problems.push(format!(
@@ -150,9 +160,23 @@ pub(crate) fn parse_mcp_client(
             ));
             continue;
         }
+        if let Value::Array(items) = value {
+            for (i, item) in items.iter().enumerate() {
+                match item {
+                    Value::String(n) if !names.contains(n) => names.push(n.clone()),
+                    Value::String(n) => problems.push(format!(
+                        "field `{at}.{key}[{i}]`: `{n}` is listed twice; keep one"
+                    )),
+                    _ => problems.push(format!(
+                        "field `{at}.{key}[{i}]`: must be a server name (defined in mcp-servers/NAME.yaml or the registry)"
+                    )),
+                }
+            }
+            continue;
+        }
         let Value::Object(map) = value else {
             problems.push(format!(
-                "field `{at}.{key}`: must be a mapping of server name to `{{command, args, env}}` or `{{url, headers}}`"
+                "field `{at}.{key}`: must be a mapping of server name to `{{command, args, env}}` or `{{url, headers}}`, or a list of server names"
             ));
             continue;
         };
@@ -172,7 +196,7 @@ pub(crate) fn parse_mcp_client(
             }
         }
     }
-    servers
+    (servers, names)
 }
 
 /// AgentBreeder's `mcp_servers: [{ref: mcp/NAME, transport, url}]`.
@@ -225,12 +249,15 @@ fn parse_mcp_servers_item(item: Value, at: &str) -> Result<McpServerRef, String>
             ));
         }
     };
-    for key in ["image", "port"] {
-        if m.contains_key(key) {
-            return Err(format!(
-                "field `{at}.{key}`: co-deployed sidecar containers are not run by toolshed; give the server's `url`, or define it under `plugins.mcp_client.servers` with a `command`"
-            ));
-        }
+    // With a `url`, AgentBreeder forwards to it and the sidecar fields do not matter.
+    if !m.contains_key("url") && (m.contains_key("image") || m.contains_key("port")) {
+        return Ok(McpServerRef::Sidecar { name });
+    }
+    m.remove("image");
+    m.remove("port");
+    // AgentBreeder's `sse` is reached over Streamable HTTP, as the registry's entries are.
+    if m.get("transport").and_then(Value::as_str) == Some("sse") {
+        m.insert("transport".into(), Value::String("streamable_http".into()));
     }
     if m.is_empty() {
         return Ok(McpServerRef::Named { name });

@@ -118,7 +118,18 @@ pub(crate) async fn resolve(
         );
     }
     // Names to look up, in the order agent.yaml gives them, with their options.
-    let mut pending: Vec<(String, McpToolOptions, String)> = Vec::new();
+    let mut pending: Vec<(String, McpToolOptions, String)> = file
+        .mcp_client_names
+        .iter()
+        .filter(|n| !wanted.contains_key(*n))
+        .map(|n| {
+            (
+                n.clone(),
+                McpToolOptions::default(),
+                format!("plugins.mcp_client server {n}"),
+            )
+        })
+        .collect();
     for r in &file.mcp_servers {
         match r {
             McpServerRef::Defined(entry) => {
@@ -138,8 +149,11 @@ pub(crate) async fn resolve(
                     },
                 );
             }
+            McpServerRef::Sidecar { name } => problems.push(format!(
+                "mcp_servers ref mcp/{name}: co-deployed sidecar containers (`image`, `port`) are not run by toolshed; give the server's `url`, or define it under `plugins.mcp_client.servers.{name}` with a `command`"
+            )),
             McpServerRef::Named { name } => {
-                if !wanted.contains_key(name) {
+                if !wanted.contains_key(name) && !pending.iter().any(|(n, _, _)| n == name) {
                     pending.push((
                         name.clone(),
                         McpToolOptions::default(),
