@@ -449,3 +449,33 @@ async fn agentbreeder_sidecars_parse_but_do_not_start() {
         ],
     );
 }
+
+#[tokio::test]
+async fn secrets_written_into_a_server_definition_never_reach_an_error() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = hub(cache.path());
+    // A private address (refused by the HTTP guard) and a program that does not exist,
+    // each with a literal secret in its headers or env.
+    let dir = project(
+        "name: a\nplugins:\n  mcp_client:\n    servers:\n      web: {url: 'http://10.0.0.1:9/mcp', headers: {Authorization: 'Bearer sk-literal-header-1'}}\n      local: {command: /nowhere/server, env: {API_KEY: sk-literal-env-2}}\n",
+        &[],
+    );
+    let e = load(dir.path(), None, Some(&hub)).await.unwrap_err();
+    assert_all(
+        &e,
+        &[
+            "mcp-servers/web (agent.yaml plugins.mcp_client): cannot list its tools: ",
+            "mcp-servers/local (agent.yaml plugins.mcp_client): cannot list its tools: ",
+        ],
+    );
+    assert!(!e.contains("sk-literal-header-1"), "{e}");
+    assert!(!e.contains("sk-literal-env-2"), "{e}");
+    // Nor a field problem of such a definition.
+    let text = "name: a\nplugins:\n  mcp_client:\n    servers:\n      web: {url: 'https://x.example/mcp', headers: {Authorization: 'Bearer sk-literal-3'}, command: x}\n";
+    let e = parse_agent_file(text, "agent.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("has both `command` and `url`"), "{e}");
+    assert!(!e.contains("sk-literal-3"), "{e}");
+    hub.shutdown().await;
+}
