@@ -44,6 +44,7 @@ mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
+pub mod mcp;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -376,6 +377,7 @@ impl Server {
             task.abort();
         }
         self.state.dispatcher().shutdown();
+        self.state.mcp().shutdown().await;
         Ok(())
     }
 }
