@@ -370,6 +370,5 @@ pub struct McpToolOverride {
     pub idempotency: Option<String>,
     /// `never`, `always`, or `{"when": "<CEL>"}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub approval: Option<Value>,
 }

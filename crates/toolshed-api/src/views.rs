@@ -847,8 +847,7 @@ pub struct McpDiscoveredTool {
     pub endpoint: String,
     /// `none`, `sandbox` or `external`, after hints and overrides.
     pub effects: String,
-    /// Whether a call waits for an approval (`never`, `always` or a CEL condition).
-    #[schema(value_type = Object)]
+    /// Whether a call waits for an approval: `never`, `always`, or `{"when": "<CEL>"}`.
     pub approval: Value,
 }
 

@@ -49,9 +49,10 @@ pub struct Diagnostics {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<Value>,
     /// For a call to an MCP server's tool: which server and tool, over which protocol
-    /// era and version (what `runs show` prints beside the call's timing).
+    /// era and version (what `runs show` prints beside the call's timing). Boxed: most
+    /// calls are not MCP calls, and every call carries a `Diagnostics`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp: Option<McpCall>,
+    pub mcp: Option<Box<McpCall>>,
 }
 
 /// The MCP side of one call (`Diagnostics::mcp`).

@@ -112,6 +112,10 @@ pub struct ServerConfig {
     /// call may not approve it, whatever the tool declares (default off: only tools
     /// with `approval.four_eyes` ask for it).
     pub four_eyes: bool,
+    /// Host folders bound into the sandbox of every MCP stdio server the registry
+    /// starts (read-only), e.g. a shared `node_modules` of pinned servers. Empty by
+    /// default: `npx -y` and `uvx` servers download into their per-server cache.
+    pub mcp_binds: Vec<toolshed_sandbox::Bind>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -157,6 +161,7 @@ impl ServerConfig {
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
             four_eyes: false,
+            mcp_binds: Vec::new(),
         }
     }
 }

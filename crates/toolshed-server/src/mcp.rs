@@ -904,7 +904,7 @@ impl Audited {
     fn stamp(&self, diagnostics: &mut toolshed_core::Diagnostics) {
         if diagnostics.mcp.is_none() {
             let info = self.server.info();
-            diagnostics.mcp = Some(McpCall {
+            diagnostics.mcp = Some(Box::new(McpCall {
                 server: self.server.name().to_owned(),
                 tool: self.tool.clone(),
                 era: info
@@ -912,7 +912,7 @@ impl Audited {
                     .map(|i| i.era.as_str().to_owned())
                     .unwrap_or_default(),
                 protocol_version: info.map(|i| i.protocol_version).unwrap_or_default(),
-            });
+            }));
         }
     }
 }

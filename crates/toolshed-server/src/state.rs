@@ -346,5 +346,6 @@ fn mcp_hub(config: &ServerConfig, sandbox: &SandboxHandle) -> toolshed_mcp::McpH
         toolshed_dispatch::Isolation::Unsandboxed
     );
     client.http_policy = config.dispatcher.http.clone();
+    client.binds = config.mcp_binds.clone();
     toolshed_mcp::McpHub::new(client)
 }
