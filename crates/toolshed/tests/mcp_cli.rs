@@ -21,6 +21,7 @@ const ADMIN_PASSWORD: &str = "admin-password-1";
 struct Server {
     child: Child,
     url: String,
+    db: String,
     dir: tempfile::TempDir,
 }
 
@@ -77,7 +78,12 @@ impl Server {
             .strip_prefix("toolshed registry listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {first}"))
             .to_owned();
-        Server { child, url, dir }
+        Server {
+            child,
+            url,
+            db,
+            dir,
+        }
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -86,6 +92,7 @@ impl Server {
             .current_dir(self.dir.path())
             .env("TOOLSHED_URL", &self.url)
             .env("TOOLSHED_CONFIG_DIR", self.dir.path().join("config"))
+            .env("TOOLSHED_DATABASE_URL", &self.db)
             .env_remove("TOOLSHED_API_TOKEN")
             .env_remove("TOOLSHED_LOG")
             .stdin(Stdio::null());
@@ -206,6 +213,25 @@ fn registry_mcp_add_list_show_test_discover_and_remove() {
         r#"{"message": "cli"}"#,
     ]);
     assert!(text.contains("Echo: cli"), "{text}");
+    // The run, read from the journal, names the server, the tool and the era.
+    let ran = s.json(&[
+        "registry",
+        "tool",
+        "--json",
+        "run",
+        "everything__echo",
+        "--args",
+        r#"{"message": "audit"}"#,
+    ]);
+    let run_id = ran["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{ran}"))
+        .to_owned();
+    let shown = s.ok(&["runs", "show", &run_id]);
+    assert!(
+        shown.contains("mcp everything/echo (legacy 2025-11-25)"),
+        "{shown}"
+    );
 
     // A disabled entry's test is refused (exit 2, the server's 409 named), until enabled.
     let o = s.run(&["registry", "mcp", "test", "remote"]);
@@ -256,4 +282,86 @@ fn registry_mcp_add_list_show_test_discover_and_remove() {
     assert_ne!(code(&o), 0, "its tools are gone");
     let listed = s.json(&["registry", "mcp", "--json", "list"]);
     assert_eq!(listed["meta"]["total"], 2, "{listed}");
+}
+
+/// The `agentbreeder` program: `AGENTBREEDER_BIN`, or a clear failure saying how to
+/// install it (as `tokens_cli.rs` does).
+fn agentbreeder_bin() -> String {
+    match std::env::var("AGENTBREEDER_BIN") {
+        Ok(b) if !b.trim().is_empty() && Path::new(&b).exists() => b,
+        other => panic!(
+            "this test runs AgentBreeder's own CLI: set AGENTBREEDER_BIN to its `agentbreeder` program \
+             (got {other:?}). Install it with:\n  python3 -m venv /tmp/agentbreeder && \
+             /tmp/agentbreeder/bin/pip install 'agentbreeder==2.7.*'\n  export AGENTBREEDER_BIN=/tmp/agentbreeder/bin/agentbreeder"
+        ),
+    }
+}
+
+#[test]
+fn agentbreeders_own_cli_lists_our_mcp_servers() {
+    let bin = agentbreeder_bin();
+    let s = Server::start();
+    s.ok(&["login", "--username", "admin", "--password", ADMIN_PASSWORD]);
+    s.ok(&[
+        "registry",
+        "mcp",
+        "add",
+        "mcp-memory",
+        "--",
+        "npx",
+        "@modelcontextprotocol/server-memory",
+    ]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let token = rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/api/v1/auth/login", s.url))
+            .json(&serde_json::json!({"email": "admin", "password": ADMIN_PASSWORD}))
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["data"]["access_token"].as_str().unwrap().to_owned()
+    });
+    let home = s.dir.path().join("ab-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let ab = |args: &[&str]| -> Output {
+        Command::new(&bin)
+            .args(args)
+            .current_dir(s.dir.path())
+            .env("AGENTBREEDER_URL", &s.url)
+            .env("AGENTBREEDER_API_TOKEN", &token)
+            .env("HOME", &home)
+            .env("AGENTBREEDER_HOME", home.join(".agentbreeder"))
+            .env("NO_COLOR", "1")
+            .env("COLUMNS", "200")
+            .env_remove("AGENTBREEDER_API_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = ab(&["list", "mcp_servers", "--json"]);
+    assert!(
+        o.status.success(),
+        "agentbreeder list: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let items: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(&o)));
+    assert_eq!(items[0]["name"], "mcp-memory", "{items}");
+    assert_eq!(items[0]["transport"], "stdio");
+    assert_eq!(
+        items[0]["endpoint"],
+        "npx @modelcontextprotocol/server-memory"
+    );
+    let o = ab(&["list", "mcp_servers"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let table = stdout(&o);
+    assert!(
+        table.contains("mcp-memory") && table.contains("registered"),
+        "{table}"
+    );
 }
