@@ -1012,3 +1012,100 @@ async fn a_streamable_http_server_the_operator_allows_is_tested_discovered_and_e
     assert_eq!(status, 200, "{done}");
     assert_eq!(done["data"]["output"], "Echo: over http");
 }
+
+/// The variable the child process has the credential in (the policy serves `MCP_KEY`
+/// from it).
+const LEAKY: &str = "LEAKY_MCP_TEST_KEY";
+/// Its value.
+const MCP_SECRET: &str = "sk-mcp-5e1f0a9b7c3d2468";
+const SECRET_TEST: &str = "a_credential_named_in_env_reaches_the_server_and_no_answer_or_run";
+
+#[test]
+fn a_credential_named_in_env_reaches_the_server_and_no_answer_or_run() {
+    if std::env::var(LEAKY).is_ok() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(secret_in_the_child());
+        return;
+    }
+    let (passed, text) = toolshed_testkit::rerun_alone(SECRET_TEST, [(LEAKY, MCP_SECRET)]);
+    let shown = text.replace(MCP_SECRET, "<THE SECRET>");
+    assert!(passed, "the child failed:\n{shown}");
+    assert!(text.contains("1 passed"), "the child ran no test:\n{shown}");
+    assert!(
+        !text.contains(MCP_SECRET),
+        "the secret is in the output:\n{shown}"
+    );
+}
+
+async fn secret_in_the_child() {
+    let modules = node_modules();
+    let s = TestServer::start_with(move |c| {
+        c.mcp_binds = vec![toolshed_sandbox::Bind::executable(modules, MODULES)];
+        c.credentials = toolshed_server::credentials::CredentialsPolicy::parse(
+            &format!("default: {{MCP_KEY: {{provider: env, key: {LEAKY}}}}}"),
+            "test",
+        )
+        .unwrap();
+    })
+    .await;
+    let mut body = everything("keyed");
+    body["credentials"] = json!(["MCP_KEY"]);
+    body["env"] = json!({"API_KEY": "${MCP_KEY}"});
+    let entry = create(&s, &s.deployer, body).await;
+    assert_eq!(
+        entry["env"]["API_KEY"], "${MCP_KEY}",
+        "stored by name: {entry}"
+    );
+    let id = entry["id"].as_str().unwrap();
+    let (status, found) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/discover"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    let (status, done) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/execute?tool_name=get-env"),
+            Some(&s.deployer),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    let text = done.to_string();
+    let output = done["data"]["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains(r#""API_KEY": "[REDACTED]""#),
+        "the server got the resolved value, scrubbed from the answer: {output}"
+    );
+    assert!(!text.contains(MCP_SECRET), "the answer carries the secret");
+    let run_id = done["data"]["run_id"].as_str().unwrap();
+    let (_, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert!(
+        !run.to_string().contains(MCP_SECRET),
+        "the run carries the secret"
+    );
+    let (_, entry) = s
+        .call(
+            "GET",
+            &format!("/api/v1/mcp-servers/{id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert!(!entry.to_string().contains(MCP_SECRET));
+}
