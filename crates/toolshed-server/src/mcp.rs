@@ -683,6 +683,23 @@ pub fn connection(state: &AppState, record: &McpServerRecord) -> Result<Arc<McpS
     ))
 }
 
+/// End an entry's connection, if it has one (after a delete, or when it was disabled):
+/// its process stops now rather than at the server's shutdown.
+pub async fn stop(state: &AppState, record: &McpServerRecord) {
+    let Ok(spec) = spec_of(record) else { return };
+    let credentials: Arc<dyn toolshed_core::CredentialProvider> = state.credentials().clone();
+    state
+        .mcp()
+        .server(
+            &record.server.tenant,
+            &spec,
+            credentials,
+            Some(connection_principal(state, record)),
+        )
+        .shutdown()
+        .await;
+}
+
 /// A client failure as the 502 `MCP_SERVER_UNREACHABLE`, quoting the end of a stdio
 /// server's stderr.
 pub fn unreachable(

@@ -168,6 +168,10 @@ pub async fn update_mcp_server(
     for t in &tools {
         state.forget(t);
     }
+    if !record.server.enabled || record.server.name != current.server.name {
+        // Nothing of a disabled (or renamed) entry keeps running.
+        mcp::stop(&state, &current).await;
+    }
     tracing::info!(mcp_server = %record.server.name, id = %record.id, revision = record.revision, enabled = record.server.enabled, by = %claims.sub, "MCP server updated");
     Ok(Json(Data {
         data: mcp::view(&record),
@@ -197,6 +201,7 @@ pub async fn delete_mcp_server(
     for t in &tools {
         state.forget(t);
     }
+    mcp::stop(&state, &record).await;
     tracing::info!(mcp_server = %record.server.name, id = %record.id, by = %claims.sub, "MCP server deleted");
     Ok(Json(Data {
         data: McpDeletedView {
