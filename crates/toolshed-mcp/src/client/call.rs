@@ -1,0 +1,2 @@
+//! `tools/call` results mapped onto the pipeline: content blocks, `structuredContent`
+//! and `isError`.
