@@ -1,0 +1,327 @@
+//! `toolshed scan`, run as a user would: a project whose `.mcp.json` starts the real
+//! `@modelcontextprotocol/server-everything` (from `tests/mcp`, after
+//! `npm ci --prefix tests/mcp`) in the sandbox, its tools counted, as text and as
+//! `--json`; broken files and missing variables (exit 5, the rest still scanned);
+//! secrets never printed; `--register` without a reachable registry.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// server-everything's entry point; the test fails (not skips) without it.
+fn everything() -> PathBuf {
+    let p = workspace()
+        .join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `npm ci --prefix tests/mcp`",
+        p.display()
+    );
+    std::fs::canonicalize(p).unwrap()
+}
+
+struct Folders {
+    _dir: tempfile::TempDir,
+    project: PathBuf,
+    home: PathBuf,
+    cache: PathBuf,
+}
+
+fn folders() -> Folders {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    let home = dir.path().join("home");
+    let cache = dir.path().join("cache");
+    for d in [&project, &home, &cache] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    Folders {
+        _dir: dir,
+        project,
+        home,
+        cache,
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn scan(f: &Folders, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+    cmd.arg("scan")
+        .arg("--project")
+        .arg(&f.project)
+        .arg("--home")
+        .arg(&f.home)
+        .arg("--cache-dir")
+        .arg(&f.cache)
+        .args(extra)
+        .current_dir(&f.project)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .env("TOOLSHED_CONFIG_DIR", f.home.join(".config/toolshed"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(o), stderr(o)))
+}
+
+fn everything_project(f: &Folders) {
+    let config = serde_json::json!({
+        "mcpServers": {
+            "everything": {
+                "command": "node",
+                "args": [everything().to_string_lossy(), "stdio"],
+                "env": {"EVERYTHING_TOKEN": "${SCAN_TEST_SECRET}"}
+            }
+        }
+    });
+    write(&f.project.join(".mcp.json"), &config.to_string());
+}
+
+const SECRET: &str = "scan-test-secret-value-5f2a";
+
+#[test]
+fn scan_starts_server_everything_and_counts_its_tools() {
+    let f = folders();
+    everything_project(&f);
+
+    let o = scan(&f, &["--json"], &[("SCAN_TEST_SECRET", SECRET)]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
+    let doc = json(&o);
+    assert_eq!(doc["ok"], true);
+    let servers = doc["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1, "{doc:#}");
+    let s = &servers[0];
+    assert_eq!(s["name"], "everything");
+    assert_eq!(s["transport"], "stdio");
+    assert_eq!(s["status"], "ok", "{s:#}");
+    assert_eq!(s["source"]["file"], "./.mcp.json");
+    assert_eq!(s["source"]["scope"], "project");
+    let tools: Vec<&str> = s["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    let count = s["tool_count"].as_u64().unwrap() as usize;
+    assert_eq!(count, tools.len());
+    // server-everything 2026.8.31 lists 13 tools to a client without sampling or
+    // elicitation, more to one with them.
+    assert!(count >= 13, "{tools:?}");
+    for t in ["echo", "get-sum", "get-structured-content"] {
+        assert!(tools.contains(&t), "{t} not in {tools:?}");
+    }
+    assert_eq!(s["spec"]["env"]["EVERYTHING_TOKEN"], "${SCAN_TEST_SECRET}");
+    assert_eq!(
+        s["sandbox"]["network"], false,
+        "a local server declares no network"
+    );
+    assert!(s["server_info"]["protocol_version"].is_string(), "{s:#}");
+
+    // The seed's summary line, with the same count.
+    let o = scan(&f, &[], &[("SCAN_TEST_SECRET", SECRET)]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.lines()
+            .any(|l| l == format!("everything  stdio  ./.mcp.json  ({count} tools)")),
+        "{text}"
+    );
+    assert!(text.contains("sandbox: network off"), "{text}");
+    assert!(!text.contains(SECRET));
+}
+
+#[test]
+fn a_server_that_cannot_start_is_listed_with_its_error_and_exit_5() {
+    let f = folders();
+    everything_project(&f);
+    let config = serde_json::json!({
+        "mcpServers": {
+            "nonesuch": {"command": "/nonexistent/mcp-server"}
+        }
+    });
+    write(&f.home.join(".cursor/mcp.json"), &config.to_string());
+    let o = scan(&f, &["--json"], &[("SCAN_TEST_SECRET", SECRET)]);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let doc = json(&o);
+    assert_eq!(doc["ok"], false);
+    let by_name = |n: &str| {
+        doc["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == n)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        by_name("everything")["status"],
+        "ok",
+        "the rest still starts"
+    );
+    let bad = by_name("nonesuch");
+    assert_eq!(bad["status"], "error");
+    assert!(!bad["error"].as_str().unwrap().is_empty());
+    assert_eq!(bad["source"]["scope"], "user");
+}
+
+#[test]
+fn broken_files_name_file_line_and_field_and_the_rest_scans() {
+    let f = folders();
+    write(
+        &f.project.join(".mcp.json"),
+        "{\n  \"mcpServers\": {\n    \"zendesk\": {\"command\": \"npx\",\n      \"args\": \"-y zendesk-mcp\"},\n    \"needs\": {\"command\": \"x\", \"args\": [\"${SCAN_TEST_UNSET}\"]},\n    \"fine\": {\"command\": \"/opt/fine/server\"}\n  }\n}\n",
+    );
+    write(
+        &f.project.join(".vscode/mcp.json"),
+        "{\n  // comment\n  \"servers\": {\"vs\": {\"command\": \"/opt/vs/server\",},},\n}\n",
+    );
+    write(
+        &f.home.join(".cursor/mcp.json"),
+        "{\"mcpServers\": {\"cur\": {\"url\": \"https://example.com/mcp\"}} oops",
+    );
+    let o = scan(&f, &["--no-start"], &[]);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: ./.mcp.json:4:30: mcpServers.zendesk.args: expected an array of strings, found string \"-y zendesk-mcp\" [MCP_CONFIG_INVALID]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("./.mcp.json: server `needs`: args[0]: ${SCAN_TEST_UNSET} is not set")
+            && err.contains("[MCP_CONFIG_VARIABLE]"),
+        "{err}"
+    );
+    assert!(err.contains("error: ~/.cursor/mcp.json:1:"), "{err}");
+    let out = stdout(&o);
+    assert!(
+        out.contains("fine  stdio  ./.mcp.json         (not started)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("vs    stdio  ./.vscode/mcp.json  (not started)"),
+        "{out}"
+    );
+
+    let doc = json(&scan(&f, &["--no-start", "--json"], &[]));
+    let codes: Vec<&str> = doc["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes.len(), 3, "{doc:#}");
+    assert!(codes.contains(&"MCP_CONFIG_INVALID") && codes.contains(&"MCP_CONFIG_VARIABLE"));
+}
+
+#[test]
+fn secrets_are_references_never_values_and_literals_are_hidden() {
+    let f = folders();
+    write(
+        &f.home.join(".claude.json"),
+        &serde_json::json!({"mcpServers": {
+            "gh": {"command": "/opt/gh/server", "args": ["--token", "${SCAN_TEST_SECRET}"],
+                   "env": {"GITHUB_TOKEN": "${SCAN_TEST_SECRET}", "LITERAL": "sk-literal-in-file"}},
+            "api": {"type": "http", "url": "https://example.com/mcp",
+                    "headers": {"Authorization": "Bearer ${env:SCAN_TEST_SECRET}"}}
+        }})
+        .to_string(),
+    );
+    let o = scan(
+        &f,
+        &["--no-start", "--json"],
+        &[("SCAN_TEST_SECRET", SECRET)],
+    );
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(!all.contains(SECRET), "{all}");
+    assert!(!all.contains("sk-literal-in-file"), "{all}");
+    let doc = json(&o);
+    let gh = &doc["servers"][1];
+    assert_eq!(gh["name"], "gh");
+    assert_eq!(gh["spec"]["env"]["GITHUB_TOKEN"], "${SCAN_TEST_SECRET}");
+    assert_eq!(gh["spec"]["env"]["LITERAL"], "***");
+    assert_eq!(
+        gh["spec"]["args"][1], "***",
+        "a value of the environment in args"
+    );
+    assert_eq!(gh["spec"]["credentials"][0], "SCAN_TEST_SECRET");
+    let api = &doc["servers"][0];
+    assert_eq!(
+        api["spec"]["headers"]["Authorization"],
+        "Bearer ${SCAN_TEST_SECRET}"
+    );
+}
+
+#[test]
+fn register_without_a_registry_says_where_it_looked() {
+    let f = folders();
+    write(
+        &f.project.join(".mcp.json"),
+        "{\"mcpServers\": {\"fine\": {\"command\": \"/opt/fine/server\"}}}",
+    );
+    // A port nothing listens on: bind one and drop it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let o = scan(&f, &["--no-start", "--register"], &[("TOOLSHED_URL", &url)]);
+    assert_eq!(code(&o), 3, "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach the toolshed registry"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn no_config_files_is_a_clean_empty_scan() {
+    let f = folders();
+    let o = scan(&f, &[], &[]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no MCP config files found"));
+    let doc = json(&scan(&f, &["--json"], &[]));
+    assert_eq!(doc["servers"], serde_json::json!([]));
+    assert_eq!(doc["ok"], true);
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["scan", "--help"])
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert!(text.contains("--register") && text.contains("--json"));
+    assert!(
+        text.contains("Exit codes: 0") && text.contains("5 something did not"),
+        "{text}"
+    );
+}
