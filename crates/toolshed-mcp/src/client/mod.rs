@@ -29,7 +29,7 @@ use toolshed_core::tool::Reply;
 use toolshed_core::{CredentialProvider, Principal, SpecError, Tool, ToolContext};
 
 use crate::error::McpError;
-use crate::spec::McpServerSpec;
+use crate::spec::{Launch, McpServerSpec};
 
 pub use profile::SandboxProfile;
 
@@ -49,6 +49,9 @@ pub struct ClientConfig {
     pub http_policy: toolshed_dispatch::HttpPolicy,
     /// Caps on what a server may send.
     pub limits: ClientLimits,
+    /// Read-only binds every stdio server gets besides the sandbox's root (e.g. a
+    /// folder of locally installed servers and their `node_modules`); executable.
+    pub binds: Vec<toolshed_sandbox::Bind>,
 }
 
 impl ClientConfig {
@@ -61,6 +64,7 @@ impl ClientConfig {
             cache_root: cache_root.into(),
             http_policy: toolshed_dispatch::HttpPolicy::default(),
             limits: ClientLimits::default(),
+            binds: Vec::new(),
         }
     }
 }
@@ -115,10 +119,13 @@ pub struct McpHub {
     inner: Arc<HubInner>,
 }
 
-#[allow(dead_code, reason = "the bodies come in the next commits")]
 struct HubInner {
-    config: ClientConfig,
+    config: Arc<ClientConfig>,
     servers: Mutex<HashMap<(String, String), Arc<McpServer>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl McpHub {
@@ -126,7 +133,7 @@ impl McpHub {
     pub fn new(config: ClientConfig) -> McpHub {
         McpHub {
             inner: Arc::new(HubInner {
-                config,
+                config: Arc::new(config),
                 servers: Mutex::new(HashMap::new()),
             }),
         }
@@ -140,6 +147,9 @@ impl McpHub {
     /// The connection to `spec` under `scope` (a tenant id or an agent id): started on
     /// first use and reused; restarted with backoff on the next call after it died; a
     /// changed spec for the same `(scope, name)` replaces it (the old one is shut down).
+    ///
+    /// The credentials and principal are those of the first caller of a `(scope,
+    /// spec)`: a scope is one tenant or agent, whose credentials are the same for all.
     pub fn server(
         &self,
         scope: &str,
@@ -147,81 +157,150 @@ impl McpHub {
         credentials: Arc<dyn CredentialProvider>,
         principal: Option<Principal>,
     ) -> Arc<McpServer> {
-        let _ = (scope, spec, credentials, principal);
-        todo!()
+        let key = (scope.to_owned(), spec.name.clone());
+        let mut servers = lock(&self.inner.servers);
+        if let Some(s) = servers.get(&key)
+            && s.spec() == spec
+        {
+            return s.clone();
+        }
+        let config = self.inner.config.clone();
+        let profile = match &spec.launch {
+            Launch::Stdio(l) => {
+                let mut p = SandboxProfile::of(l, &config.cache_root, scope, &spec.name);
+                p.binds = config
+                    .binds
+                    .iter()
+                    .map(|b| (b.source.clone(), b.target.clone()))
+                    .collect();
+                Some(p)
+            }
+            Launch::Http(_) => None,
+        };
+        let server = Arc::new(McpServer {
+            state: Arc::new(ServerState {
+                conn: conn::Connection::new(&config),
+                spec: spec.clone(),
+                scope: scope.to_owned(),
+                profile,
+                credentials,
+                principal,
+                config,
+            }),
+        });
+        if let Some(old) = servers.insert(key, server.clone())
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move { old.shutdown().await });
+        }
+        server
     }
 
     /// Shuts every server down: close stdin, wait, SIGTERM, wait, SIGKILL.
     pub async fn shutdown(&self) {
-        todo!()
+        let servers: Vec<Arc<McpServer>> =
+            lock(&self.inner.servers).drain().map(|(_, s)| s).collect();
+        futures_util::future::join_all(servers.iter().map(|s| s.shutdown())).await;
     }
 }
 
 /// One MCP server under one scope: its connection (when started), its tools and how to
 /// call them.
-#[allow(dead_code, reason = "the bodies come in the next commits")]
 pub struct McpServer {
-    spec: McpServerSpec,
-    scope: String,
-    profile: Option<SandboxProfile>,
-    conn: conn::Connection,
+    state: Arc<ServerState>,
+}
+
+/// What a server's calls share (a call in flight holds it, not the `McpServer`).
+pub(crate) struct ServerState {
+    pub(crate) spec: McpServerSpec,
+    pub(crate) scope: String,
+    pub(crate) profile: Option<SandboxProfile>,
+    pub(crate) credentials: Arc<dyn CredentialProvider>,
+    pub(crate) principal: Option<Principal>,
+    pub(crate) config: Arc<ClientConfig>,
+    pub(crate) conn: conn::Connection,
+}
+
+impl ServerState {
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub(crate) fn ctx(&self) -> conn::Ctx<'_> {
+        conn::Ctx {
+            config: &self.config,
+            spec: &self.spec,
+            profile: self.profile.as_ref(),
+            credentials: &self.credentials,
+            principal: self.principal.as_ref(),
+        }
+    }
 }
 
 impl McpServer {
     /// The server's name.
     pub fn name(&self) -> &str {
-        &self.spec.name
+        &self.state.spec.name
     }
 
     /// The spec it was started from.
     pub fn spec(&self) -> &McpServerSpec {
-        &self.spec
+        &self.state.spec
     }
 
     /// The scope (tenant or agent id) it belongs to.
     pub fn scope(&self) -> &str {
-        &self.scope
+        &self.state.scope
     }
 
     /// How a stdio server runs in the sandbox (network, package cache, binds); `None`
     /// for a Streamable HTTP server.
     pub fn profile(&self) -> Option<&SandboxProfile> {
-        self.profile.as_ref()
+        self.state.profile.as_ref()
     }
 
     /// Start (or reuse) the connection, handshake done.
     pub async fn connect(&self) -> Result<ServerInfo, McpError> {
-        todo!()
+        self.state.conn.live(&self.state.ctx()).await?;
+        self.state.conn.info().ok_or_else(|| McpError::Died {
+            server: self.name().to_owned(),
+            reason: "the connection ended right after the handshake".into(),
+        })
     }
 
     /// Every tool, all pages of `tools/list`, sanitised; cached until the server sends
     /// `notifications/tools/list_changed`.
     pub async fn tools(&self) -> Result<Vec<McpTool>, McpError> {
-        todo!()
+        self.state.conn.tools(&self.state.ctx()).await
     }
 
     /// One `tools/call`, mapped to a pipeline reply: content blocks and
     /// `structuredContent` become the result and its diagnostics, `isError` an error
     /// result, progress partial results; the context's cancellation or timeout sends
-    /// `notifications/cancelled`.
+    /// `notifications/cancelled`. `tool` is the name as the server names it.
     pub async fn call(&self, tool: &str, args: Value, ctx: &ToolContext) -> Reply {
-        let _ = (tool, args, ctx);
-        todo!()
+        call::call(&self.state, tool, args, ctx).await
     }
 
     /// Bumps on every `notifications/tools/list_changed`.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        todo!()
+        self.state.conn.shared.changes()
     }
 
-    /// What the last handshake said, when connected.
+    /// What the last handshake said, once connected.
     pub fn info(&self) -> Option<ServerInfo> {
-        todo!()
+        self.state.conn.info()
     }
 
     /// The end of what the server wrote on stderr (stdio servers; secrets scrubbed).
     pub fn stderr(&self) -> String {
-        todo!()
+        self.state.conn.stderr_text()
+    }
+
+    /// Ends the connection, if any: close stdin, wait, SIGTERM, wait, SIGKILL. The
+    /// next call starts it again.
+    pub async fn shutdown(&self) {
+        self.state.conn.shutdown(&self.state.config).await;
     }
 }
 
@@ -371,13 +450,96 @@ impl McpTool {
 /// A pipeline tool whose handler calls `tool` on `server`, under `spec` (usually
 /// [`McpTool::spec`], possibly overridden by the registry owner).
 pub fn tool(server: Arc<McpServer>, tool: &McpTool, spec: ToolSpec) -> Result<Tool, SpecError> {
-    let _ = (server, tool, spec);
-    todo!()
+    let name: Arc<str> = Arc::from(tool.name.as_str());
+    let handler = move |args: Value, ctx: ToolContext| -> toolshed_core::tool::HandlerFuture {
+        let server = server.clone();
+        let name = name.clone();
+        Box::pin(async move { server.call(&name, args, &ctx).await })
+    };
+    Tool::from_spec(spec, Arc::new(handler))
 }
 
 /// Parses `mcp:<server>/<tool>` into the server's name and the tool's name (as the
-/// server names it).
+/// server names it: anything but empty, up to 128 bytes, no control characters).
 pub fn parse_endpoint(endpoint: &str) -> Result<(String, String), McpError> {
-    let _ = endpoint;
-    todo!()
+    let bad = |reason: &str| McpError::InvalidEndpoint {
+        endpoint: endpoint.chars().take(200).collect(),
+        reason: reason.to_owned(),
+    };
+    let rest = endpoint
+        .strip_prefix("mcp:")
+        .ok_or_else(|| bad("it does not start with `mcp:`"))?;
+    let (server, tool) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("there is no `/` between the server and the tool"))?;
+    crate::spec::check_server_name(server).map_err(|e| bad(&e.to_string()))?;
+    if tool.is_empty() {
+        return Err(bad("the tool name is empty"));
+    }
+    if tool.len() > crate::sanitize::MAX_TOOL_NAME_BYTES || tool.chars().any(char::is_control) {
+        return Err(bad("the tool name is too long or has control characters"));
+    }
+    Ok((server.to_owned(), tool.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_endpoint("mcp:everything/echo").ok(),
+            Some(("everything".into(), "echo".into()))
+        );
+        assert_eq!(
+            parse_endpoint("mcp:fs/read/file").ok(),
+            Some(("fs".into(), "read/file".into()))
+        );
+        for bad in [
+            "everything/echo",
+            "mcp:everything",
+            "mcp:/echo",
+            "mcp:a__b/x",
+            "mcp:s/",
+        ] {
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn t(read_only: Option<bool>, destructive: Option<bool>, idempotent: Option<bool>) -> McpTool {
+        McpTool {
+            server: "s".into(),
+            name: "t".into(),
+            qualified_name: "s__t".into(),
+            description: "d".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+            hints: ToolHints {
+                read_only,
+                destructive,
+                idempotent,
+                ..ToolHints::default()
+            },
+        }
+    }
+
+    #[test]
+    fn hints_fill_the_default_spec() {
+        let s = t(None, None, None).spec().expect("spec");
+        assert_eq!(s.effects, Effects::External);
+        assert!(matches!(s.approval, Approval::Always));
+        assert_eq!(s.idempotency, Idempotency::None);
+        let s = t(Some(true), None, None).spec().expect("spec");
+        assert_eq!(s.effects, Effects::None);
+        assert!(matches!(s.approval, Approval::Never));
+        let s = t(Some(false), Some(false), Some(true))
+            .spec()
+            .expect("spec");
+        assert_eq!(s.effects, Effects::External);
+        assert!(matches!(s.approval, Approval::Never));
+        assert_eq!(s.idempotency, Idempotency::Keyed);
+        assert_eq!(s.meta.endpoint.as_deref(), Some("mcp:s/t"));
+        assert_eq!(s.meta.tool_type.as_deref(), Some("mcp"));
+    }
 }

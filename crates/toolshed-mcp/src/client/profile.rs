@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use crate::spec::StdioLaunch;
 
 /// Where the package cache appears inside the sandbox; it is also `HOME`.
-#[allow(dead_code, reason = "used by the stdio transport, next commit")]
 pub const CACHE_TARGET: &str = "/cache";
 
 /// The sandbox profile of one stdio server.

@@ -1,0 +1,2 @@
+//! The client benchmark (bench/mcp-client.sh): N `tools/call`s of `echo` over stdio.
+fn main() {}
