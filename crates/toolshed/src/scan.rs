@@ -75,10 +75,35 @@ pub struct ScanArgs {
     /// `$XDG_CACHE_HOME/toolshed/mcp`, else `~/.cache/toolshed/mcp`).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Show a host folder to every stdio server, read-only (programs in it may run):
+    /// `HOST` at the same path, or `HOST:TARGET` (targets under `/usr`, `/etc`, `/tmp`,
+    /// `/work`, … are the sandbox's own). The sandbox sees only `/usr` and these, so a
+    /// server pinned to a local path needs its folder here. Repeatable.
+    #[arg(long, value_name = "HOST[:TARGET]")]
+    bind: Vec<String>,
     /// Run stdio servers as plain child processes, without the sandbox: a developer's
     /// opt-in on a host without it. Never the default.
     #[arg(long)]
     unsandboxed: bool,
+}
+
+/// `HOST[:TARGET]` of `--bind`.
+fn parse_bind(raw: &str) -> Result<toolshed_sandbox::Bind, Failure> {
+    let (host, target) = raw.split_once(':').unwrap_or((raw, raw));
+    let host =
+        std::path::absolute(host).map_err(|e| Failure::bad_input(anyhow!("--bind {raw}: {e}")))?;
+    if !host.exists() {
+        return Err(Failure::bad_input(anyhow!(
+            "--bind {raw}: {} does not exist",
+            host.display()
+        )));
+    }
+    if !Path::new(target).is_absolute() {
+        return Err(Failure::bad_input(anyhow!(
+            "--bind {raw}: the target `{target}` must be an absolute path"
+        )));
+    }
+    Ok(toolshed_sandbox::Bind::executable(host, target))
 }
 
 /// What happened to one server.
@@ -177,6 +202,11 @@ async fn start_all(
 ) -> Result<(), Failure> {
     let mut config = ClientConfig::new(cache_root);
     config.unsandboxed = args.unsandboxed;
+    config.binds = args
+        .bind
+        .iter()
+        .map(|b| parse_bind(b))
+        .collect::<Result<_, _>>()?;
     if !args.unsandboxed && outcomes.iter().any(|o| o.profile.is_some()) {
         // Stdio servers run in the sandbox; without one on this host each is listed
         // with the sandbox's error, and HTTP servers are still scanned.
@@ -229,8 +259,24 @@ async fn start_all(
         });
     let results = futures_util::future::join_all(jobs).await;
     bar.finish_and_clear();
+    let sandboxed = !args.unsandboxed;
+    let binds: Vec<PathBuf> = hub
+        .config()
+        .binds
+        .iter()
+        .map(|b| b.target.clone())
+        .collect();
     for (i, listed, profile) in results {
         if let Some(o) = outcomes.get_mut(i) {
+            let listed = match (listed, &o.found.spec.launch) {
+                (Err(e), Launch::Stdio(l)) if sandboxed => Err(match unseen_path(l, &binds) {
+                    Some(p) => format!(
+                        "{e}\nhint: the sandbox shows a server only /usr and the --bind folders; `{p}` is outside them: add --bind HOST[:TARGET]"
+                    ),
+                    None => e,
+                }),
+                (listed, _) => listed,
+            };
             o.listed = Some(listed);
             if profile.is_some() {
                 o.profile = profile;
@@ -239,6 +285,23 @@ async fn start_all(
     }
     hub.shutdown().await;
     Ok(())
+}
+
+/// The first absolute path of a stdio server's command or args that the sandbox does
+/// not show it (outside `/usr` and the binds' targets).
+fn unseen_path(launch: &toolshed_mcp::StdioLaunch, binds: &[PathBuf]) -> Option<String> {
+    std::iter::once(&launch.command)
+        .chain(&launch.args)
+        .filter(|a| a.starts_with('/'))
+        .find(|a| {
+            let p = Path::new(a.as_str());
+            !p.starts_with("/usr")
+                && !["/bin", "/sbin", "/lib", "/lib64"]
+                    .iter()
+                    .any(|l| p.starts_with(l))
+                && !binds.iter().any(|b| p.starts_with(b))
+        })
+        .cloned()
 }
 
 fn progress(len: usize) -> indicatif::ProgressBar {
@@ -456,7 +519,17 @@ fn report(found: &Discovery, outcomes: &[Outcome]) {
                     if tools.len() == 1 { "" } else { "s" }
                 )
             }
-            Some(Err(e)) => format!("error: {e}"),
+            // The first line on the server's line, the rest (a server's stderr, a
+            // hint) indented under it.
+            Some(Err(e)) => {
+                let mut lines = e.lines();
+                let mut text = format!("error: {}", lines.next().unwrap_or(""));
+                for line in lines.filter(|l| !l.trim().is_empty()) {
+                    text.push_str("\n    ");
+                    text.push_str(line);
+                }
+                text
+            }
         };
         out.push_str(&format!(
             "{:<name_w$}  {:<5}  {:<file_w$}  {status}\n",

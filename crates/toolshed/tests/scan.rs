@@ -89,12 +89,27 @@ fn json(o: &Output) -> Value {
     serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(o), stderr(o)))
 }
 
+/// Where the test shows `tests/mcp/node_modules` inside the sandbox (`--bind`).
+const MODULES: &str = "/mcp/node_modules";
+
+/// `--bind` of the npm peers.
+fn bind() -> String {
+    let modules = everything()
+        .ancestors()
+        .nth(4)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    format!("{modules}:{MODULES}")
+}
+
 fn everything_project(f: &Folders) {
+    assert!(everything().is_file());
     let config = serde_json::json!({
         "mcpServers": {
             "everything": {
                 "command": "node",
-                "args": [everything().to_string_lossy(), "stdio"],
+                "args": [format!("{MODULES}/@modelcontextprotocol/server-everything/dist/index.js"), "stdio"],
                 "env": {"EVERYTHING_TOKEN": "${SCAN_TEST_SECRET}"}
             }
         }
@@ -109,7 +124,12 @@ fn scan_starts_server_everything_and_counts_its_tools() {
     let f = folders();
     everything_project(&f);
 
-    let o = scan(&f, &["--json"], &[("SCAN_TEST_SECRET", SECRET)]);
+    let bind = bind();
+    let o = scan(
+        &f,
+        &["--json", "--bind", &bind],
+        &[("SCAN_TEST_SECRET", SECRET)],
+    );
     assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
     assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
     let doc = json(&o);
@@ -144,7 +164,7 @@ fn scan_starts_server_everything_and_counts_its_tools() {
     assert!(s["server_info"]["protocol_version"].is_string(), "{s:#}");
 
     // The seed's summary line, with the same count.
-    let o = scan(&f, &[], &[("SCAN_TEST_SECRET", SECRET)]);
+    let o = scan(&f, &["--bind", &bind], &[("SCAN_TEST_SECRET", SECRET)]);
     assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(
@@ -166,7 +186,12 @@ fn a_server_that_cannot_start_is_listed_with_its_error_and_exit_5() {
         }
     });
     write(&f.home.join(".cursor/mcp.json"), &config.to_string());
-    let o = scan(&f, &["--json"], &[("SCAN_TEST_SECRET", SECRET)]);
+    let bind = bind();
+    let o = scan(
+        &f,
+        &["--json", "--bind", &bind],
+        &[("SCAN_TEST_SECRET", SECRET)],
+    );
     assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
     let doc = json(&o);
     assert_eq!(doc["ok"], false);
@@ -186,8 +211,19 @@ fn a_server_that_cannot_start_is_listed_with_its_error_and_exit_5() {
     );
     let bad = by_name("nonesuch");
     assert_eq!(bad["status"], "error");
-    assert!(!bad["error"].as_str().unwrap().is_empty());
+    let error = bad["error"].as_str().unwrap();
+    assert!(
+        error.contains("hint: the sandbox shows a server only /usr and the --bind folders; `/nonexistent/mcp-server` is outside them"),
+        "{error}"
+    );
     assert_eq!(bad["source"]["scope"], "user");
+
+    // Without the bind, the server's own file is not in the sandbox: the hint names it.
+    let o = scan(&f, &["--json"], &[("SCAN_TEST_SECRET", SECRET)]);
+    assert_eq!(code(&o), 5);
+    let doc = json(&o);
+    let error = doc["servers"][0]["error"].as_str().unwrap();
+    assert!(error.contains("`/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js` is outside them"), "{error}");
 }
 
 #[test]
