@@ -472,3 +472,23 @@ fn hostile_entries_do_not_panic() {
         assert!(!d.errors.is_empty() || text.contains('\u{2603}'), "{text}");
     }
 }
+
+#[test]
+fn a_scan_in_the_home_folder_reads_each_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".cursor")).unwrap();
+    std::fs::write(
+        dir.path().join(".cursor/mcp.json"),
+        r#"{"mcpServers": {"a": {"command": "/opt/a"}}}"#,
+    )
+    .unwrap();
+    let d = scan(dir.path(), dir.path(), &[]);
+    assert_eq!(names(&d), ["a"]);
+    assert!(d.duplicates.is_empty(), "{:?}", d.duplicates);
+    assert_eq!(d.files.len(), 1);
+    assert_eq!(
+        d.servers[0].source.scope,
+        Scope::Project,
+        "the stricter scope"
+    );
+}

@@ -305,7 +305,16 @@ pub fn discover(places: &Places<'_>) -> Discovery {
     // (name, file) of each server taken, and its spec, for duplicates.
     let mut taken: BTreeMap<String, (String, McpServerSpec)> = BTreeMap::new();
     let mut batches: Vec<(ConfigFile, Scope, Vec<parse::Entry>, Vec<String>)> = Vec::new();
+    // Scanning in the home folder makes `./.cursor/mcp.json` and `~/.cursor/mcp.json`
+    // one file: read once, in its first (project) place.
+    let mut seen: Vec<PathBuf> = Vec::new();
     for file in config_files(&places.project, &places.home) {
+        if let Ok(canonical) = std::fs::canonicalize(&file.path) {
+            if seen.contains(&canonical) {
+                continue;
+            }
+            seen.push(canonical);
+        }
         let text = match read_file(&file.path) {
             Ok(None) => continue,
             Ok(Some(text)) => text,
