@@ -355,11 +355,15 @@ async fn register_all(outcomes: &mut [Outcome]) -> Result<(), Failure> {
                 enabled: body["enabled"].as_bool().unwrap_or(false),
                 existed: true,
             }),
+            // Nothing will register: an unreachable server, or not logged in.
             Err(e @ (ClientError::Unreachable { .. } | ClientError::Protocol { .. })) => {
                 return Err(Failure::Error {
                     code: EXIT_INTERNAL,
                     error: anyhow!("{}", e.describe()),
                 });
+            }
+            Err(e) if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) => {
+                return Err(e.into());
             }
             Err(e) => Err(e.describe()),
         });

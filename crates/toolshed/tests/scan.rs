@@ -315,29 +315,6 @@ fn secrets_are_references_never_values_and_literals_are_hidden() {
 }
 
 #[test]
-fn register_without_a_registry_says_where_it_looked() {
-    let f = folders();
-    write(
-        &f.project.join(".mcp.json"),
-        "{\"mcpServers\": {\"fine\": {\"command\": \"/opt/fine/server\"}}}",
-    );
-    // A port nothing listens on: bind one and drop it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}");
-    let o = scan(&f, &["--no-start", "--register"], &[("TOOLSHED_URL", &url)]);
-    assert_eq!(code(&o), 3, "{}\n{}", stdout(&o), stderr(&o));
-    assert!(
-        stderr(&o).contains("cannot reach the toolshed registry"),
-        "{}",
-        stderr(&o)
-    );
-}
-
-#[test]
 fn no_config_files_is_a_clean_empty_scan() {
     let f = folders();
     let o = scan(&f, &[], &[]);
@@ -360,4 +337,28 @@ fn help_documents_the_exit_codes() {
         text.contains("Exit codes: 0") && text.contains("5 something did not"),
         "{text}"
     );
+}
+
+#[test]
+fn register_without_a_reachable_registry_fails_whole_with_exit_3() {
+    let f = folders();
+    write(
+        &f.project.join(".mcp.json"),
+        "{\"mcpServers\": {\"fine\": {\"command\": \"/opt/fine/server\"}}}",
+    );
+    let o = scan(
+        &f,
+        &["--no-start", "--register"],
+        &[
+            ("TOOLSHED_URL", "http://127.0.0.1:1"),
+            ("SCAN_TEST_SECRET", SECRET),
+        ],
+    );
+    assert_eq!(code(&o), 3, "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach the toolshed registry"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
 }
