@@ -44,6 +44,7 @@ mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
+pub mod mcp;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -111,6 +112,10 @@ pub struct ServerConfig {
     /// call may not approve it, whatever the tool declares (default off: only tools
     /// with `approval.four_eyes` ask for it).
     pub four_eyes: bool,
+    /// Host folders bound into the sandbox of every MCP stdio server the registry
+    /// starts (read-only), e.g. a shared `node_modules` of pinned servers. Empty by
+    /// default: `npx -y` and `uvx` servers download into their per-server cache.
+    pub mcp_binds: Vec<toolshed_sandbox::Bind>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -156,6 +161,7 @@ impl ServerConfig {
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
             four_eyes: false,
+            mcp_binds: Vec::new(),
         }
     }
 }
@@ -376,6 +382,7 @@ impl Server {
             task.abort();
         }
         self.state.dispatcher().shutdown();
+        self.state.mcp().shutdown().await;
         Ok(())
     }
 }

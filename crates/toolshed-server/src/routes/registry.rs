@@ -298,8 +298,21 @@ pub async fn execute_tool(
     Body(body): Body<ExecuteBody>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
     let claims = auth.require(Role::Deployer)?;
+    execute(&state, claims, &id, body.args).await
+}
+
+/// One execute of a registry tool by id or name, as a durable run of the caller: the
+/// one path of `POST /api/v1/registry/tools/{id}/execute` and
+/// `POST /api/v1/mcp-servers/{id}/execute` (the rate limit, the args checked against the
+/// schema, the credentials policy, the journal, approvals).
+pub(crate) async fn execute(
+    state: &AppState,
+    claims: &toolshed_auth::Claims,
+    id: &str,
+    args: Option<Value>,
+) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
     state.check_execute_rate(claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT))?;
-    let args = match body.args {
+    let args = match args {
         None | Some(Value::Null) => json!({}),
         Some(a @ Value::Object(_)) => a,
         Some(other) => {
@@ -312,7 +325,7 @@ pub async fn execute_tool(
             ));
         }
     };
-    let prepared = state.prepared(&id).await?;
+    let prepared = state.prepared(id).await?;
     let name = prepared.record.name.clone();
     let pipeline = prepared.runtime.pipeline();
     if let Some(tool) = pipeline.toolset().get(&name) {
