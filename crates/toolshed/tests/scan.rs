@@ -2,7 +2,8 @@
 //! `@modelcontextprotocol/server-everything` (from `tests/mcp`, after
 //! `npm ci --prefix tests/mcp`) in the sandbox, its tools counted, as text and as
 //! `--json`; broken files and missing variables (exit 5, the rest still scanned);
-//! secrets never printed; `--register` without a reachable registry.
+//! secrets never printed; `--register` against a real `toolshed serve` (project
+//! servers disabled, references never values) and without a reachable registry.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -361,4 +362,202 @@ fn register_without_a_reachable_registry_fails_whole_with_exit_3() {
         stderr(&o)
     );
     assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
+}
+
+/// A running `toolshed serve` on a free port over a temp SQLite file, killed when
+/// dropped; an admin token for it.
+struct Registry {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const ADMIN_PASSWORD: &str = "admin-password-1";
+
+impl Registry {
+    fn start() -> Registry {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("toolshed.db").display());
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        // The registry refuses credentials outside its policy; the scanned servers name
+        // SCAN_TEST_SECRET.
+        let policy = dir.path().join("credentials.yaml");
+        std::fs::write(
+            &policy,
+            "default: {SCAN_TEST_SECRET: {provider: env, key: SCAN_TEST_SECRET}}\n",
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--credentials-policy"])
+            .arg(&policy)
+            .current_dir(dir.path())
+            .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
+            .env("TOOLSHED_DATABASE_URL", &db)
+            .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .env_remove("TOOLSHED_JWT_SECRET")
+            .env_remove("TOOLSHED_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        // The first line says where it listens (it blocks until the server prints it).
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let url = first
+            .trim()
+            .strip_prefix("toolshed registry listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected first line {first:?}: {}",
+                    std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default()
+                )
+            })
+            .to_owned();
+        Registry {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// Log in as the admin with a config folder under `home`.
+    fn login(&self, home: &Path) {
+        let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(["login", "--username", "admin", "--password", ADMIN_PASSWORD])
+            .env("TOOLSHED_URL", &self.url)
+            .env("TOOLSHED_CONFIG_DIR", home.join(".config/toolshed"))
+            .env_remove("TOOLSHED_API_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn register_posts_every_server_project_ones_disabled_and_again_is_already_registered() {
+    let f = folders();
+    write(
+        &f.project.join(".mcp.json"),
+        &serde_json::json!({"mcpServers": {
+            "proj": {"command": "/opt/proj/server", "args": ["--x"],
+                     "env": {"PROJ_TOKEN": "${SCAN_TEST_SECRET}"}}
+        }})
+        .to_string(),
+    );
+    write(
+        &f.home.join(".cursor/mcp.json"),
+        &serde_json::json!({"mcpServers": {
+            "mine": {"url": "https://mcp.example.com/mcp",
+                     "headers": {"Authorization": "Bearer ${SCAN_TEST_SECRET}"}},
+            "leaky": {"command": "/opt/leaky/server", "args": ["--token", "${SCAN_TEST_SECRET}"]}
+        }})
+        .to_string(),
+    );
+    let registry = Registry::start();
+    registry.login(&f.home);
+    let env = [
+        ("TOOLSHED_URL", registry.url.as_str()),
+        ("SCAN_TEST_SECRET", SECRET),
+    ];
+
+    let o = scan(&f, &["--no-start", "--register"], &env);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        !text.contains(SECRET) && !stderr(&o).contains(SECRET),
+        "{text}"
+    );
+    assert!(
+        text.contains("not registered: args[1] holds a value of the environment"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "disabled: it comes from a project file (./.mcp.json), so an admin must enable it"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("registered") && text.contains(", enabled"),
+        "{text}"
+    );
+
+    // What the registry stored: references, never the value; enabled as the scope says.
+    let token = std::fs::read_to_string(f.home.join(".config/toolshed/token")).unwrap();
+    let listing = http_get(
+        &format!("{}/api/v1/mcp-servers", registry.url),
+        token.trim(),
+    );
+    assert!(!listing.contains(SECRET), "{listing}");
+    let listing: Value = serde_json::from_str(&listing).unwrap();
+    let entry = |name: &str| {
+        listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {listing:#}"))
+    };
+    assert_eq!(entry("proj")["enabled"], false);
+    assert!(
+        !listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "leaky"),
+        "{listing:#}"
+    );
+    assert_eq!(entry("mine")["enabled"], true);
+    let source = entry("proj")["source"].as_str().unwrap().to_owned();
+    assert!(
+        source.starts_with("scan:") && source.ends_with(".mcp.json"),
+        "{source}"
+    );
+
+    // Scanning again does not fail on what is there (only `leaky` is still refused).
+    let o = scan(&f, &["--no-start", "--register", "--json"], &env);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let doc = json(&o);
+    let registered = |name: &str| {
+        doc["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["registered"].clone())
+            .unwrap()
+    };
+    assert_eq!(registered("proj")["already_registered"], true, "{doc:#}");
+    assert_eq!(registered("mine")["already_registered"], true, "{doc:#}");
+    assert!(registered("leaky")["error"].is_string(), "{doc:#}");
+}
+
+/// A `GET` with a bearer token: a plain HTTP/1.0 request (so the answer is not
+/// chunked) over a TCP stream to the local server.
+fn http_get(url: &str, token: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        stream,
+        "GET /{path} HTTP/1.0\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    body.to_owned()
 }
