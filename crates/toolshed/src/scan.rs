@@ -81,6 +81,12 @@ pub struct ScanArgs {
     /// server pinned to a local path needs its folder here. Repeatable.
     #[arg(long, value_name = "HOST[:TARGET]")]
     bind: Vec<String>,
+    /// A host name or address range (CIDR) a Streamable HTTP server may be at although
+    /// it is not public (loopback, private, link-local and metadata addresses are
+    /// refused otherwise, after DNS resolution), e.g. `127.0.0.1` for a server you run
+    /// yourself. Repeatable.
+    #[arg(long = "allow-http-host", value_name = "HOST|CIDR")]
+    allow_http_host: Vec<toolshed_dispatch::HttpAllow>,
     /// Run stdio servers as plain child processes, without the sandbox: a developer's
     /// opt-in on a host without it. Never the default.
     #[arg(long)]
@@ -202,6 +208,7 @@ async fn start_all(
 ) -> Result<(), Failure> {
     let mut config = ClientConfig::new(cache_root);
     config.unsandboxed = args.unsandboxed;
+    config.http_policy.allow = args.allow_http_host.clone();
     config.binds = args
         .bind
         .iter()

@@ -561,3 +561,92 @@ fn http_get(url: &str, token: &str) -> String {
     let (_, body) = answer.split_once("\r\n\r\n").unwrap();
     body.to_owned()
 }
+
+/// server-everything over Streamable HTTP on a free port, killed when dropped.
+struct HttpEverything {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl HttpEverything {
+    fn start() -> HttpEverything {
+        use std::io::BufRead;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new("node")
+            .arg(everything())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It says on stderr when it listens; read until then (the read blocks, no sleep).
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("listening on port") => break,
+                Some(Ok(line)) => seen.push(line),
+                _ => panic!("server-everything did not start: {seen:?}"),
+            }
+        }
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        HttpEverything { child, port }
+    }
+}
+
+#[test]
+fn an_http_server_is_listed_through_the_ssrf_guard() {
+    let server = HttpEverything::start();
+    let f = folders();
+    write(
+        &f.project.join(".cursor/mcp.json"),
+        &serde_json::json!({"mcpServers": {
+            "web": {"url": format!("http://127.0.0.1:{}/mcp", server.port)}
+        }})
+        .to_string(),
+    );
+    // Loopback is refused unless allowed: a cloned repository's config must not point
+    // scan at the machine's own services.
+    let o = scan(&f, &["--json"], &[]);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let doc = json(&o);
+    assert_eq!(doc["servers"][0]["status"], "error");
+    let error = doc["servers"][0]["error"].as_str().unwrap();
+    assert!(error.contains("127.0.0.1"), "{error}");
+
+    let o = scan(&f, &["--json", "--allow-http-host", "127.0.0.1"], &[]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let doc = json(&o);
+    let s = &doc["servers"][0];
+    assert_eq!(s["transport"], "streamable_http");
+    assert_eq!(s["status"], "ok", "{s:#}");
+    assert!(s["tool_count"].as_u64().unwrap() >= 13, "{s:#}");
+    assert_eq!(
+        s["sandbox"],
+        Value::Null,
+        "an HTTP server runs nowhere here"
+    );
+    let o = scan(&f, &["--allow-http-host", "127.0.0.1"], &[]);
+    let count = s["tool_count"].as_u64().unwrap();
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l == format!("web  http   ./.cursor/mcp.json  ({count} tools)")),
+        "{}",
+        stdout(&o)
+    );
+}
