@@ -570,8 +570,10 @@ fn report(found: &Discovery, outcomes: &[Outcome]) {
                     out.push_str(&format!("  {what}{id}, enabled\n"));
                 } else {
                     out.push_str(&format!(
-                        "  {what}{id}, disabled: it comes from a project file ({}), so an admin must enable it\n",
-                        o.found.source.file
+                        "  {what}{id}, disabled: it comes from a project file ({}), so an admin must enable it \
+                         (PUT /api/v1/mcp-servers/{} with {{\"enabled\": true}})\n",
+                        o.found.source.file,
+                        r.id.as_deref().unwrap_or("ID"),
                     ));
                 }
             }
