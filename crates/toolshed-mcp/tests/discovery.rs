@@ -326,6 +326,14 @@ fn a_name_outside_the_rule_is_renamed_and_said_so() {
         .find(|s| s.spec.name == "my-server-name")
         .unwrap();
     assert_eq!(s.renamed_from.as_deref(), Some("my.server name"));
+    assert!(s.disabled, "Cursor's `disabled: true` is kept");
+    assert!(
+        !d.servers
+            .iter()
+            .find(|s| s.spec.name == "notes")
+            .unwrap()
+            .disabled
+    );
     assert!(s.notes.iter().any(|n| n.contains("renamed")));
 }
 

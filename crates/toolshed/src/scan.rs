@@ -229,14 +229,19 @@ async fn start_all(
         }
     }
     let hub = McpHub::new(config);
-    let bar = progress(outcomes.iter().filter(|o| o.listed.is_none()).count());
+    let bar = progress(
+        outcomes
+            .iter()
+            .filter(|o| o.listed.is_none() && !o.found.disabled)
+            .count(),
+    );
     let timeout = Duration::from_secs(args.timeout.max(1));
     let credentials: Arc<dyn toolshed_core::CredentialProvider> =
         Arc::new(toolshed_core::EnvProvider);
     let jobs = outcomes
         .iter()
         .enumerate()
-        .filter(|(_, o)| o.listed.is_none())
+        .filter(|(_, o)| o.listed.is_none() && !o.found.disabled)
         .map(|(i, o)| {
             let server = hub.server(SCOPE, &o.found.spec, credentials.clone(), None);
             let bar = bar.clone();
@@ -387,7 +392,7 @@ pub fn registration(d: &Discovered) -> Value {
         "name": spec.name,
         "timeout_seconds": spec.timeout.as_secs(),
         "credentials": spec.credentials,
-        "enabled": d.source.scope == Scope::User,
+        "enabled": d.source.scope == Scope::User && !d.disabled,
         "source": format!("scan:{}", d.source.path.display()),
     });
     match &spec.launch {
@@ -568,6 +573,8 @@ fn report(found: &Discovery, outcomes: &[Outcome]) {
                         .unwrap_or_default();
                 if r.enabled {
                     out.push_str(&format!("  {what}{id}, enabled\n"));
+                } else if o.found.disabled && o.found.source.scope == Scope::User {
+                    out.push_str(&format!("  {what}{id}, disabled as in the file\n"));
                 } else {
                     out.push_str(&format!(
                         "  {what}{id}, disabled: it comes from a project file ({}), so an admin must enable it \

@@ -124,6 +124,11 @@ const SECRET: &str = "scan-test-secret-value-5f2a";
 fn scan_starts_server_everything_and_counts_its_tools() {
     let f = folders();
     everything_project(&f);
+    // A server the user turned off is not started (it would fail: exit 5).
+    write(
+        &f.home.join(".cursor/mcp.json"),
+        r#"{"mcpServers": {"off": {"command": "/nonexistent/server", "disabled": true}}}"#,
+    );
 
     let bind = bind();
     let o = scan(
@@ -136,7 +141,9 @@ fn scan_starts_server_everything_and_counts_its_tools() {
     let doc = json(&o);
     assert_eq!(doc["ok"], true);
     let servers = doc["servers"].as_array().unwrap();
-    assert_eq!(servers.len(), 1, "{doc:#}");
+    assert_eq!(servers.len(), 2, "{doc:#}");
+    assert_eq!(servers[1]["name"], "off");
+    assert_eq!(servers[1]["status"], "not_started");
     let s = &servers[0];
     assert_eq!(s["name"], "everything");
     assert_eq!(s["transport"], "stdio");
@@ -168,9 +175,15 @@ fn scan_starts_server_everything_and_counts_its_tools() {
     let o = scan(&f, &["--bind", &bind], &[("SCAN_TEST_SECRET", SECRET)]);
     assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
+    // Columns are padded to the longest cell (here `~/.cursor/mcp.json`).
     assert!(
         text.lines()
-            .any(|l| l == format!("everything  stdio  ./.mcp.json  ({count} tools)")),
+            .any(|l| l == format!("everything  stdio  ./.mcp.json         ({count} tools)")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "off         stdio  ~/.cursor/mcp.json  (not started)"),
         "{text}"
     );
     assert!(text.contains("sandbox: network off"), "{text}");

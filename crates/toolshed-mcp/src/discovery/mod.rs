@@ -106,6 +106,10 @@ pub struct Discovered {
     /// are not printed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub from_env: Vec<String>,
+    /// The file turns it off (`"disabled": true`): scan does not start it and registers
+    /// it disabled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
     /// Things to know (e.g. the legacy SSE transport).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -609,11 +613,16 @@ fn convert(
         crate::McpError::InvalidSpec { field, reason, .. } => server_err(&field, reason),
         other => server_err("spec", other.to_string()),
     })?;
+    let disabled = entry.disabled == Some(true);
+    if disabled {
+        notes.push("disabled in the file: not started, registered disabled".into());
+    }
     Ok(Discovered {
         spec,
         source,
         renamed_from,
         from_env,
+        disabled,
         notes,
     })
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// One server entry as the clients write it (the union of their formats; fields we do
-/// not use, such as `disabled`, `autoApprove` or `cwd`, are ignored).
+/// not use, such as `autoApprove` or `cwd`, are ignored).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct RawEntry {
     /// `stdio`, `http`, `streamable-http`, `sse`; absent: from `command` or `url`.
@@ -32,6 +32,9 @@ pub struct RawEntry {
     /// Its headers.
     #[serde(default)]
     pub headers: Option<BTreeMap<String, String>>,
+    /// Cursor's and Cline's switch: the user turned the server off.
+    #[serde(default)]
+    pub disabled: Option<bool>,
 }
 
 /// A problem at a place in a file.
