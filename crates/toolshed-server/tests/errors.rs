@@ -151,10 +151,11 @@ fn every_code_of_every_layer_is_on_the_errors_page() {
     check_enum::<JournalCode>(&page, "JournalCode");
     check_enum::<RegistryCode>(&page, "RegistryCode");
     check_enum::<SandboxCode>(&page, "SandboxCode");
+    check_enum::<toolshed_mcp::McpCode>(&page, "McpCode");
     let sections: Vec<&String> = page.keys().collect();
     assert_eq!(
         sections.len(),
-        10,
+        11,
         "a section the test does not check: {sections:?}"
     );
 }
