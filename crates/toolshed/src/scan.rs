@@ -34,6 +34,9 @@ use crate::output::{EXIT_INTERNAL, Failure, print, print_json};
 /// other server was still scanned (and registered).
 pub const EXIT_SCAN_PROBLEMS: u8 = 5;
 
+/// How many servers start at once.
+const MAX_STARTING: usize = 8;
+
 /// The scope the scan's servers run under in the hub (and their package caches).
 const SCOPE: &str = "scan";
 
@@ -199,7 +202,7 @@ fn default_cache(home: &Path) -> PathBuf {
     }
 }
 
-/// Starts every server at once (each within the timeout), lists its tools, shuts all
+/// Starts every server, [`MAX_STARTING`] at a time (each within the timeout), lists its tools, shuts all
 /// down. A progress bar on stderr when it is a terminal.
 async fn start_all(
     args: &ScanArgs,
@@ -269,7 +272,11 @@ async fn start_all(
                 (i, listed, server.profile().cloned())
             }
         });
-    let results = futures_util::future::join_all(jobs).await;
+    // A few at a time: each may be a Node or Python process downloading its package.
+    let results: Vec<_> = futures_util::StreamExt::collect(
+        futures_util::StreamExt::buffer_unordered(futures_util::stream::iter(jobs), MAX_STARTING),
+    )
+    .await;
     bar.finish_and_clear();
     let sandboxed = !args.unsandboxed;
     let binds: Vec<PathBuf> = hub
