@@ -349,6 +349,23 @@ async fn cursor_loops_and_name_collisions_are_refused() {
         "{e}"
     );
     hub.shutdown().await;
+
+    // The caps on tools and pages (the fixture lists 5 tools on 3 pages).
+    for (tools, pages, says) in [(3, 64, "more than 3 tools"), (512, 2, "more than 2 pages")] {
+        let mut config = ClientConfig::new(cache.path());
+        config.sandbox = Some(sandbox());
+        config.binds = vec![Bind::executable(fixtures(), FIXTURES)];
+        config.limits.max_tools = tools;
+        config.limits.max_pages = pages;
+        let hub = McpHub::new(config);
+        let e = server(&hub, &fixture("fx", "paged"))
+            .tools()
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), McpCode::McpToolListRejected);
+        assert!(e.to_string().contains(says), "{e}");
+        hub.shutdown().await;
+    }
 }
 
 #[tokio::test]
@@ -357,6 +374,24 @@ async fn stdio_without_a_sandbox_is_refused_and_metadata_urls_are_refused() {
     let hub = McpHub::new(ClientConfig::new(cache.path()));
     let e = server(&hub, &everything()).connect().await.unwrap_err();
     assert_eq!(e.code(), McpCode::McpSandboxRequired, "{e}");
+
+    // One server per (scope, name), reused while its spec is the same.
+    let a = server(&hub, &everything());
+    assert!(Arc::ptr_eq(&a, &server(&hub, &everything())));
+    assert!(!Arc::ptr_eq(
+        &a,
+        &hub.server(
+            "tenant-other",
+            &everything(),
+            Arc::new(toolshed_core::EnvProvider),
+            None
+        )
+    ));
+    let mut changed = everything();
+    changed.timeout = Duration::from_secs(5);
+    let b = server(&hub, &changed);
+    assert!(!Arc::ptr_eq(&a, &b), "a changed spec replaces the server");
+    assert_eq!(b.spec().timeout, Duration::from_secs(5));
 
     for url in [
         "http://169.254.169.254/mcp",
@@ -428,4 +463,160 @@ impl toolshed_core::CredentialProvider for Fixed {
     > {
         Box::pin(async move { Ok(toolshed_core::Secret::new(self.0.as_str())) })
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_run_through_the_pipeline_with_partial_crumbs() {
+    use toolshed_core::spec::Approval;
+    use toolshed_core::{CrumbKind, MemorySink, Pipeline, RunContext, ToolCall, ToolSet};
+
+    let cache = tempfile::tempdir().unwrap();
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let s = server(&hub, &fixture("fx", "paged"));
+    let listed = s.tools().await.unwrap();
+    let mut tools = Vec::new();
+    for t in listed
+        .iter()
+        .filter(|t| t.name == "echo" || t.name == "progress")
+    {
+        let mut spec = t.spec().unwrap();
+        if t.name == "progress" {
+            // The fixture gives no hints: MCP's defaults make it destructive, gated.
+            assert!(matches!(spec.approval, Approval::Always));
+            spec.approval = Approval::Never;
+        }
+        tools.push(toolshed_mcp::tool(s.clone(), t, spec).unwrap());
+    }
+    let p = Pipeline::builder(ToolSet::from_tools(tools).unwrap()).build();
+    let sink = MemorySink::new();
+    p.crumbs().add_sink(Arc::new(sink.clone()));
+    let run = RunContext::ephemeral();
+
+    let out = p
+        .call(&run, ToolCall::new("fx__echo", json!({"text": "x"})))
+        .await;
+    assert_eq!(
+        out.result.unwrap_err().code,
+        ErrorCode::ApprovalRequired,
+        "a destructive-by-default MCP tool waits for a human"
+    );
+
+    let out = p.call(&run, ToolCall::new("fx__progress", json!({}))).await;
+    assert_eq!(out.result.unwrap(), json!({"done": true}));
+    assert_eq!(out.diagnostics.content[0]["text"], "done");
+    let partials = sink
+        .kinds()
+        .into_iter()
+        .filter(|k| *k == CrumbKind::Partial)
+        .count();
+    assert_eq!(partials, 2, "{:?}", sink.kinds());
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_initialize_is_asked_with_server_discover() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let s = server(&hub, &fixture("modern", "modern"));
+    let info = s
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {}", s.stderr()));
+    assert_eq!(info.era, Era::Discover);
+    assert_eq!(info.protocol_version, "2026-07-28");
+    assert_eq!(info.server_name, "fixture-modern");
+    let tools = s.tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "echo"));
+    let c = call(&s, "echo", json!({"text": "modern"})).await;
+    assert_eq!(c.result.unwrap(), json!("echo: modern"));
+
+    // A legacy server is legacy.
+    let s = server(&hub, &fixture("legacy", "paged"));
+    assert_eq!(s.connect().await.unwrap().era, Era::Legacy);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_kills_a_server_that_ignores_stdin_and_sigterm() {
+    // Unsandboxed (the developer opt-in), so the server's pid is a host pid to watch.
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = ClientConfig::new(cache.path());
+    config.unsandboxed = true;
+    config.limits = limits();
+    let hub = McpHub::new(config);
+    let script = fixtures().join("fixture_server.mjs");
+    let spec = stdio(
+        "stubborn",
+        "/usr/bin/node",
+        &[script.to_str().unwrap(), "stubborn"],
+    );
+    let s = server(&hub, &spec);
+    s.connect().await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || s.stderr().contains("pid ")).await);
+    let pid: u32 = s
+        .stderr()
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc.exists());
+    hub.shutdown().await;
+    assert!(
+        s.stderr().contains("ignoring SIGTERM"),
+        "SIGTERM came first: {}",
+        s.stderr()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !proc.exists()).await,
+        "SIGKILL ended it"
+    );
+}
+
+#[tokio::test]
+async fn headers_carry_credentials_that_never_appear_in_errors() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 16 * 1024];
+        let n = c.read(&mut buf).unwrap();
+        // An error page that echoes the request back, credential included.
+        let body = String::from_utf8_lossy(&buf[..n]).into_owned();
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = c.write_all(answer.as_bytes());
+        body
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = ClientConfig::new(cache.path());
+    config.http_policy = toolshed_dispatch::HttpPolicy::default().with_loopback();
+    let hub = McpHub::new(config);
+    let mut spec = http("authed", &format!("http://127.0.0.1:{port}/mcp"));
+    let toolshed_mcp::Launch::Http(h) = &mut spec.launch else {
+        unreachable!()
+    };
+    h.headers
+        .insert("Authorization".into(), "Bearer ${API_KEY}".into());
+    h.headers.insert("X-Team".into(), "tools".into());
+    spec.credentials = vec!["API_KEY".into()];
+    let s = hub.server("t", &spec, Arc::new(Fixed("tok-9f8e7d6c5b4a".into())), None);
+    let e = s.connect().await.unwrap_err();
+    let request = seen.join().unwrap().to_ascii_lowercase();
+    assert!(
+        request.contains("authorization: bearer tok-9f8e7d6c5b4a"),
+        "{request}"
+    );
+    assert!(request.contains("x-team: tools"), "{request}");
+    assert!(
+        request.contains("accept: ") && request.contains("text/event-stream"),
+        "{request}"
+    );
+    assert!(!e.to_string().contains("tok-9f8e7d6c5b4a"), "{e}");
+    assert!(!format!("{e:?}").contains("tok-9f8e7d6c5b4a"), "{e:?}");
 }

@@ -6,9 +6,10 @@
 //! across restarts, so a `changes()` receiver keeps working after the process is
 //! replaced.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -24,9 +25,16 @@ use tokio::sync::{mpsc, watch};
 /// (a server flooding progress must not grow memory).
 pub(crate) const PROGRESS_BUFFER: usize = 64;
 
+/// How long progress for a token nobody watches is kept.
+const ORPHAN_TTL: Duration = Duration::from_secs(5);
+
 /// State the handler shares with the connection.
 pub(crate) struct Shared {
     progress: Mutex<HashMap<String, mpsc::Sender<ProgressNotificationParam>>>,
+    /// Progress for a token no call watches yet: a call learns its token only once
+    /// rmcp has queued the request, and a quick server may answer with progress
+    /// before the call registers. Kept briefly, bounded; handed over on registration.
+    orphans: Mutex<VecDeque<(Instant, String, ProgressNotificationParam)>>,
     changes: watch::Sender<u64>,
 }
 
@@ -34,18 +42,29 @@ impl Shared {
     pub(crate) fn new() -> Arc<Shared> {
         Arc::new(Shared {
             progress: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(VecDeque::new()),
             changes: watch::channel(0).0,
         })
     }
 
     /// Hands a progress notification to the call that asked for it.
     fn route_progress(&self, params: &ProgressNotificationParam) {
-        let tx = lock(&self.progress)
-            .get(&token_key(&params.progress_token))
-            .cloned();
-        if let Some(tx) = tx {
+        let key = token_key(&params.progress_token);
+        let progress = lock(&self.progress);
+        match progress.get(&key) {
             // Full: the call is not reading fast enough; a dropped progress is harmless.
-            let _ = tx.try_send(params.clone());
+            Some(tx) => {
+                let _ = tx.try_send(params.clone());
+            }
+            None => {
+                let mut orphans = lock(&self.orphans);
+                let now = Instant::now();
+                orphans.retain(|(at, _, _)| now.duration_since(*at) < ORPHAN_TTL);
+                if orphans.len() >= PROGRESS_BUFFER {
+                    orphans.pop_front();
+                }
+                orphans.push_back((now, key, params.clone()));
+            }
         }
     }
 
@@ -66,7 +85,19 @@ impl Shared {
     ) -> (mpsc::Receiver<ProgressNotificationParam>, ProgressGuard) {
         let (tx, rx) = mpsc::channel(PROGRESS_BUFFER);
         let key = token_key(token);
-        lock(&self.progress).insert(key.clone(), tx);
+        // Under the routing lock: nothing is routed between the hand-over and the
+        // registration, so the order is kept.
+        let mut progress = lock(&self.progress);
+        lock(&self.orphans).retain(|(_, k, p)| {
+            if *k == key {
+                let _ = tx.try_send(p.clone());
+                false
+            } else {
+                true
+            }
+        });
+        progress.insert(key.clone(), tx);
+        drop(progress);
         (
             rx,
             ProgressGuard {

@@ -9,6 +9,39 @@
 //!
 //! Everything a server sends is untrusted: names, schemas, descriptions and results are
 //! checked and capped before anything else sees them (see `docs/design/mcp.md`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//!
+//! use toolshed_core::{EnvProvider, ToolContext};
+//! use toolshed_mcp::{ClientConfig, Launch, McpHub, McpServerSpec, StdioLaunch};
+//!
+//! let mut config = ClientConfig::new("/var/cache/toolshed/mcp");
+//! config.sandbox = Some(toolshed_sandbox::Sandbox::new(Default::default())?);
+//! let hub = McpHub::new(config);
+//! let spec = McpServerSpec {
+//!     name: "everything".into(),
+//!     launch: Launch::Stdio(StdioLaunch {
+//!         command: "npx".into(),
+//!         args: vec!["-y".into(), "@modelcontextprotocol/server-everything".into()],
+//!         env: Default::default(),
+//!         network: None, // a package runner: on, with a persistent package cache
+//!     }),
+//!     timeout: std::time::Duration::from_secs(60),
+//!     credentials: vec![],
+//! };
+//! let server = hub.server("tenant-a", &spec, Arc::new(EnvProvider), None);
+//! for tool in server.tools().await? {
+//!     println!("{} ({})", tool.qualified_name, tool.endpoint());
+//! }
+//! let reply = server
+//!     .call("echo", serde_json::json!({"message": "hi"}), &ToolContext::detached("everything__echo"))
+//!     .await;
+//! println!("{:?}", reply.output);
+//! hub.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 mod call;
 mod conn;

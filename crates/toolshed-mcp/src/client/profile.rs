@@ -78,6 +78,22 @@ impl SandboxProfile {
     }
 }
 
+impl std::fmt::Display for SandboxProfile {
+    /// One line for `scan`'s output: `sandbox: network on (…), cache /var/…/srv`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sandbox: network {} ({})",
+            if self.network { "on" } else { "off" },
+            self.network_reason
+        )?;
+        if let Some(c) = &self.cache {
+            write!(f, ", package cache {}", c.display())?;
+        }
+        Ok(())
+    }
+}
+
 /// A scope as one path segment: tenant and agent ids are free text, so anything but
 /// `[A-Za-z0-9_-.]` is replaced and `.`/`..` cannot climb out of the cache root.
 fn cache_segment(scope: &str) -> String {
@@ -114,6 +130,10 @@ mod tests {
         assert_eq!(p.runner.as_deref(), Some("npx"));
         assert!(p.network);
         assert_eq!(p.cache.as_deref(), Some(Path::new("/var/cache/mcp/t1/s")));
+        assert_eq!(
+            p.to_string(),
+            "sandbox: network on (on: `npx` downloads the server on its first start), package cache /var/cache/mcp/t1/s"
+        );
         let p = SandboxProfile::of(&launch("pnpm", &["dlx", "x"], None), root, "t", "s");
         assert_eq!(p.runner.as_deref(), Some("pnpm dlx"));
         let p = SandboxProfile::of(&launch("pnpm", &["install"], None), root, "t", "s");
