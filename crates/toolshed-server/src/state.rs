@@ -338,13 +338,15 @@ impl AppState {
 /// SSRF guard as HTTP tools.
 fn mcp_hub(config: &ServerConfig, sandbox: &SandboxHandle) -> toolshed_mcp::McpHub {
     let mut client = toolshed_mcp::ClientConfig::new(config.dispatcher.cache_dir.join("mcp"));
-    if let SandboxHandle::Ready(s) = sandbox {
-        client.sandbox = Some(s.clone());
-    }
     client.unsandboxed = matches!(
         config.dispatcher.isolation,
         toolshed_dispatch::Isolation::Unsandboxed
     );
+    if let SandboxHandle::Ready(s) = sandbox
+        && !client.unsandboxed
+    {
+        client.sandbox = Some(s.clone());
+    }
     client.http_policy = config.dispatcher.http.clone();
     client.binds = config.mcp_binds.clone();
     toolshed_mcp::McpHub::new(client)

@@ -18,6 +18,7 @@ mod agent;
 mod approvals;
 mod client;
 mod db;
+mod mcp_registry;
 mod output;
 mod prompt;
 mod registry;
