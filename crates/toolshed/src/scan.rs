@@ -479,14 +479,6 @@ fn transport(spec: &McpServerSpec) -> &'static str {
     }
 }
 
-fn profile_line(p: &SandboxProfile) -> String {
-    let mut line = format!("sandbox: network {}", p.network_reason);
-    if let Some(cache) = &p.cache {
-        line.push_str(&format!("; package cache {}", cache.display()));
-    }
-    line
-}
-
 /// The summary for people: one line per server (`zendesk  stdio  ./.mcp.json  (3
 /// tools)`), its sandbox profile and notes under it; problems on stderr.
 fn report(found: &Discovery, outcomes: &[Outcome]) {
@@ -561,7 +553,7 @@ fn report(found: &Discovery, outcomes: &[Outcome]) {
             o.found.source.file,
         ));
         if let Some(p) = &o.profile {
-            out.push_str(&format!("  {}\n", profile_line(p)));
+            out.push_str(&format!("  {p}\n"));
         }
         for note in &o.found.notes {
             out.push_str(&format!("  note: {note}\n"));
