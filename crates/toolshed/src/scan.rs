@@ -51,7 +51,8 @@ Files read (project folder, then home folder; the first server of a name wins):
 
 Exit codes: 0 every file parsed and every server started and listed its tools (and
 registered, with --register); 5 something did not (each problem is printed, the rest
-was still scanned); 2 bad flags; 3 the registry or the sandbox cannot be used at all.")]
+was still scanned); 2 bad flags, or not logged in for --register; 3 the registry cannot
+be reached.")]
 pub struct ScanArgs {
     /// Register every server found with the registry server (`TOOLSHED_URL`, logged
     /// in). Servers of project files are registered disabled until an admin enables
@@ -231,6 +232,16 @@ async fn start_all(
             Err(f) => return Err(f),
         }
     }
+    if args.unsandboxed {
+        // No sandbox, so no sandbox profile to print: say what it is instead.
+        for o in outcomes.iter_mut().filter(|o| o.profile.is_some()) {
+            o.profile = None;
+            o.found.notes.push(
+                "unsandboxed (--unsandboxed): runs as a plain child process with your rights"
+                    .into(),
+            );
+        }
+    }
     let hub = McpHub::new(config);
     let bar = progress(
         outcomes
@@ -297,7 +308,7 @@ async fn start_all(
                 (listed, _) => listed,
             };
             o.listed = Some(listed);
-            if profile.is_some() {
+            if profile.is_some() && sandboxed {
                 o.profile = profile;
             }
         }

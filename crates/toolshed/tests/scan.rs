@@ -663,3 +663,27 @@ fn an_http_server_is_listed_through_the_ssrf_guard() {
         stdout(&o)
     );
 }
+
+#[test]
+fn unsandboxed_a_config_can_name_the_host_path_itself() {
+    // The developer's opt-in: the server runs as a plain child, so the config names
+    // tests/mcp/node_modules where npm put it.
+    let f = folders();
+    let config = serde_json::json!({
+        "mcpServers": {"everything": {"command": "node", "args": [everything(), "stdio"]}}
+    });
+    write(&f.project.join(".mcp.json"), &config.to_string());
+    let o = scan(&f, &["--json", "--unsandboxed"], &[]);
+    assert_eq!(code(&o), 0, "{}\n{}", stdout(&o), stderr(&o));
+    let doc = json(&o);
+    assert_eq!(doc["servers"][0]["status"], "ok", "{doc:#}");
+    assert!(doc["servers"][0]["tool_count"].as_u64().unwrap() >= 13);
+    assert_eq!(doc["servers"][0]["sandbox"], Value::Null);
+    assert!(
+        doc["servers"][0]["notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("unsandboxed"),
+        "{doc:#}"
+    );
+}
