@@ -366,6 +366,14 @@ async fn register_all(outcomes: &mut [Outcome]) -> Result<(), Failure> {
             continue;
         }
         let body = registration(&o.found);
+        let literals = literal_values(&o.found.spec);
+        if !literals.is_empty() {
+            // The registry stores them as written; a secret belongs in a reference.
+            o.found.notes.push(format!(
+                "{} registered as written in the file; make a secret a ${{NAME}} reference",
+                literals.join(", ")
+            ));
+        }
         let answer = client
             .post::<Data<Value>>(&["api", "v1", "mcp-servers"], &body)
             .await;
@@ -481,6 +489,19 @@ fn is_only_references(value: &str) -> bool {
             .split("${")
             .skip(1)
             .all(|part| part.ends_with('}') && !part[..part.len() - 1].contains('}'))
+}
+
+/// The `env` and `headers` entries whose values are the file's own text (no
+/// `${NAME}` reference), as `env.KEY` / `headers.KEY`.
+fn literal_values(spec: &McpServerSpec) -> Vec<String> {
+    let (field, map) = match &spec.launch {
+        Launch::Stdio(l) => ("env", &l.env),
+        Launch::Http(h) => ("headers", &h.headers),
+    };
+    map.iter()
+        .filter(|(_, v)| !v.contains("${"))
+        .map(|(k, _)| format!("{field}.{k}"))
+        .collect()
 }
 
 fn transport(spec: &McpServerSpec) -> &'static str {

@@ -464,7 +464,7 @@ fn register_posts_every_server_project_ones_disabled_and_again_is_already_regist
         &f.project.join(".mcp.json"),
         &serde_json::json!({"mcpServers": {
             "proj": {"command": "/opt/proj/server", "args": ["--x"],
-                     "env": {"PROJ_TOKEN": "${SCAN_TEST_SECRET}"}}
+                     "env": {"PROJ_TOKEN": "${SCAN_TEST_SECRET}", "REGION": "eu"}}
         }})
         .to_string(),
     );
@@ -503,6 +503,10 @@ fn register_posts_every_server_project_ones_disabled_and_again_is_already_regist
     );
     assert!(
         text.contains("registered") && text.contains(", enabled"),
+        "{text}"
+    );
+    assert!(
+        text.contains("note: env.REGION registered as written in the file"),
         "{text}"
     );
 
