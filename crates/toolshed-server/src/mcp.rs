@@ -738,7 +738,7 @@ pub fn registry_tools(
         file.endpoint = Some(tool.endpoint());
         file.team = record.server.team.clone();
         if let Some(over) = overrides.get(&tool.name) {
-            apply_override(&mut file, over)?;
+            apply_override(&mut file, &tool.name, over)?;
         }
         // The stored definition must build, or the tool could never run.
         file.clone().into_spec().map_err(|e| {
@@ -765,16 +765,16 @@ pub fn registry_tools(
     Ok(out)
 }
 
-fn apply_override(file: &mut ToolFile, over: &McpToolOverride) -> Result<(), ApiError> {
+fn apply_override(file: &mut ToolFile, tool: &str, over: &McpToolOverride) -> Result<(), ApiError> {
     fn parse<T: serde::de::DeserializeOwned>(field: &str, v: &str) -> Result<T, ApiError> {
         serde_json::from_value(Value::String(v.to_owned()))
             .map_err(|e| ApiError::field(field, e.to_string()))
     }
     if let Some(e) = &over.effects {
-        file.effects = Some(parse("overrides.effects", e)?);
+        file.effects = Some(parse(&format!("overrides.{tool}.effects"), e)?);
     }
     if let Some(i) = &over.idempotency {
-        file.idempotency = Some(parse("overrides.idempotency", i)?);
+        file.idempotency = Some(parse(&format!("overrides.{tool}.idempotency"), i)?);
         // Keyed replaces the hint's "a repeat is not the same call".
         file.allow_unkeyed_external = i != "keyed";
     }

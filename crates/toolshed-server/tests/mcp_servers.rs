@@ -918,3 +918,194 @@ async fn server_everything_is_tested_discovered_and_executed_as_durable_runs() {
         .await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_the_operator_allows_is_tested_discovered_and_executed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new("node")
+        .arg(node_modules().join("@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything did not listen on {port}"
+        );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("server-everything exited: {status}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _child = Kill(child);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+
+    // The default guard refuses a loopback URL at registration.
+    let strict = TestServer::start().await;
+    let (status, answer) = strict
+        .call(
+            "POST",
+            "/api/v1/mcp-servers",
+            Some(&strict.deployer),
+            Some(json!({"name": "web", "url": url})),
+        )
+        .await;
+    assert_field(status, &answer, "url", "SSRF");
+
+    // The operator allows loopback: AgentBreeder's body registers it.
+    let s = TestServer::start_with(|c| {
+        c.dispatcher.http = toolshed_dispatch::HttpPolicy::default().with_loopback();
+    })
+    .await;
+    let entry = create(
+        &s,
+        &s.deployer,
+        json!({"name": "web", "endpoint": url, "transport": "streamable_http", "timeout_seconds": 30}),
+    )
+    .await;
+    assert_eq!(
+        (&entry["url"], &entry["transport"]),
+        (&json!(url), &json!("streamable_http"))
+    );
+    let id = entry["id"].as_str().unwrap();
+    let (status, tested) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/test"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{tested}");
+    let (status, found) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/discover"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    let (status, done) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/execute?tool_name=echo"),
+            Some(&s.deployer),
+            Some(json!({"message": "over http"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["data"]["output"], "Echo: over http");
+}
+
+/// The variable the child process has the credential in (the policy serves `MCP_KEY`
+/// from it).
+const LEAKY: &str = "LEAKY_MCP_TEST_KEY";
+/// Its value.
+const MCP_SECRET: &str = "sk-mcp-5e1f0a9b7c3d2468";
+const SECRET_TEST: &str = "a_credential_named_in_env_reaches_the_server_and_no_answer_or_run";
+
+#[test]
+fn a_credential_named_in_env_reaches_the_server_and_no_answer_or_run() {
+    if std::env::var(LEAKY).is_ok() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(secret_in_the_child());
+        return;
+    }
+    let (passed, text) = toolshed_testkit::rerun_alone(SECRET_TEST, [(LEAKY, MCP_SECRET)]);
+    let shown = text.replace(MCP_SECRET, "<THE SECRET>");
+    assert!(passed, "the child failed:\n{shown}");
+    assert!(text.contains("1 passed"), "the child ran no test:\n{shown}");
+    assert!(
+        !text.contains(MCP_SECRET),
+        "the secret is in the output:\n{shown}"
+    );
+}
+
+async fn secret_in_the_child() {
+    let modules = node_modules();
+    let s = TestServer::start_with(move |c| {
+        c.mcp_binds = vec![toolshed_sandbox::Bind::executable(modules, MODULES)];
+        c.credentials = toolshed_server::credentials::CredentialsPolicy::parse(
+            &format!("default: {{MCP_KEY: {{provider: env, key: {LEAKY}}}}}"),
+            "test",
+        )
+        .unwrap();
+    })
+    .await;
+    let mut body = everything("keyed");
+    body["credentials"] = json!(["MCP_KEY"]);
+    body["env"] = json!({"API_KEY": "${MCP_KEY}"});
+    let entry = create(&s, &s.deployer, body).await;
+    assert_eq!(
+        entry["env"]["API_KEY"], "${MCP_KEY}",
+        "stored by name: {entry}"
+    );
+    let id = entry["id"].as_str().unwrap();
+    let (status, found) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/discover"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{found}");
+    let (status, done) = s
+        .call(
+            "POST",
+            &format!("/api/v1/mcp-servers/{id}/execute?tool_name=get-env"),
+            Some(&s.deployer),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{done}");
+    let text = done.to_string();
+    let output = done["data"]["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains(r#""API_KEY": "[REDACTED]""#),
+        "the server got the resolved value, scrubbed from the answer: {output}"
+    );
+    assert!(!text.contains(MCP_SECRET), "the answer carries the secret");
+    let run_id = done["data"]["run_id"].as_str().unwrap();
+    let (_, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert!(
+        !run.to_string().contains(MCP_SECRET),
+        "the run carries the secret"
+    );
+    let (_, entry) = s
+        .call(
+            "GET",
+            &format!("/api/v1/mcp-servers/{id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert!(!entry.to_string().contains(MCP_SECRET));
+}
