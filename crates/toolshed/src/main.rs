@@ -9,7 +9,10 @@
 //!   answer of the registry server (not logged in, forbidden, not found, conflict);
 //! - 3: an internal error, the journal cannot be reached, the registry server cannot be
 //!   reached or answers 5xx, the sandbox cannot run untrusted code on this host;
-//! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
+//! - 4: the run parked: it waits for a person (approve, deny or answer, then resume);
+//! - 5: `toolshed scan` found problems: a config file or entry that did not parse, a
+//!   missing variable, a server that did not start or list its tools, a failed
+//!   registration (each printed; the rest was scanned).
 
 mod agent;
 mod approvals;
@@ -22,6 +25,7 @@ mod registry;
 mod retention;
 mod runs;
 mod sandbox;
+mod scan;
 mod serve;
 mod serve_limits;
 mod tools;
@@ -76,6 +80,10 @@ enum Command {
     Registry(Group<registry::RegistryCommand>),
     /// Check what this host's sandbox supports, or run a tool file in the sandbox.
     Sandbox(Group<sandbox::SandboxCommand>),
+    /// Find the MCP servers configured on this machine (Claude Code, Claude Desktop,
+    /// Cursor, VS Code), start each in the sandbox and list its tools; `--register`
+    /// registers them.
+    Scan(scan::ScanArgs),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -152,6 +160,7 @@ fn main() -> ExitCode {
             Command::Login(args) => client::login(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
+            Command::Scan(args) => scan::run(args).await,
         }
     });
     match result {
