@@ -12,6 +12,7 @@
 //! names are checked and capped before anything else sees them.
 
 pub mod error;
+pub mod server;
 pub mod spec;
 
 pub use error::{McpCode, McpError};

@@ -40,10 +40,12 @@ pub use axum::Json;
 pub mod code;
 pub mod credentials;
 mod error;
+pub mod execute;
 mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
+pub mod mcp;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -55,7 +57,7 @@ mod views;
 pub use error::ApiError;
 pub use retention::Retention;
 pub use routes::ApiDoc;
-pub use state::AppState;
+pub use state::{AppState, Prepared};
 pub use toolshed_api::{ErrorBody, ErrorEnvelope};
 
 /// The tenant of users added without one.
@@ -111,6 +113,8 @@ pub struct ServerConfig {
     /// call may not approve it, whatever the tool declares (default off: only tools
     /// with `approval.four_eyes` ask for it).
     pub four_eyes: bool,
+    /// `/mcp`: the extra allowed origins and the prompts and resources offered.
+    pub mcp: mcp::McpSettings,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -156,6 +160,7 @@ impl ServerConfig {
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
             four_eyes: false,
+            mcp: mcp::McpSettings::default(),
         }
     }
 }
@@ -362,7 +367,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let app = router(self.state.clone());
+        let app = router_at(self.state.clone(), self.local_addr());
         let pruning = self
             .state
             .config()
@@ -516,7 +521,15 @@ pub(crate) fn dummy_hash() -> &'static str {
 /// error envelopes for whatever a layer answers bare. The routes are listed once, in
 /// [`routes::api`], which also makes the OpenAPI document.
 pub fn router(state: AppState) -> Router {
-    router_with(state, Router::new())
+    let addr = state.config().addr;
+    router_at(state, addr)
+}
+
+/// [`router`] for a server listening on `local` (its address is an allowed `Host` of
+/// `/mcp`).
+pub fn router_at(state: AppState, local: SocketAddr) -> Router {
+    let mcp = mcp::service(&state, local);
+    router_with(state, mcp)
 }
 
 /// [`router`] with the routes of an application that embeds the server added (a probe

@@ -46,7 +46,10 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
     }
 }
 
-async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
+/// Load the agent project in `dir` as `validate` does (the resolver chain, built-ins,
+/// declared env, workspaces), with the dispatcher its tools run on: shut it down when
+/// done.
+pub async fn load(dir: &Path) -> Result<(toolshed_agent::LoadedAgent, Dispatcher), Failure> {
     // On the user's own machine, HTTP tools may reach loopback (a service under
     // development at http://localhost:8080), nothing else that is not public.
     let config = DispatcherConfig {
@@ -76,11 +79,27 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
         Some(&workspaces),
     )
     .await;
+    match loaded {
+        Ok(agent) => Ok((agent, dispatcher)),
+        Err(e) => {
+            dispatcher.shutdown();
+            Err(Failure::Error {
+                code: EXIT_BAD_INPUT,
+                error: anyhow!("{e} [{}]", e.code()),
+            })
+        }
+    }
+}
+
+/// The toolset of the agent project in `dir`, and the dispatcher its tools run on.
+pub async fn load_toolset(dir: &Path) -> Result<(toolshed_core::ToolSet, Dispatcher), Failure> {
+    let (agent, dispatcher) = load(dir).await?;
+    Ok((agent.toolset, dispatcher))
+}
+
+async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
+    let (agent, dispatcher) = load(dir).await?;
     dispatcher.shutdown();
-    let agent = loaded.map_err(|e| Failure::Error {
-        code: EXIT_BAD_INPUT,
-        error: anyhow!("{e} [{}]", e.code()),
-    })?;
     if json_out {
         let tools: Vec<_> = agent
             .toolset

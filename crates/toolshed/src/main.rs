@@ -15,6 +15,7 @@ mod agent;
 mod approvals;
 mod client;
 mod db;
+mod mcp;
 mod output;
 mod prompt;
 mod registry;
@@ -75,6 +76,12 @@ enum Command {
     Registry(Group<registry::RegistryCommand>),
     /// Check what this host's sandbox supports, or run a tool file in the sandbox.
     Sandbox(Group<sandbox::SandboxCommand>),
+    /// Serve tools over MCP on stdio (`mcp serve`), or print a client's config for it
+    /// (`mcp config --client claude-code|cursor|vscode|claude-desktop`).
+    Mcp {
+        #[command(subcommand)]
+        command: mcp::McpCommand,
+    },
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -151,6 +158,7 @@ fn main() -> ExitCode {
             Command::Login(args) => client::login(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
+            Command::Mcp { command } => mcp::run(command, &db).await,
         }
     });
     match result {

@@ -1,0 +1,342 @@
+//! `/mcp` over real HTTP with raw JSON-RPC: the bearer check (401 with
+//! `WWW-Authenticate`), DNS-rebinding protection (a foreign `Host` or `Origin` is a
+//! 403), the role that executes, tools/call as a durable run (invalid arguments an
+//! `isError` result naming the field), and a gated call answered with its pending
+//! approval, decided over REST, then completed by a call with the same idempotency key.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::TestServer;
+use serde_json::{Value, json};
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+/// POST one JSON-RPC message; the status, the session header and the messages of the
+/// answer (a JSON body or an SSE stream).
+async fn post(
+    s: &TestServer,
+    token: Option<&str>,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (u16, Option<String>, Vec<Value>, String) {
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(id) = session {
+        req = req.header("mcp-session-id", id);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.body(body.to_string()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let www = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        vec![v]
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    };
+    (status, sid, messages, www)
+}
+
+/// Initialize a session as `token`; its id.
+async fn session(s: &TestServer, token: &str) -> String {
+    let (status, sid, messages, _) = post(
+        s,
+        Some(token),
+        None,
+        &[],
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(messages[0]["result"]["serverInfo"]["name"], "toolshed");
+    let sid = sid.expect("a session id");
+    let (status, ..) = post(
+        s,
+        Some(token),
+        Some(&sid),
+        &[],
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    sid
+}
+
+/// One request in a session; the answer's `result` (or `error`).
+async fn request(
+    s: &TestServer,
+    token: &str,
+    sid: &str,
+    id: u32,
+    method: &str,
+    params: Value,
+) -> Value {
+    let (status, _, messages, _) = post(
+        s,
+        Some(token),
+        Some(sid),
+        &[],
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    let answer = messages
+        .into_iter()
+        .find(|m| m["id"] == json!(id))
+        .expect("an answer");
+    answer
+        .get("result")
+        .or_else(|| answer.get("error"))
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn no_token_is_a_401_and_a_foreign_host_or_origin_a_403() {
+    let s = TestServer::start().await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (status, _, _, www) = post(&s, None, None, &[], init.clone()).await;
+    assert_eq!(status, 401);
+    assert!(www.starts_with("Bearer"), "{www}");
+    let (status, ..) = post(&s, Some("not-a-token"), None, &[], init.clone()).await;
+    assert_eq!(status, 401);
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("host", "evil.example.com")],
+        init.clone(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("origin", "http://evil.example.com")],
+        init.clone(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("origin", &format!("http://localhost:{port}"))],
+        init,
+    )
+    .await;
+    assert_eq!(status, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn tools_are_listed_and_called_as_durable_runs_for_the_executing_role() {
+    let s = TestServer::start().await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "clock", "description": "The time", "endpoint": "builtin:get_current_time",
+                "input_schema": {"type": "object", "properties": {"utc_offset": {"type": "string"}}}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let listed = request(&s, &s.deployer, &sid, 1, "tools/list", json!({})).await;
+    let tools = listed["tools"].as_array().unwrap();
+    let clock = tools
+        .iter()
+        .find(|t| t["name"] == "clock")
+        .expect("clock is listed");
+    assert_eq!(clock["inputSchema"]["type"], "object");
+
+    let done = request(
+        &s,
+        &s.deployer,
+        &sid,
+        2,
+        "tools/call",
+        json!({"name": "clock", "arguments": {"utc_offset": "+02:00"}}),
+    )
+    .await;
+    assert_eq!(done.get("isError"), None, "{done}");
+    let run_id = done["_meta"]["toolshed/run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["data"]["agent_id"], "mcp");
+    assert_eq!(run["data"]["status"], "completed");
+
+    let bad = request(
+        &s,
+        &s.deployer,
+        &sid,
+        3,
+        "tools/call",
+        json!({"name": "clock", "arguments": {"utc_offset": 7}}),
+    )
+    .await;
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("utc_offset"),
+        "{bad}"
+    );
+
+    let missing = request(
+        &s,
+        &s.deployer,
+        &sid,
+        4,
+        "tools/call",
+        json!({"name": "nope", "arguments": {}}),
+    )
+    .await;
+    assert!(
+        missing["code"].is_i64(),
+        "an unknown tool is a JSON-RPC error: {missing}"
+    );
+
+    let bad_key = request(&s, &s.deployer, &sid, 5, "tools/call",
+        json!({"name": "clock", "arguments": {}, "_meta": {"toolshed/idempotency_key": "has spaces"}})).await;
+    assert!(
+        bad_key["message"]
+            .as_str()
+            .unwrap()
+            .contains("toolshed/idempotency_key"),
+        "{bad_key}"
+    );
+
+    // A viewer may not execute: not over REST, not over MCP.
+    let vsid = session(&s, &s.viewer).await;
+    let refused = request(
+        &s,
+        &s.viewer,
+        &vsid,
+        1,
+        "tools/call",
+        json!({"name": "clock", "arguments": {}}),
+    )
+    .await;
+    assert!(refused["code"].is_i64(), "{refused}");
+    let refused = request(&s, &s.viewer, &vsid, 2, "tools/list", json!({})).await;
+    assert!(refused["code"].is_i64(), "{refused}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_it() {
+    let s = TestServer::start().await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let call = json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}});
+    let pending = request(&s, &s.deployer, &sid, 1, "tools/call", call.clone()).await;
+    assert_eq!(pending["isError"], true, "{pending}");
+    let call_id = pending["structuredContent"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = pending["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("toolshed approvals approve {call_id}")),
+        "{text}"
+    );
+    assert!(text.contains("order-42"), "{text}");
+
+    // Asked again before the decision: still pending, the same call.
+    let again = request(&s, &s.deployer, &sid, 2, "tools/call", call.clone()).await;
+    assert_eq!(
+        again["structuredContent"]["call_id"],
+        json!(call_id),
+        "{again}"
+    );
+
+    // The same key with other arguments is another call: refused, not continued.
+    let other = json!({"name": "gated", "arguments": {"utc_offset": "+03:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}});
+    let refused = request(&s, &s.deployer, &sid, 3, "tools/call", other).await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("idempotency key"),
+        "{refused}"
+    );
+
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{call_id}/approve"),
+            Some(&s.admin),
+            Some(json!({"reason": "fine"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let done = request(&s, &s.deployer, &sid, 4, "tools/call", call.clone()).await;
+    assert_eq!(done.get("isError"), None, "{done}");
+    assert!(
+        done["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+01:00"),
+        "{done}"
+    );
+    // And once more: the recorded result, not a second execution.
+    let replay = request(&s, &s.deployer, &sid, 5, "tools/call", call).await;
+    assert_eq!(replay["content"], done["content"]);
+    assert_eq!(replay["_meta"], done["_meta"]);
+
+    // Another caller's same key is its own call, never this one's result.
+    let asid = session(&s, &s.admin).await;
+    let theirs = request(&s, &s.admin, &asid, 1, "tools/call",
+        json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}})).await;
+    assert_eq!(theirs["isError"], true, "{theirs}");
+    assert_ne!(theirs["structuredContent"]["call_id"], json!(call_id));
+    s.stop().await;
+}
