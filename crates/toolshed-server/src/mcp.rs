@@ -178,9 +178,10 @@ impl Gateway for RegistryGateway {
             .require(Role::Deployer)
             .map_err(|e| gateway_error(e.into()))?;
         let prepared = self.state.prepared(name).await.map_err(gateway_error)?;
-        let run = match &options.idempotency_key {
-            Some(k) => RunChoice::Continue(keyed_run_id(claims, &prepared.record.name, k)),
-            None => RunChoice::Named(uuid::Uuid::now_v7().to_string()),
+        let run = match (&options.continue_run, &options.idempotency_key) {
+            (Some(id), _) => RunChoice::Continue(id.clone()),
+            (None, Some(k)) => RunChoice::Continue(keyed_run_id(claims, &prepared.record.name, k)),
+            (None, None) => RunChoice::Named(uuid::Uuid::now_v7().to_string()),
         };
         let run_id = match &run {
             RunChoice::Continue(id) | RunChoice::Named(id) => id.clone(),

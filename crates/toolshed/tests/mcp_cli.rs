@@ -141,9 +141,33 @@ fn an_agent_project_is_served_on_stdio_with_progress_approvals_and_prompts() {
         .map(|n| n["params"]["progress"].as_f64().unwrap())
         .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0], "{notes:?}");
+    // No log messages until the client asks for them; then the run's events at or
+    // above the level it set.
     assert!(
-        notes.iter().any(|n| n["method"] == "notifications/message"),
+        !notes.iter().any(|n| n["method"] == "notifications/message"),
         "{notes:?}"
+    );
+    let (set, _) = peer.request(20, "logging/setLevel", json!({"level": "info"}));
+    assert_eq!(set, json!({}));
+    let (_, notes) = peer.request(
+        21,
+        "tools/call",
+        json!({"name": "count_up", "arguments": {"n": 1}}),
+    );
+    let logs: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .collect();
+    assert!(!logs.is_empty(), "{notes:?}");
+    assert!(
+        logs.iter().all(|l| l["params"]["level"] == "info"),
+        "{logs:?}"
+    );
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n["method"] == "notifications/progress"),
+        "no progress without a progress token: {notes:?}"
     );
 
     let (bad, _) = peer.request(

@@ -16,7 +16,8 @@
 //!   result).
 //! - Partial results become `notifications/progress` (when the request carried a
 //!   progress token) and the run's events `notifications/message` at or above the
-//!   level set with `logging/setLevel` (default `info`).
+//!   level set with `logging/setLevel` (none until a client sets one: a call nobody
+//!   watches does not subscribe to its run's events).
 //! - Prompts and resources come from a [`Catalog`].
 
 // Logging (`logging/setLevel`, `notifications/message`) is deprecated by SEP-2577 for the
@@ -114,6 +115,9 @@ pub struct CallOptions {
     pub idempotency_key: Option<String>,
     /// Where partial results and run events go while the call runs.
     pub events: Option<mpsc::UnboundedSender<CallEvent>>,
+    /// Continue this run (set by the handler, never from a request: the retry of a call
+    /// just decided at the client, when the client sent no idempotency key).
+    pub continue_run: Option<String>,
 }
 
 /// Something that happened during a call.
@@ -240,7 +244,7 @@ pub struct McpHandler<G: Gateway> {
     gateway: Arc<G>,
     fixed_caller: Option<G::Caller>,
     name: String,
-    level: Arc<Mutex<LoggingLevel>>,
+    level: Arc<Mutex<Option<LoggingLevel>>>,
 }
 
 impl<G: Gateway> Clone for McpHandler<G> {
@@ -261,7 +265,7 @@ impl<G: Gateway> McpHandler<G> {
             gateway,
             fixed_caller: None,
             name: "toolshed".into(),
-            level: Arc::new(Mutex::new(LoggingLevel::Info)),
+            level: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -287,8 +291,8 @@ impl<G: Gateway> McpHandler<G> {
         })
     }
 
-    fn min_level(&self) -> LoggingLevel {
-        self.level.lock().map(|l| *l).unwrap_or(LoggingLevel::Info)
+    fn min_level(&self) -> Option<LoggingLevel> {
+        self.level.lock().ok().and_then(|l| *l)
     }
 
     /// One call, with its events forwarded while it runs.
@@ -298,12 +302,14 @@ impl<G: Gateway> McpHandler<G> {
         name: &str,
         args: Map<String, Value>,
         key: Option<String>,
+        continue_run: Option<String>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallOutcome, ErrorData> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let token = ctx.meta.get_progress_token();
         let peer = ctx.peer.clone();
         let min = self.min_level();
+        let watched = token.is_some() || min.is_some();
         let forward = tokio::spawn(async move {
             let mut step = 0.0_f64;
             while let Some(event) = rx.recv().await {
@@ -326,6 +332,7 @@ impl<G: Gateway> McpHandler<G> {
                     }
                     CallEvent::Log { level, data } => {
                         let level = level.mcp();
+                        let Some(min) = min else { continue };
                         if level_rank(level) < level_rank(min) {
                             continue;
                         }
@@ -341,7 +348,8 @@ impl<G: Gateway> McpHandler<G> {
         });
         let options = CallOptions {
             idempotency_key: key,
-            events: Some(tx),
+            events: watched.then_some(tx),
+            continue_run,
         };
         let outcome = tokio::select! {
             outcome = self.gateway.call_tool(caller, name, args, options) => outcome,
@@ -495,7 +503,7 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         if let Ok(mut level) = self.level.lock() {
-            *level = request.level;
+            *level = Some(request.level);
         }
         Ok(())
     }
@@ -525,13 +533,13 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
         let mut outcome = self
-            .run_call(&caller, &name, args.clone(), key.clone(), &ctx)
+            .run_call(&caller, &name, args.clone(), key.clone(), None, &ctx)
             .await?;
         if let CallOutcome::PendingApproval {
+            run_id,
             call_id,
             four_eyes: false,
             reason,
-            idempotency_key: Some(k),
             ..
         } = &outcome
             && ctx
@@ -542,8 +550,10 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
                 .elicit_approval(&caller, &name, call_id, reason, &args, &ctx)
                 .await
         {
-            let k = k.clone();
-            outcome = self.run_call(&caller, &name, args, Some(k), &ctx).await?;
+            let run_id = run_id.clone();
+            outcome = self
+                .run_call(&caller, &name, args, key, Some(run_id), &ctx)
+                .await?;
         }
         let result: CallToolResult = from_json(content::call_result(&name, outcome))?;
         Ok(result.into())
