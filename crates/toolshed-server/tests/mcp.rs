@@ -446,3 +446,87 @@ async fn a_client_that_can_elicit_decides_the_approval_at_the_client() {
     assert_eq!(result["structuredContent"]["four_eyes"], true, "{result}");
     s.stop().await;
 }
+
+/// A 2026-07-28 request: no session, the protocol metadata on the request itself.
+async fn post_2026(
+    s: &TestServer,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> (u16, Option<String>, Vec<Value>) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(name) = params.get("name").and_then(Value::as_str) {
+        req = req.header("mcp-name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let resp = req.body(body.to_string()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = resp.text().await.unwrap();
+    let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        vec![v]
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    };
+    (status, sid, messages)
+}
+
+#[tokio::test]
+async fn the_2026_era_discovers_and_calls_without_a_session() {
+    let s = TestServer::start().await;
+    let (status, _, _) = post_2026(&s, None, "server/discover", json!({})).await;
+    assert_eq!(status, 401, "the 2026 era needs the token too");
+    let (status, sid, messages) =
+        post_2026(&s, Some(&s.deployer), "server/discover", json!({})).await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(sid, None, "no session in the 2026 era");
+    let result = &messages[0]["result"];
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{result}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "toolshed",
+        "{result}"
+    );
+    let (status, sid, messages) = post_2026(
+        &s,
+        Some(&s.deployer),
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {"utc_offset": "+00:00"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(sid, None);
+    let answer = messages.iter().find(|m| m["id"] == 1).expect("an answer");
+    assert_eq!(answer["result"].get("isError"), None, "{answer}");
+    assert!(
+        answer["result"]["_meta"]["toolshed/run_id"].is_string(),
+        "{answer}"
+    );
+    s.stop().await;
+}

@@ -21,7 +21,12 @@ struct Peer {
 
 impl Peer {
     fn start(dir: &Path, db: &str, args: &[&str]) -> Peer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        Peer::start_with(dir, db, args, &[])
+    }
+
+    fn start_with(dir: &Path, db: &str, args: &[&str], env: &[(&str, &str)]) -> Peer {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+        command
             .args(["mcp", "serve"])
             .args(args)
             .current_dir(dir)
@@ -33,9 +38,11 @@ impl Peer {
             .env_remove("TOOLSHED_API_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout: ChildStdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -271,4 +278,130 @@ fn mcp_config_prints_each_clients_snippet() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A `toolshed serve` on a free port; its URL.
+struct Served {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve() -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("server.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .env("TOOLSHED_ADMIN_PASSWORD", "admin-password-1")
+        .env_remove("TOOLSHED_JWT_SECRET")
+        .env_remove("TOOLSHED_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .trim()
+        .strip_prefix("toolshed registry listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_owned();
+    Served {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn with_toolshed_url_it_bridges_to_the_servers_mcp_under_the_callers_token() {
+    let server = serve();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config");
+    let config = config.to_str().unwrap();
+    let db = format!("sqlite://{}/unused.db", home.path().display());
+    // No token: refused before anything is sent.
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["mcp", "serve"])
+        .current_dir(home.path())
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("toolshed login"));
+
+    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args([
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "admin-password-1",
+        ])
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let mut peer = Peer::start_with(
+        home.path(),
+        &db,
+        &[],
+        &[
+            ("TOOLSHED_URL", &server.url),
+            ("TOOLSHED_CONFIG_DIR", config),
+        ],
+    );
+    let (listed, _) = peer.request(1, "tools/list", json!({}));
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "get_current_time"),
+        "{listed}"
+    );
+    let (done, _) = peer.request(
+        2,
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {"utc_offset": "+00:00"}}),
+    );
+    assert_eq!(done.get("isError"), None, "{done}");
+    assert!(
+        done["_meta"]["toolshed/run_id"].is_string(),
+        "a run on the server: {done}"
+    );
+    // A line that is not JSON is answered with a parse error, and the bridge goes on.
+    writeln!(peer.stdin, "not json").unwrap();
+    peer.stdin.flush().unwrap();
+    let err = peer.lines.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(err["error"]["code"], -32700, "{err}");
+    let (again, _) = peer.request(3, "tools/list", json!({}));
+    assert!(again["tools"].is_array(), "{again}");
 }
