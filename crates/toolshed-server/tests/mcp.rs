@@ -530,3 +530,66 @@ async fn the_2026_era_discovers_and_calls_without_a_session() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn garbage_and_oversized_bodies_are_refused_without_a_500() {
+    let s = TestServer::start_with(|c| c.max_body_bytes = 4096).await;
+    for body in [
+        "not json".to_owned(),
+        "{\"jsonrpc\": \"2.0\", \"id\": 1}".to_owned(),
+        "[]".to_owned(),
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"pad\":\"{}\"}}}}",
+            "x".repeat(10_000)
+        ),
+    ] {
+        let resp = s
+            .client
+            .post(format!("{}/mcp", s.base))
+            .bearer_auth(&s.deployer)
+            .header("accept", ACCEPT)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        assert!(
+            (400..500).contains(&status),
+            "{status} for {}",
+            &body[..body.len().min(60)]
+        );
+    }
+    // A session id nobody issued.
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        Some("no-such-session"),
+        &[],
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_allowed_origin_adds_its_origin_and_host_and_nothing_else() {
+    let s = TestServer::start_with(|c| {
+        c.mcp.allowed_origins = vec!["https://tools.example.com".into()];
+    })
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let cases: [(&[(&str, &str)], u16); 4] = [
+        (&[("origin", "https://tools.example.com")], 200),
+        (&[("host", "tools.example.com")], 200),
+        (&[("origin", "https://evil.example.com")], 403),
+        (&[("host", "tools.example.com.evil.example")], 403),
+    ];
+    for (headers, want) in cases {
+        let (status, ..) = post(&s, Some(&s.deployer), None, headers, init.clone()).await;
+        assert_eq!(status, want, "{headers:?}");
+    }
+    s.stop().await;
+}

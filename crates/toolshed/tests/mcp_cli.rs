@@ -405,3 +405,26 @@ fn with_toolshed_url_it_bridges_to_the_servers_mcp_under_the_callers_token() {
     let (again, _) = peer.request(3, "tools/list", json!({}));
     assert!(again["tools"].is_array(), "{again}");
 }
+
+#[test]
+fn serve_refuses_a_broken_mcp_catalog_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("mcp.yaml");
+    std::fs::write(&catalog, "resources:\n  - uri: a://b\n    name: b\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--mcp-catalog"])
+        .arg(&catalog)
+        .env(
+            "TOOLSHED_DATABASE_URL",
+            format!("sqlite://{}/t.db", dir.path().display()),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("resources[0]") && err.contains("mcp.yaml"),
+        "{err}"
+    );
+}
