@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use toolshed_journal::Budgets;
 
 use crate::AgentError;
+use crate::mcp::{McpServerEntry, McpServerRef, McpToolOptions};
 
 /// Top-level keys of AgentBreeder's `agent.yaml` that toolshed keeps but does not
 /// interpret (deployment, models, prompts…). Anything else unknown is a typo.
@@ -21,7 +22,6 @@ const KEPT_AS_GIVEN: &[&str] = &[
     "guardrails",
     "subagents",
     "memory",
-    "mcp_servers",
     "metadata",
 ];
 
@@ -84,10 +84,14 @@ pub enum ToolEntry {
         /// The name after `tools/`.
         name: String,
     },
-    /// `ref: mcp-servers/<name>`: an MCP server's tools (reserved: arrives with MCP support).
+    /// `ref: mcp-servers/<name>`: an MCP server's tools, resolved from the agent's own
+    /// `plugins.mcp_client` servers, then `mcp-servers/<name>.(yaml|json)` in the
+    /// project, then the registry.
     McpServer {
         /// The server name.
         name: String,
+        /// Which of its tools join and how they are named and declared.
+        options: McpToolOptions,
     },
     /// An inline definition: `name`, `description`, `schema` (or `input_schema`), and
     /// optionally `type`, `output_schema`, `endpoint`.
@@ -120,6 +124,14 @@ pub struct AgentFile {
     pub limits: Limits,
     /// Per-plugin configuration (`plugins.<name>`).
     pub plugins: Map<String, Value>,
+    /// The MCP servers the agent defines itself: `plugins.mcp_client.servers` (or its
+    /// alias `mcpServers`), by name.
+    pub mcp_client: BTreeMap<String, McpServerEntry>,
+    /// `plugins.mcp_client.servers: [NAME, …]`: servers named, not defined, resolved as
+    /// `ref: mcp-servers/NAME` is.
+    pub mcp_client_names: Vec<String>,
+    /// AgentBreeder's top-level `mcp_servers: [{ref: mcp/NAME, transport, url}]`.
+    pub mcp_servers: Vec<McpServerRef>,
     /// AgentBreeder fields kept as given.
     pub other: BTreeMap<String, Value>,
 }
@@ -224,6 +236,14 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
             Map::new()
         }
     };
+    let (mcp_client, mcp_client_names) = plugins
+        .get("mcp_client")
+        .map(|cfg| crate::mcp::parse_mcp_client(cfg, &mut problems))
+        .unwrap_or_default();
+    let mcp_servers = match map.remove("mcp_servers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => crate::mcp::parse_mcp_servers(v, &mut problems),
+    };
     let tools = match map.remove("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
@@ -264,6 +284,9 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         sandbox_settings,
         limits,
         plugins,
+        mcp_client,
+        mcp_client_names,
+        mcp_servers,
         other,
     })
 }
@@ -275,22 +298,31 @@ fn parse_entry(v: Value, i: usize) -> Result<ToolEntry, String> {
         ));
     };
     if let Some(r) = m.remove("ref") {
-        if let Some(extra) = m.keys().next() {
-            return Err(format!(
-                "field `tools[{i}].{extra}`: a `ref` entry has no other fields"
-            ));
-        }
         let Value::String(r) = r else {
             return Err(format!(
                 "field `tools[{i}].ref`: must be a string like `tools/order-lookup`"
             ));
         };
+        if let Some(("mcp-servers", n)) = r.split_once('/')
+            && !n.is_empty()
+            && !n.contains('/')
+        {
+            // A server's ref may say which of its tools join and how (`prefix`,
+            // `include`, `exclude`, `overrides`).
+            let options = crate::mcp::parse_options(m, &format!("tools[{i}]"))?;
+            return Ok(ToolEntry::McpServer {
+                name: n.to_owned(),
+                options,
+            });
+        }
+        if let Some(extra) = m.keys().next() {
+            return Err(format!(
+                "field `tools[{i}].{extra}`: a `ref: tools/NAME` entry has no other fields"
+            ));
+        }
         return match r.split_once('/') {
             Some(("tools", n)) if !n.is_empty() && !n.contains('/') => {
                 Ok(ToolEntry::Tool { name: n.to_owned() })
-            }
-            Some(("mcp-servers", n)) if !n.is_empty() && !n.contains('/') => {
-                Ok(ToolEntry::McpServer { name: n.to_owned() })
             }
             _ => Err(format!(
                 "field `tools[{i}].ref`: `{r}` must be `tools/NAME` or `mcp-servers/NAME`"
@@ -369,6 +401,7 @@ fn suggest(key: &str) -> String {
         "sandbox",
         "limits",
         "plugins",
+        "mcp_servers",
     ];
     FIELDS
         .iter()

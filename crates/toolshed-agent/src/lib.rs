@@ -11,6 +11,9 @@
 //!   library → the registry;
 //! - **start-up checks** that fail fast with everything wrong at once: every missing env
 //!   var, a built-in colliding with an own tool, `bash` in `builtin_tools`;
+//! - **MCP servers' tools** ([`mcp`]): `ref: mcp-servers/<name>`, bread's
+//!   `plugins.mcp_client` and AgentBreeder's `mcp_servers`, started through an
+//!   [`AgentMcp`]'s hub, their tools named `<server>__<tool>`;
 //! - the **workspace** of `sandbox: true`: `bash` run in the sandbox and the file tools
 //!   (`read_file`, `write_file`, `edit_file`, `list_files`, `search_files`), all
 //!   confined to one folder per run ([`Workspaces`]).
@@ -38,14 +41,17 @@
 
 mod dispatch;
 mod file;
+pub mod mcp;
 mod resolve;
 mod workspace;
 
 pub use dispatch::DispatchImplementations;
 pub use file::{AgentFile, Limits, SandboxSettings, ToolEntry, parse_agent_file};
+pub use mcp::{AgentMcp, LoadedMcpServer};
 pub use resolve::{
-    ImplementationError, Implementations, LoadedAgent, RegistryLookup, RegistryLookupError,
-    RegistryTool, load_agent, load_agent_with_workspaces, snake_name,
+    ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
+    RegistryLookupError, RegistryTool, load_agent, load_agent_with, load_agent_with_workspaces,
+    snake_name,
 };
 pub use workspace::{WORKSPACE_TOOLS, WorkspaceCaps, WorkspaceConfig, Workspaces};
 

@@ -10,6 +10,7 @@ use serde_json::Value;
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
 use toolshed_core::{Handler, Tool, ToolSet, ToolSource};
 
+use crate::mcp::{AgentMcp, LoadedMcpServer};
 use crate::workspace::{WORKSPACE_TOOLS, Workspaces};
 use crate::{AgentError, AgentFile, ToolEntry, parse_agent_file};
 
@@ -83,6 +84,17 @@ pub trait RegistryLookup: Send + Sync {
     /// The tool registered under `name` (as written in the ref, or its snake form);
     /// `None` when the registry has no such tool.
     async fn find_tool(&self, name: &str) -> Result<Option<RegistryTool>, RegistryLookupError>;
+
+    /// The MCP server registered under `name` (`ref: mcp-servers/NAME` not defined by
+    /// the agent or its project); `None` when the registry has no such server. The
+    /// default answers `None`: a registry without MCP server entries.
+    async fn find_mcp_server(
+        &self,
+        name: &str,
+    ) -> Result<Option<toolshed_mcp::McpServerSpec>, RegistryLookupError> {
+        let _ = name;
+        Ok(None)
+    }
 }
 
 /// Why the registry step of the resolver chain could not answer. The message is shown
@@ -127,8 +139,44 @@ pub struct LoadedAgent {
     pub toolset: ToolSet,
     /// The declared env values, all present.
     pub env: BTreeMap<String, String>,
-    /// Where each tool came from, by name, for listings (`tools/x.py`, `stdlib`, `registry`).
+    /// Where each tool came from, by name, for listings (`tools/x.py`, `stdlib`,
+    /// `registry`, `mcp-servers/NAME (agent.yaml plugins.mcp_client)`).
     pub origins: BTreeMap<String, String>,
+    /// The agent's MCP servers, each with its tools' names. A loaded toolset is fixed:
+    /// after a server's `notifications/tools/list_changed` (its `changes()`), the next
+    /// load has the new list.
+    pub mcp_servers: Vec<LoadedMcpServer>,
+}
+
+impl LoadedAgent {
+    /// Resolves when any of the agent's MCP servers sends
+    /// `notifications/tools/list_changed` after the load: the cue for a long-running
+    /// caller to load the agent again (the hub has dropped that server's cached
+    /// listing, so the new load lists afresh). Never resolves for an agent without MCP
+    /// servers.
+    pub async fn mcp_tools_changed(&self) {
+        if self.mcp_servers.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.mcp_servers.iter().map(|s| Box::pin(s.tools_changed()));
+        futures_util::future::select_all(waits).await;
+    }
+}
+
+/// Everything [`load_agent_with`] may be given beside the project folder.
+#[derive(Clone, Copy)]
+pub struct LoadOptions<'a> {
+    /// How code files and endpoints become tools.
+    pub implementations: &'a dyn Implementations,
+    /// The registry step of the resolver chain.
+    pub registry: Option<&'a dyn RegistryLookup>,
+    /// Reads a declared env var.
+    pub lookup_env: &'a dyn Fn(&str) -> Option<String>,
+    /// The workspaces `sandbox: true` takes its tools from.
+    pub workspaces: Option<&'a Workspaces>,
+    /// What the agent's MCP servers are started with; without it an agent naming an MCP
+    /// server does not start.
+    pub mcp: Option<&'a AgentMcp>,
 }
 
 /// `order-lookup` → `order_lookup`: how a ref names a file and a stdlib module.
@@ -161,6 +209,35 @@ pub async fn load_agent_with_workspaces(
     lookup_env: &dyn Fn(&str) -> Option<String>,
     workspaces: Option<&Workspaces>,
 ) -> Result<LoadedAgent, AgentError> {
+    load_agent_with(
+        project,
+        LoadOptions {
+            implementations,
+            registry,
+            lookup_env,
+            workspaces,
+            mcp: None,
+        },
+    )
+    .await
+}
+
+/// [`load_agent_with_workspaces`], with the MCP client the agent's MCP servers are
+/// started through (`ref: mcp-servers/NAME`, `plugins.mcp_client`, `mcp_servers`):
+/// under the agent's name as the scope, in the hub's sandbox. Each server's tools join
+/// as `<server>__<tool>` (or as its options say); a name two sources give is a
+/// start-up error naming both.
+pub async fn load_agent_with(
+    project: &Path,
+    options: LoadOptions<'_>,
+) -> Result<LoadedAgent, AgentError> {
+    let LoadOptions {
+        implementations,
+        registry,
+        lookup_env,
+        workspaces,
+        mcp,
+    } = options;
     let path = project.join("agent.yaml");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| AgentError::File(format!("cannot read {}: {e}", path.display())))?;
@@ -247,19 +324,46 @@ pub async fn load_agent_with_workspaces(
                     )),
                 }
             }
-            ToolEntry::McpServer { name } => problems.push(format!(
-                "ref mcp-servers/{name}: MCP server tools are not supported yet; remove the ref for now"
-            )),
-            ToolEntry::Inline { name, definition } => match inline_tool(name, definition, &local, implementations) {
-                Ok(t) => {
-                    // An inline definition of a local file's tool replaces its schema.
-                    if let Some(pos) = own.iter().position(|(o, _)| o.name() == t.name()) {
-                        own.remove(pos);
+            // Resolved with the agent's other MCP servers below.
+            ToolEntry::McpServer { .. } => {}
+            ToolEntry::Inline { name, definition } => {
+                match inline_tool(name, definition, &local, implementations) {
+                    Ok(t) => {
+                        // An inline definition of a local file's tool replaces its schema.
+                        if let Some(pos) = own.iter().position(|(o, _)| o.name() == t.name()) {
+                            own.remove(pos);
+                        }
+                        own.push((t, "inline".into()));
                     }
-                    own.push((t, "inline".into()));
+                    Err(e) => problems.push(format!("inline tool `{name}`: {e}")),
                 }
-                Err(e) => problems.push(format!("inline tool `{name}`: {e}")),
-            },
+            }
+        }
+    }
+
+    // 2b. MCP servers: resolved, started, their tools named as the agent says.
+    let wanted = crate::mcp::resolve(&file, project, registry, &mut problems).await;
+    let mut mcp_names = std::collections::BTreeSet::new();
+    let mut mcp_servers = Vec::new();
+    if !wanted.is_empty() {
+        match mcp {
+            Some(mcp) => {
+                let (tools, servers) =
+                    crate::mcp::load(&file.name, wanted, mcp, &mut problems).await;
+                for (t, origin) in tools {
+                    mcp_names.insert(t.name().to_owned());
+                    own.push((t, origin));
+                }
+                mcp_servers = servers;
+            }
+            None => {
+                for w in &wanted {
+                    problems.push(format!(
+                        "{}: MCP servers need an MCP client, and this loader was given none; load the agent with `load_agent_with` and an `AgentMcp` (the CLI does)",
+                        w.origin()
+                    ));
+                }
+            }
         }
     }
 
@@ -327,18 +431,28 @@ pub async fn load_agent_with_workspaces(
     extra_env.sort();
 
     // 4. One toolset; a name defined twice is an error naming both places.
-    let mut origins = BTreeMap::new();
+    let mut origins: BTreeMap<String, String> = BTreeMap::new();
     let mut b = ToolSet::builder();
     for (t, origin) in &own {
         if let Some(first) = origins.get(t.name()) {
+            let hint = if first.starts_with("mcp-servers/") || origin.starts_with("mcp-servers/") {
+                "rename one, or give the MCP server another `prefix`"
+            } else {
+                "rename one"
+            };
             problems.push(format!(
-                "tool `{}` is defined twice: by {first} and by {origin}; rename one",
+                "tool `{}` is defined twice: by {first} and by {origin}; {hint}",
                 t.name()
             ));
             continue;
         }
         origins.insert(t.name().to_owned(), origin.clone());
-        let _ = b.add(ToolSource::Own, t.clone());
+        let source = if mcp_names.contains(t.name()) {
+            ToolSource::AgentPlugin("mcp_client".into())
+        } else {
+            ToolSource::Own
+        };
+        let _ = b.add(source, t.clone());
     }
     for t in builtins {
         origins.insert(t.name().to_owned(), "builtin".into());
@@ -377,6 +491,7 @@ pub async fn load_agent_with_workspaces(
         file,
         env,
         origins,
+        mcp_servers,
     })
 }
 

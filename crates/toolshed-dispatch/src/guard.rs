@@ -249,6 +249,16 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
     })
 }
 
+/// The guarded resolver for another crate's reqwest client (the MCP client's
+/// Streamable HTTP transport): every address a name resolves to is checked against
+/// `policy`, and a name with any refused address is refused whole. A literal address
+/// in a URL never reaches a resolver: check it with [`HttpPolicy::check`].
+pub fn resolver(policy: &HttpPolicy) -> Arc<dyn reqwest::dns::Resolve> {
+    Arc::new(GuardedResolver {
+        policy: Arc::new(policy.clone()),
+    })
+}
+
 /// Why a connection was refused: carried through reqwest's error chain so the
 /// dispatcher can name it.
 #[derive(Debug, Clone, thiserror::Error)]

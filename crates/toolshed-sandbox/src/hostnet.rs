@@ -6,8 +6,9 @@
 //! 0.0.0.0. So each helper runs in a cgroup v2 folder of its own with two eBPF programs
 //! (`cgroup/connect4` and `cgroup/sendmsg4`) that refuse, with `EPERM`, any destination
 //! that is an address of this host (every `LOCAL` and `BROADCAST` entry of the kernel's
-//! routing tables, 127.0.0.0/8 and 0.0.0.0), except port 53 of the host's configured
-//! resolvers (so DNS works through a local resolver). IPv6 is refused altogether: the
+//! routing tables, 127.0.0.0/8 and 0.0.0.0) or a cloud metadata address (169.254.0.0/16,
+//! 100.100.100.200, 168.63.129.16), except port 53 of the host's configured resolvers
+//! (so DNS works through a local resolver). IPv6 is refused altogether: the
 //! sandbox is offered IPv4 only.
 
 use std::net::Ipv4Addr;
@@ -168,7 +169,15 @@ const JNE32_K: u8 = 0x56; // if w_dst != imm goto +off
 const MOV64_K: u8 = 0xb7; // dst = imm
 const EXIT: u8 = 0x95;
 
-/// The connect4/sendmsg4 program: 0 (refuse) for the host's addresses, 1 otherwise.
+/// Metadata services outside the link-local range: Alibaba Cloud's and Azure's
+/// platform address (WireServer).
+const METADATA: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(168, 63, 129, 16),
+];
+
+/// The connect4/sendmsg4 program: 0 (refuse) for the host's addresses and the metadata
+/// addresses, 1 otherwise.
 fn ipv4_filter(host: &[Ipv4Addr], resolvers: &[Ipv4Addr]) -> Vec<u64> {
     enum Op {
         I(u64),
@@ -192,6 +201,26 @@ fn ipv4_filter(host: &[Ipv4Addr], resolvers: &[Ipv4Addr]) -> Vec<u64> {
     ops.push(Op::I(insn(AND32_K, 3, 0, 0, 0xff)));
     ops.push(Op::J(JEQ32_K, 3, 127, false));
     ops.push(Op::J(JEQ32_K, 2, 0, false));
+    // 169.254.0.0/16, link-local: the clouds' metadata services (169.254.169.254 and
+    // its kin) answer there with the host's credentials. Masked in load order, so the
+    // check holds whatever the byte order.
+    ops.push(Op::I(insn(MOV32_X, 3, 2, 0, 0)));
+    ops.push(Op::I(insn(
+        AND32_K,
+        3,
+        0,
+        0,
+        loaded(Ipv4Addr::new(255, 255, 0, 0)),
+    )));
+    ops.push(Op::J(
+        JEQ32_K,
+        3,
+        loaded(Ipv4Addr::new(169, 254, 0, 0)),
+        false,
+    ));
+    for a in METADATA {
+        ops.push(Op::J(JEQ32_K, 2, loaded(a), false));
+    }
     for a in host {
         ops.push(Op::J(JEQ32_K, 2, loaded(*a), false));
     }

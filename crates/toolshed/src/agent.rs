@@ -1,20 +1,23 @@
 //! `toolshed agent validate [DIR]`: load an agent project as it would start (agent.yaml,
-//! the tools folder, the resolver chain local → stdlib → registry, built-ins, declared
-//! env) and report every problem at once. `toolshed agent register [DIR]`: record the
+//! the tools folder, the resolver chain local → stdlib → registry, built-ins, its MCP
+//! servers and their tools, declared env) and report every problem at once. `toolshed agent register [DIR]`: record the
 //! agent in the registry server, whose `tools/<name>` refs become usage edges.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::{Value, json};
 use toolshed_agent::{
-    DispatchImplementations, RegistryLookup, WorkspaceConfig, Workspaces,
-    load_agent_with_workspaces, parse_agent_file,
+    AgentMcp, DispatchImplementations, LoadOptions, LoadedAgent, RegistryLookup, ToolEntry,
+    WorkspaceConfig, Workspaces, load_agent_with, parse_agent_file,
 };
 use toolshed_api::Data;
 use toolshed_api::views::{AgentView, ToolDetail};
+use toolshed_core::credentials::EnvProvider;
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
+use toolshed_mcp::{ClientConfig, McpHub};
 
 use crate::client::{Answer, Client, HttpRegistry};
 use crate::output::{EXIT_BAD_INPUT, Failure, print, print_json, table};
@@ -46,14 +49,32 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
     }
 }
 
-/// Load the agent project in `dir` as `validate` does (the resolver chain, built-ins,
-/// declared env, workspaces), with the dispatcher its tools run on: shut it down when
-/// done.
-pub async fn load(dir: &Path) -> Result<(toolshed_agent::LoadedAgent, Dispatcher), Failure> {
+/// An agent project loaded as it would start, with what must be stopped after use: the
+/// dispatcher's workers and the agent's MCP servers.
+pub(crate) struct Project {
+    /// The agent.
+    pub agent: LoadedAgent,
+    dispatcher: Dispatcher,
+    hub: McpHub,
+}
+
+impl Project {
+    /// Stop the agent's workers and MCP servers (stdin closed, SIGTERM, SIGKILL).
+    pub async fn shutdown(self) {
+        self.dispatcher.shutdown();
+        self.hub.shutdown().await;
+    }
+}
+
+/// Load the agent in `dir` as it would start: agent.yaml, the tools folder, the
+/// resolver chain local → stdlib → registry, built-ins, its MCP servers (started in the
+/// sandbox under the agent's name), declared env. Every problem is one error.
+pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
     // On the user's own machine, HTTP tools may reach loopback (a service under
     // development at http://localhost:8080), nothing else that is not public.
+    let http = toolshed_dispatch::HttpPolicy::default().with_loopback();
     let config = DispatcherConfig {
-        http: toolshed_dispatch::HttpPolicy::default().with_loopback(),
+        http: http.clone(),
         ..DispatcherConfig::default()
     };
     let dispatcher = Dispatcher::new(config).with_builtins(toolshed_stdlib::tools());
@@ -67,22 +88,37 @@ pub async fn load(dir: &Path) -> Result<(toolshed_agent::LoadedAgent, Dispatcher
     };
     // `sandbox: true` takes its tools from here; the sandbox itself is only built (and
     // the host checked) for an agent that asks for it.
+    let sandbox_config = crate::sandbox::config()?;
     let workspaces = Workspaces::new(WorkspaceConfig {
-        sandbox: crate::sandbox::config()?,
+        sandbox: sandbox_config.clone(),
         ..WorkspaceConfig::new(workspaces_root())
     });
-    let loaded = load_agent_with_workspaces(
+    let hub = McpHub::new(mcp_config(dir, sandbox_config, http)?);
+    let mcp = AgentMcp {
+        hub: hub.clone(),
+        credentials: Arc::new(EnvProvider),
+        principal: None,
+    };
+    let loaded = load_agent_with(
         dir,
-        &implementations,
-        registry.as_ref().map(|r| r as &dyn RegistryLookup),
-        &lookup,
-        Some(&workspaces),
+        LoadOptions {
+            implementations: &implementations,
+            registry: registry.as_ref().map(|r| r as &dyn RegistryLookup),
+            lookup_env: &lookup,
+            workspaces: Some(&workspaces),
+            mcp: Some(&mcp),
+        },
     )
     .await;
     match loaded {
-        Ok(agent) => Ok((agent, dispatcher)),
+        Ok(agent) => Ok(Project {
+            agent,
+            dispatcher,
+            hub,
+        }),
         Err(e) => {
             dispatcher.shutdown();
+            hub.shutdown().await;
             Err(Failure::Error {
                 code: EXIT_BAD_INPUT,
                 error: anyhow!("{e} [{}]", e.code()),
@@ -91,23 +127,91 @@ pub async fn load(dir: &Path) -> Result<(toolshed_agent::LoadedAgent, Dispatcher
     }
 }
 
-/// The toolset of the agent project in `dir`, and the dispatcher its tools run on.
-pub async fn load_toolset(dir: &Path) -> Result<(toolshed_core::ToolSet, Dispatcher), Failure> {
-    let (agent, dispatcher) = load(dir).await?;
-    Ok((agent.toolset, dispatcher))
+/// The MCP client of the CLI: stdio servers in the sandbox (built only when the agent
+/// names an MCP server, so other agents never pay for the host check), their package
+/// caches under `TOOLSHED_MCP_CACHE` (else `.toolshed/mcp-cache`), HTTP servers on
+/// public addresses and loopback. `TOOLSHED_MCP_BINDS` shows host folders read-only
+/// (with their programs runnable) to every stdio server: `HOST[:TARGET]` separated by
+/// commas, e.g. a folder of locally installed servers at `/mcp`; nothing of the host
+/// is shown otherwise (not even the project: a downloaded server never reads it).
+/// `TOOLSHED_MCP_UNSANDBOXED=1` is a developer's opt-in to run stdio servers as plain
+/// processes on a host without the sandbox.
+fn mcp_config(
+    dir: &Path,
+    sandbox: toolshed_sandbox::SandboxConfig,
+    http: toolshed_dispatch::HttpPolicy,
+) -> Result<ClientConfig, Failure> {
+    let cache_root = std::env::var_os("TOOLSHED_MCP_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".toolshed/mcp-cache"));
+    let mut config = ClientConfig::new(cache_root);
+    config.http_policy = http;
+    config.unsandboxed = std::env::var("TOOLSHED_MCP_UNSANDBOXED").is_ok_and(|v| v == "1");
+    if let Ok(binds) = std::env::var("TOOLSHED_MCP_BINDS") {
+        // `HOST[:TARGET]`, as `toolshed scan --bind` takes them.
+        for raw in binds.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (host, target) = raw.split_once(':').unwrap_or((raw, raw));
+            let host = std::fs::canonicalize(host).map_err(|e| {
+                Failure::bad_input(anyhow!("TOOLSHED_MCP_BINDS: cannot resolve `{host}`: {e}"))
+            })?;
+            if !Path::new(target).is_absolute() {
+                return Err(Failure::bad_input(anyhow!(
+                    "TOOLSHED_MCP_BINDS: the target `{target}` of `{raw}` must be an absolute path, e.g. /opt/mcp-servers:/mcp"
+                )));
+            }
+            config
+                .binds
+                .push(toolshed_sandbox::Bind::executable(host, target));
+        }
+    }
+    if !config.unsandboxed && names_mcp_servers(dir) {
+        // A host that cannot sandbox leaves `sandbox` unset: the client then refuses
+        // stdio servers with the reason, and HTTP servers still work.
+        match toolshed_sandbox::Sandbox::new(sandbox) {
+            Ok(s) => config.sandbox = Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "the sandbox cannot run here; stdio MCP servers are refused")
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// Whether the agent in `dir` names any MCP server (a cheap look before the sandbox is
+/// built; the loader reports the file's problems itself).
+fn names_mcp_servers(dir: &Path) -> bool {
+    let path = dir.join("agent.yaml");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return false;
+    };
+    let Ok(file) = parse_agent_file(&text, &path.display().to_string()) else {
+        return false;
+    };
+    !file.mcp_client.is_empty()
+        || !file.mcp_client_names.is_empty()
+        || !file.mcp_servers.is_empty()
+        || file
+            .tools
+            .iter()
+            .any(|t| matches!(t, ToolEntry::McpServer { .. }))
 }
 
 async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
-    let (agent, dispatcher) = load(dir).await?;
-    dispatcher.shutdown();
+    let project = load_project(dir).await?;
+    let agent = &project.agent;
     if json_out {
         let tools: Vec<_> = agent
             .toolset
             .iter()
             .map(|t| json!({"name": t.name(), "origin": agent.origins.get(t.name()), "description": t.spec().description}))
             .collect();
+        let servers: Vec<_> = agent
+            .mcp_servers
+            .iter()
+            .map(|s| json!({"name": s.name, "transport": s.transport, "source": s.source, "tool_count": s.tools.len(), "tools": s.tools}))
+            .collect();
         print_json(
-            &json!({"agent": agent.file.name, "ok": true, "tools": tools, "env": agent.env.keys().collect::<Vec<_>>()}),
+            &json!({"agent": agent.file.name, "ok": true, "tools": tools, "mcp_servers": servers, "env": agent.env.keys().collect::<Vec<_>>()}),
         );
     } else {
         let rows: Vec<Vec<String>> = agent
@@ -121,12 +225,34 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
                 ]
             })
             .collect();
-        print(&format!(
+        let mut text = format!(
             "agent {} is valid\n\n{}",
             agent.file.name,
             table(&["TOOL", "FROM", "DESCRIPTION"], &rows, 70)
-        ));
+        );
+        if !agent.mcp_servers.is_empty() {
+            let rows: Vec<Vec<String>> = agent
+                .mcp_servers
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.name.clone(),
+                        s.transport.to_owned(),
+                        s.source.clone(),
+                        format!("{} tools", s.tools.len()),
+                    ]
+                })
+                .collect();
+            text.push_str("\n\n");
+            text.push_str(&table(
+                &["MCP SERVER", "TRANSPORT", "FROM", "TOOLS"],
+                &rows,
+                70,
+            ));
+        }
+        print(&text);
     }
+    project.shutdown().await;
     Ok(())
 }
 

@@ -20,6 +20,7 @@ use toolshed_api::requests::{LoginBody, RefreshBody};
 use toolshed_api::views::{CodeDownload, CodeView, TokenView, ToolDetail};
 use toolshed_api::{ApiCode, Data, ErrorDetails, ErrorEnvelope};
 use toolshed_core::file::ToolFile;
+use toolshed_mcp::{HttpLaunch, Launch, McpServerSpec, StdioLaunch};
 
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};
 use crate::prompt;
@@ -655,7 +656,8 @@ fn human_duration(secs: u64) -> String {
 }
 
 /// The registry step of the agent resolver chain, over HTTP:
-/// `GET /api/v1/registry/tools/{name}`.
+/// `GET /api/v1/registry/tools/{name}`, and the MCP server entries of
+/// `GET /api/v1/mcp-servers` for `ref: mcp-servers/NAME`.
 #[derive(Debug, Clone)]
 pub struct HttpRegistry {
     client: Client,
@@ -708,6 +710,122 @@ impl RegistryLookup for HttpRegistry {
             definition,
             endpoint,
         }))
+    }
+
+    /// The tenant's MCP server entry named `name`, from the pages of
+    /// `GET /api/v1/mcp-servers` (entries are addressed by id; the listing is by name).
+    /// A server without MCP server entries (404 on the route) has none.
+    async fn find_mcp_server(
+        &self,
+        name: &str,
+    ) -> Result<Option<McpServerSpec>, RegistryLookupError> {
+        for page in 1..=MCP_LIST_PAGES {
+            let answer: Answer<toolshed_api::Paged<RegistryMcpServer>> = match self
+                .client
+                .send(
+                    Method::GET,
+                    self.client.url(
+                        &["api", "v1", "mcp-servers"],
+                        &[("page", page.to_string()), ("per_page", "100".into())],
+                    ),
+                    None::<&Value>,
+                )
+                .await
+            {
+                Ok(a) => a,
+                Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => return Ok(None),
+                Err(e) => {
+                    return Err(RegistryLookupError::Unavailable(format!(
+                        "{} (registry {})",
+                        e.describe(),
+                        self.client.base()
+                    )));
+                }
+            };
+            let listing = answer.body;
+            if let Some(entry) = listing.data.into_iter().find(|s| s.name == name) {
+                return entry.into_spec().map(Some);
+            }
+            if u64::from(page) >= listing.meta.pages() {
+                break;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// How many pages of MCP server entries a lookup reads at most (100 each).
+const MCP_LIST_PAGES: u32 = 50;
+
+/// The fields of the registry's `McpServerView` that say how to reach the server.
+#[derive(Debug, serde::Deserialize)]
+struct RegistryMcpServer {
+    name: String,
+    transport: String,
+    #[serde(default)]
+    endpoint: Option<String>,
+    enabled: bool,
+    timeout_seconds: u64,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    credentials: Vec<String>,
+    #[serde(default)]
+    network: Option<bool>,
+}
+
+impl RegistryMcpServer {
+    fn into_spec(self) -> Result<McpServerSpec, RegistryLookupError> {
+        if !self.enabled {
+            // Entries from project-scoped config files wait for an admin.
+            return Err(RegistryLookupError::InvalidAnswer(format!(
+                "the MCP server `{}` is registered disabled; an admin enables it (PUT /api/v1/mcp-servers/{{id}} with `enabled: true`) before agents use it",
+                self.name
+            )));
+        }
+        let launch = match self.transport.as_str() {
+            "stdio" => Launch::Stdio(StdioLaunch {
+                command: self.command.ok_or_else(|| {
+                    RegistryLookupError::InvalidAnswer(format!(
+                        "the registry's stdio MCP server `{}` has no command",
+                        self.name
+                    ))
+                })?,
+                args: self.args,
+                env: self.env,
+                network: self.network,
+            }),
+            // The registry serves `sse` entries over Streamable HTTP too.
+            "streamable_http" | "http" | "sse" => Launch::Http(HttpLaunch {
+                url: self.url.or(self.endpoint).ok_or_else(|| {
+                    RegistryLookupError::InvalidAnswer(format!(
+                        "the registry's HTTP MCP server `{}` has no url",
+                        self.name
+                    ))
+                })?,
+                headers: self.headers,
+            }),
+            other => {
+                return Err(RegistryLookupError::InvalidAnswer(format!(
+                    "the registry's MCP server `{}` has the transport `{other}`, which this CLI does not speak",
+                    self.name
+                )));
+            }
+        };
+        Ok(McpServerSpec {
+            name: self.name,
+            launch,
+            timeout: Duration::from_secs(self.timeout_seconds),
+            credentials: self.credentials,
+        })
     }
 }
 

@@ -121,7 +121,8 @@ fn local_principal() -> Principal {
 }
 
 async fn serve_agent(dir: &Path, db: &Db) -> Result<(), Failure> {
-    let (toolset, dispatcher) = crate::agent::load_toolset(dir).await?;
+    let project = crate::agent::load_project(dir).await?;
+    let toolset = project.agent.toolset.clone();
     let catalog_path = dir.join("mcp.yaml");
     let catalog = if catalog_path.exists() {
         Catalog::load(&catalog_path).map_err(|e| Failure::bad_input(anyhow!("{e}")))?
@@ -132,7 +133,7 @@ async fn serve_agent(dir: &Path, db: &Db) -> Result<(), Failure> {
     let gateway = Arc::new(LocalGateway { runtime, catalog });
     let principal = local_principal();
     let served = serve_stdio(McpHandler::with_caller(gateway, principal)).await;
-    dispatcher.shutdown();
+    project.shutdown().await;
     served.map_err(internal)
 }
 

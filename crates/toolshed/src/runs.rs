@@ -46,6 +46,10 @@ pub enum RunsCommand {
     Resume {
         /// The run id.
         id: String,
+        /// The agent project in DIR whose tools the run calls (a run started with
+        /// `tools run --agent DIR`), instead of the CLI's own.
+        #[arg(long, value_name = "DIR")]
+        agent: Option<PathBuf>,
     },
     /// Cancel a run; it will not be resumed.
     Cancel {
@@ -136,21 +140,18 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
         RunsCommand::Show { id, crumbs } => show(&id, crumbs, db, json_out).await,
         RunsCommand::Prune(args) => crate::retention::prune(args, db, json_out).await,
         RunsCommand::Vacuum => crate::retention::vacuum(db, json_out).await,
-        RunsCommand::Resume { id } => {
-            let runtime = db.runtime().await?;
-            let run = runtime
-                .journal()
-                .get_run(&id)
-                .await
-                .map_err(journal_failure)?;
-            let driver: Driver = serde_json::from_value(run.driver.clone()).map_err(|e| {
-                Failure::bad_input(anyhow!("run {id} has a driver this CLI cannot read: {e}"))
-            })?;
-            let handle = runtime.resume(&id).await.map_err(runtime_failure)?;
-            let outcome = toolshed_runtime::drive(&handle, &driver)
-                .await
-                .map_err(runtime_failure)?;
-            report(&outcome, json_out)
+        RunsCommand::Resume { id, agent: None } => resume(&id, db.runtime().await?, json_out).await,
+        RunsCommand::Resume {
+            id,
+            agent: Some(dir),
+        } => {
+            let project = crate::agent::load_project(&dir).await?;
+            let resumed = match db.runtime_with(project.agent.toolset.clone()).await {
+                Ok(runtime) => resume(&id, runtime, json_out).await,
+                Err(e) => Err(e),
+            };
+            project.shutdown().await;
+            resumed
         }
         RunsCommand::Cancel { id, reason } => {
             let runtime = db.runtime().await?;
@@ -163,6 +164,27 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
             Ok(())
         }
     }
+}
+
+/// Continue run `id` over `runtime`'s tools.
+async fn resume(
+    id: &str,
+    runtime: toolshed_runtime::Runtime,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let run = runtime
+        .journal()
+        .get_run(id)
+        .await
+        .map_err(journal_failure)?;
+    let driver: Driver = serde_json::from_value(run.driver.clone()).map_err(|e| {
+        Failure::bad_input(anyhow!("run {id} has a driver this CLI cannot read: {e}"))
+    })?;
+    let handle = runtime.resume(id).await.map_err(runtime_failure)?;
+    let outcome = toolshed_runtime::drive(&handle, &driver)
+        .await
+        .map_err(runtime_failure)?;
+    report(&outcome, json_out)
 }
 
 async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> {

@@ -19,8 +19,13 @@ use crate::output::{
 /// `toolshed tools` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// List the available tools.
-    List,
+    /// List the available tools (with `--agent DIR`: the tools of the agent project in
+    /// DIR, its MCP servers' tools included).
+    List {
+        /// The agent project whose tools to list, instead of the CLI's own.
+        #[arg(long, value_name = "DIR")]
+        agent: Option<PathBuf>,
+    },
     /// Show one tool's full definition.
     Show {
         /// The tool's name.
@@ -28,6 +33,9 @@ pub enum ToolsCommand {
         /// Show it in a model vendor's format: openai, openai-strict, anthropic, gemini.
         #[arg(long)]
         format: Option<String>,
+        /// The agent project whose tool to show, instead of the CLI's own.
+        #[arg(long, value_name = "DIR")]
+        agent: Option<PathBuf>,
     },
     /// Run a tool as a durable run (journaled, resumable) and print its result.
     Run(RunArgs),
@@ -53,6 +61,30 @@ pub struct RunArgs {
     /// The arguments as a JSON object; `@FILE` reads them from a file, `-` from stdin.
     #[arg(long, default_value = "{}")]
     args: String,
+    /// Run a tool of the agent project in DIR (its own, stdlib, registry or MCP server
+    /// tools), as a run of that agent, instead of one of the CLI's own tools.
+    #[arg(long, value_name = "DIR")]
+    agent: Option<PathBuf>,
+}
+
+/// The tools a command works on: the CLI's own, or those of the agent project in
+/// `agent` (which must be shut down after use).
+async fn tools_of(
+    agent: Option<&std::path::Path>,
+) -> Result<(ToolSet, Option<crate::agent::Project>), Failure> {
+    match agent {
+        None => Ok((toolset()?, None)),
+        Some(dir) => {
+            let project = crate::agent::load_project(dir).await?;
+            Ok((project.agent.toolset.clone(), Some(project)))
+        }
+    }
+}
+
+async fn shutdown(project: Option<crate::agent::Project>) {
+    if let Some(p) = project {
+        p.shutdown().await;
+    }
 }
 
 fn source_label(source: Option<&ToolSource>) -> String {
@@ -67,9 +99,32 @@ fn source_label(source: Option<&ToolSource>) -> String {
 /// Run a `tools` subcommand.
 pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failure> {
     match cmd {
-        ToolsCommand::List => list(json_out),
-        ToolsCommand::Show { name, format } => show(&name, format.as_deref(), json_out),
-        ToolsCommand::Run(args) => run_tool(args, db, json_out).await,
+        ToolsCommand::List { agent } => {
+            let (set, project) = tools_of(agent.as_deref()).await?;
+            let listed = list(&set, json_out);
+            shutdown(project).await;
+            listed
+        }
+        ToolsCommand::Show {
+            name,
+            format,
+            agent,
+        } => {
+            let (set, project) = tools_of(agent.as_deref()).await?;
+            let shown = show(&set, &name, format.as_deref(), json_out);
+            shutdown(project).await;
+            shown
+        }
+        ToolsCommand::Run(args) => {
+            let (set, project) = tools_of(args.agent.as_deref()).await?;
+            let agent_id = project
+                .as_ref()
+                .map(|p| p.agent.file.name.clone())
+                .unwrap_or_else(|| "cli".into());
+            let ran = run_tool(args, set, &agent_id, db, json_out).await;
+            shutdown(project).await;
+            ran
+        }
         ToolsCommand::Export { format } => {
             let vendor: Vendor = format
                 .parse()
@@ -82,8 +137,7 @@ pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failu
     }
 }
 
-fn list(json_out: bool) -> Result<(), Failure> {
-    let set = toolset()?;
+fn list(set: &ToolSet, json_out: bool) -> Result<(), Failure> {
     if json_out {
         let items: Vec<Value> = set
             .iter()
@@ -133,9 +187,8 @@ fn find<'a>(set: &'a ToolSet, name: &str) -> Result<&'a Tool, Failure> {
     })
 }
 
-fn show(name: &str, format: Option<&str>, json_out: bool) -> Result<(), Failure> {
-    let set = toolset()?;
-    let tool = find(&set, name)?;
+fn show(set: &ToolSet, name: &str, format: Option<&str>, json_out: bool) -> Result<(), Failure> {
+    let tool = find(set, name)?;
     if let Some(f) = format {
         let vendor: Vendor = f
             .parse()
@@ -228,8 +281,13 @@ pub(crate) fn read_args(raw: &str) -> Result<Value, Failure> {
     Ok(value)
 }
 
-async fn run_tool(args: RunArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
-    let set = toolset()?;
+async fn run_tool(
+    args: RunArgs,
+    set: ToolSet,
+    agent_id: &str,
+    db: &Db,
+    json_out: bool,
+) -> Result<(), Failure> {
     find(&set, &args.name)?;
     let call_args = read_args(&args.args)?;
     let runtime = db.runtime_with(set).await?;
@@ -237,7 +295,7 @@ async fn run_tool(args: RunArgs, db: &Db, json_out: bool) -> Result<(), Failure>
         tool: args.name.clone(),
         args: call_args,
     };
-    let new = NewRunBuilder::new("cli")
+    let new = NewRunBuilder::new(agent_id)
         .driver(serde_json::to_value(&driver).unwrap_or_default())
         .build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
@@ -247,6 +305,13 @@ async fn run_tool(args: RunArgs, db: &Db, json_out: bool) -> Result<(), Failure>
     let run_id = outcome.run.id.clone();
     if !outcome.parked.is_empty() {
         crate::runs::report_parked(&outcome, json_out);
+        if let (Some(dir), false) = (&args.agent, json_out) {
+            // A plain resume would not have the agent's tools.
+            eprintln!(
+                "(the run calls the tools of the agent in {0}: `toolshed runs resume {run_id} --agent {0}`)",
+                dir.display()
+            );
+        }
         return Err(Failure::Reported(EXIT_PARKED));
     }
     let Some(call) = outcome.outcomes.first() else {
