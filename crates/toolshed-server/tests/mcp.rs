@@ -593,3 +593,48 @@ async fn an_allowed_origin_adds_its_origin_and_host_and_nothing_else() {
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn tools_call_shares_the_execute_rate_with_rest() {
+    let s = TestServer::start_with(|c| {
+        // A burst of 2, then one every 1000 s.
+        c.limits.execute_rate = Some(toolshed_server::limits::Rate {
+            per_second: 0.001,
+            burst: 2,
+        });
+    })
+    .await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let call = json!({"name": "get_current_time", "arguments": {}});
+    let ok = request(&s, &s.deployer, &sid, 1, "tools/call", call.clone()).await;
+    assert_eq!(ok.get("isError"), None, "{ok}");
+    // The bucket is empty for REST and MCP alike.
+    let limited = request(&s, &s.deployer, &sid, 2, "tools/call", call).await;
+    assert_eq!(limited["code"], -32002, "{limited}");
+    assert!(
+        limited["message"].as_str().unwrap().contains("retry in"),
+        "{limited}"
+    );
+    let (status, _) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {}})),
+        )
+        .await;
+    assert_eq!(status, 429);
+    // tools/list is not an execution: still answered.
+    let listed = request(&s, &s.deployer, &sid, 3, "tools/list", json!({})).await;
+    assert!(listed["tools"].is_array(), "{listed}");
+    s.stop().await;
+}
