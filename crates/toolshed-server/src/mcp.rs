@@ -8,7 +8,8 @@
 //! - DNS rebinding: a `Host` or `Origin` outside the allowlist is a 403. The list is
 //!   the loopback names and the listen address, plus what `--mcp-allowed-origins`
 //!   adds (each origin's host is allowed as a `Host` too).
-//! - Tools: the caller's tenant's registry tools. Every `tools/call` is the execute
+//! - Tools: every registry tool the caller may run (as over REST, organisation-wide:
+//!   a tenant owns what it registers, and every tenant may run it). Every `tools/call` is the execute
 //!   route's path ([`execute`]): rate limit, validation, credentials policy, a durable
 //!   run with the caller's principal, approvals.
 //! - Prompts and resources: the operator's catalog (`--mcp-catalog FILE`).
@@ -38,7 +39,6 @@ use crate::error::ApiError;
 use crate::execute::{ExecuteRequest, RunChoice, execute};
 use crate::extract::Auth;
 use crate::state::AppState;
-use crate::tenancy::scope_of;
 
 /// The agent id recorded on runs started over MCP.
 pub const MCP_AGENT: &str = "mcp";
@@ -135,7 +135,8 @@ impl Gateway for RegistryGateway {
         claims
             .require(Role::Deployer)
             .map_err(|e| gateway_error(e.into()))?;
-        let scope = scope_of(claims);
+        // Exactly what execute lets this caller run: registry reads and executions are
+        // organisation-wide (a tenant owns what it registers, every tenant may run it).
         let mut out = Vec::new();
         let per_page = toolshed_registry::MAX_PER_PAGE;
         for page in 1..=u32::MAX {
@@ -152,13 +153,7 @@ impl Gateway for RegistryGateway {
                 .await
                 .map_err(|e| gateway_error(e.into()))?;
             let n = listed.items.len();
-            out.extend(
-                listed
-                    .items
-                    .into_iter()
-                    .filter(|t| scope.allows(&t.tenant))
-                    .map(|t| exposed(&t)),
-            );
+            out.extend(listed.items.iter().map(exposed));
             if n < per_page as usize {
                 break;
             }

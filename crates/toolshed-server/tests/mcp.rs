@@ -638,3 +638,53 @@ async fn tools_call_shares_the_execute_rate_with_rest() {
     assert!(listed["tools"].is_array(), "{listed}");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn another_tenant_sees_and_runs_what_rest_lets_it_run_with_its_own_principal() {
+    let s = TestServer::start().await;
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/users",
+            Some(&s.admin),
+            Some(json!({"username": "ada", "password": "password-123", "role": "deployer", "tenant": "acme"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let acme = s.login("ada", "password-123").await;
+    let sid = session(&s, &acme).await;
+    let listed = request(&s, &acme, &sid, 1, "tools/list", json!({})).await;
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "get_current_time"),
+        "{listed}"
+    );
+    let done = request(
+        &s,
+        &acme,
+        &sid,
+        2,
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {}}),
+    )
+    .await;
+    let run_id = done["_meta"]["toolshed/run_id"].as_str().unwrap();
+    // The run is acme's: visible to acme, not to the default tenant's deployer.
+    let (status, run) = s
+        .call("GET", &format!("/api/v1/runs/{run_id}"), Some(&acme), None)
+        .await;
+    assert_eq!(status, 200, "{run}");
+    let (status, _) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    s.stop().await;
+}
