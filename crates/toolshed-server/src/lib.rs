@@ -45,7 +45,7 @@ mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
-pub mod mcp;
+pub mod mcp_gateway;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -114,7 +114,7 @@ pub struct ServerConfig {
     /// with `approval.four_eyes` ask for it).
     pub four_eyes: bool,
     /// `/mcp`: the extra allowed origins and the prompts and resources offered.
-    pub mcp: mcp::McpSettings,
+    pub mcp_gateway: mcp_gateway::McpSettings,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -160,7 +160,7 @@ impl ServerConfig {
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
             four_eyes: false,
-            mcp: mcp::McpSettings::default(),
+            mcp_gateway: mcp_gateway::McpSettings::default(),
         }
     }
 }
@@ -528,7 +528,7 @@ pub fn router(state: AppState) -> Router {
 /// [`router`] for a server listening on `local` (its address is an allowed `Host` of
 /// `/mcp`).
 pub fn router_at(state: AppState, local: SocketAddr) -> Router {
-    let mcp = mcp::service(&state, local);
+    let mcp = mcp_gateway::service(&state, local);
     router_with(state, mcp)
 }
 

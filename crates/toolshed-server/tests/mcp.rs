@@ -576,7 +576,7 @@ async fn garbage_and_oversized_bodies_are_refused_without_a_500() {
 #[tokio::test]
 async fn an_allowed_origin_adds_its_origin_and_host_and_nothing_else() {
     let s = TestServer::start_with(|c| {
-        c.mcp.allowed_origins = vec!["https://tools.example.com".into()];
+        c.mcp_gateway.allowed_origins = vec!["https://tools.example.com".into()];
     })
     .await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -49,7 +49,7 @@ async fn the_conformance_suite_passes_against_mcp() {
     let fixture_root = fixture.canonicalize().unwrap();
     let s = TestServer::start_with(|c| {
         c.code.tool_roots.push(fixture_root.clone());
-        c.mcp.catalog = catalog;
+        c.mcp_gateway.catalog = catalog;
     })
     .await;
     let py = fixture_root.join("tools/conformance.py");

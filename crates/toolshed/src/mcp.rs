@@ -158,8 +158,10 @@ async fn serve_registry(db: &Db) -> Result<(), Failure> {
         generation: 0,
         kind: toolshed_auth::TokenKind::Access,
     };
-    let gateway = Arc::new(toolshed_server::mcp::RegistryGateway::new(state.clone()));
-    let caller = toolshed_server::mcp::McpCaller(Arc::new(claims));
+    let gateway = Arc::new(toolshed_server::mcp_gateway::RegistryGateway::new(
+        state.clone(),
+    ));
+    let caller = toolshed_server::mcp_gateway::McpCaller(Arc::new(claims));
     let served = serve_stdio(McpHandler::with_caller(gateway, caller)).await;
     state.dispatcher().shutdown();
     served.map_err(internal)

@@ -173,9 +173,9 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.retain_runs = Some(retention);
     }
     config.four_eyes = args.four_eyes;
-    config.mcp.allowed_origins = args.mcp_allowed_origins.clone();
+    config.mcp_gateway.allowed_origins = args.mcp_allowed_origins.clone();
     if let Some(path) = &args.mcp_catalog {
-        config.mcp.catalog = toolshed_mcp::server::Catalog::load(path)
+        config.mcp_gateway.catalog = toolshed_mcp::server::Catalog::load(path)
             .map_err(|e| Failure::bad_input(anyhow!("{e}")))?;
     }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);

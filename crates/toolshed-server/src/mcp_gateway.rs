@@ -66,7 +66,7 @@ pub struct RegistryGateway {
 impl RegistryGateway {
     /// The gateway over this server's state.
     pub fn new(state: AppState) -> Self {
-        let catalog = state.config().mcp.catalog.clone();
+        let catalog = state.config().mcp_gateway.catalog.clone();
         RegistryGateway { state, catalog }
     }
 }
@@ -305,7 +305,7 @@ fn exposed(t: &toolshed_registry::ToolRecord) -> ExposedTool {
 /// The `/mcp` service: Streamable HTTP with the allowlists of `state`'s settings, behind
 /// the bearer check.
 pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<AppState> {
-    let settings = &state.config().mcp;
+    let settings = &state.config().mcp_gateway;
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     let ip = local.ip();
     if !ip.is_unspecified() {
