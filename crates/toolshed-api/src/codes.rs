@@ -91,6 +91,12 @@ toolshed_core::wire_enum! {
         RevisionChanged,
         /// 403: four-eyes: whoever asked for a call may not approve it; another user must.
         SelfApproval,
+        /// 502: an MCP server could not be started or reached, or its handshake or
+        /// `tools/list` failed (the message names the server and why).
+        McpServerUnreachable,
+        /// 409: the MCP server entry is disabled (entries from project-scoped config files
+        /// are registered disabled): an admin enables it first.
+        McpServerDisabled,
     }
 }
 
@@ -110,7 +116,8 @@ impl ApiCode {
             | ApiCode::RunFinished
             | ApiCode::NonDeterminism
             | ApiCode::BudgetExhausted
-            | ApiCode::RevisionChanged => 409,
+            | ApiCode::RevisionChanged
+            | ApiCode::McpServerDisabled => 409,
             ApiCode::PayloadTooLarge => 413,
             ApiCode::UnsupportedMediaType => 415,
             ApiCode::InvalidBody
@@ -123,6 +130,7 @@ impl ApiCode {
             | ApiCode::CredentialNotAllowed => 422,
             ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
+            ApiCode::McpServerUnreachable => 502,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable
             | ApiCode::RequestTimeout

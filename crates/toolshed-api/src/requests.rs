@@ -271,3 +271,104 @@ mod tests {
         }
     }
 }
+
+/// An MCP server entry, registered (`POST /api/v1/mcp-servers`) or changed (`PUT …/{id}`,
+/// where every field left out keeps its value). AgentBreeder's fields (`name`,
+/// `endpoint`, `transport`, `timeout_seconds`, `description`, `tags`, `team`, and
+/// `command` as one string) plus ours: `command` + `args` + `env` for a stdio server, or
+/// `url` + `headers` for a Streamable HTTP one; `credentials` (the names `${NAME}` in
+/// `env` and `headers` may use), `network`, `enabled`, per-tool `overrides`.
+///
+/// A stdio command given as one string (`endpoint`, or `command` without `args`) is
+/// split as a shell splits words (quotes and backslashes), and never run by a shell:
+/// `;`, `|` or `$(…)` are just characters of an argument.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerBody {
+    /// The server's name, unique in the tenant: `^[A-Za-z0-9_-]{1,30}$`, no `__`. Its
+    /// tools are registered as `<name>__<tool>`. Required to register.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What it is for.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `stdio` (the default without `url`), `streamable_http` or `http` (the same), or
+    /// `sse` (served over Streamable HTTP).
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// AgentBreeder's endpoint: the URL of an HTTP server, or a stdio server's command
+    /// line.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// A stdio server's program; with no `args`, a whole command line.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The program's arguments, each as is.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// A stdio server's whole environment; values may name credentials as `${NAME}`.
+    #[serde(default)]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// A Streamable HTTP server's URL (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Headers sent to a Streamable HTTP server; values may name credentials as
+    /// `${NAME}` (`Authorization: Bearer ${GITHUB_TOKEN}`).
+    #[serde(default)]
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// The credentials `env` and `headers` name; each must be in the server's
+    /// credentials policy for the tenant.
+    #[serde(default)]
+    pub credentials: Option<Vec<String>>,
+    /// Whether a stdio server may reach the network (default: on for package runners
+    /// such as `npx` and `uvx`, which download on first start; off otherwise).
+    #[serde(default)]
+    pub network: Option<bool>,
+    /// How long one MCP request may take, 1 to 3600 seconds (default 30).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600)]
+    pub timeout_seconds: Option<u64>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// The owning team.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// Whether its tools may run (default true through the API). Enabling an entry
+    /// that is disabled needs the admin role.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Per tool (as the server names it): `effects` (`none`, `sandbox`, `external`),
+    /// `idempotency` (`keyed`, `none`) and `approval` (`never`, `always`, `{when: CEL}`),
+    /// replacing the defaults its hints give. Applied by the next discover.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub overrides: Option<std::collections::BTreeMap<String, McpToolOverride>>,
+    /// Where it came from: `api` (the default), `cli`, or `scan:<file>` (what
+    /// `toolshed scan --register` sends).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// For updates: the revision last seen (a different current one is a 409).
+    #[serde(default)]
+    pub expected_revision: Option<u32>,
+    /// AgentBreeder's `status`: accepted and ignored (the registry sets it from tests
+    /// and discovers).
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// The registry owner's choice for one MCP tool; a field left out keeps the default its
+/// hints give.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolOverride {
+    /// `none`, `sandbox` or `external`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<String>,
+    /// `keyed` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<String>,
+    /// `never`, `always`, or `{"when": "<CEL>"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Value>,
+}

@@ -748,3 +748,134 @@ pub struct SandboxExecutionView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at_ms: Option<i64>,
 }
+
+/// An MCP server entry: AgentBreeder's `McpServerResponse` fields first, then ours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpServerView {
+    /// The entry's id (UUID).
+    pub id: String,
+    /// Its name, unique in the tenant.
+    pub name: String,
+    /// The URL, or a stdio server's command line.
+    pub endpoint: String,
+    /// `stdio`, `streamable_http`, `http` or `sse`, as registered.
+    pub transport: String,
+    /// `registered` (never tested), `active` (the last test or discover reached it) or
+    /// `error` (see `last_error`).
+    pub status: String,
+    /// How many registry tools its last discover registered.
+    pub tool_count: u32,
+    /// When a test or discover last reached it.
+    pub last_ping_at: Option<String>,
+    /// When it was registered.
+    pub created_at: String,
+    /// When it was last changed.
+    pub updated_at: String,
+    /// How long one MCP request may take.
+    pub timeout_seconds: u64,
+    /// What it is for.
+    pub description: String,
+    /// Labels.
+    pub tags: Vec<String>,
+    /// The owning team.
+    pub team: Option<String>,
+    /// Whether its tools may run (entries from project-scoped config files start
+    /// disabled until an admin enables them).
+    pub enabled: bool,
+    /// Where it came from: `api`, `cli`, `scan:<file>`.
+    pub source: String,
+    /// The tenant that owns it; only its users see it.
+    pub tenant: String,
+    /// 1, then +1 per update.
+    pub revision: u32,
+    /// A stdio server's program.
+    pub command: Option<String>,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its environment (values name credentials as `${NAME}`, never hold them).
+    pub env: std::collections::BTreeMap<String, String>,
+    /// A Streamable HTTP server's URL.
+    pub url: Option<String>,
+    /// Its headers (values name credentials as `${NAME}`).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The credentials `env` and `headers` name.
+    pub credentials: Vec<String>,
+    /// Whether a stdio server may reach the network (null: its kind's default).
+    pub network: Option<bool>,
+    /// Why the last test or discover failed.
+    pub last_error: Option<String>,
+    /// The per-tool overrides of the registry owner.
+    #[schema(value_type = Object)]
+    pub overrides: Value,
+    /// Who registered or last changed it.
+    pub created_by: String,
+}
+
+/// A successful connection test: AgentBreeder's `McpServerTestResult` and what the
+/// handshake said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpTestView {
+    /// Always true here (a failed test is a 502 `MCP_SERVER_UNREACHABLE`).
+    pub success: bool,
+    /// How long starting and the handshake took, in milliseconds.
+    pub latency_ms: u64,
+    /// `legacy` (`initialize`) or `discover` (`server/discover`).
+    pub era: String,
+    /// The negotiated protocol version, e.g. `2025-11-25`.
+    pub protocol_version: String,
+    /// The server's own name.
+    pub server_name: String,
+    /// The server's own version.
+    pub server_version: String,
+}
+
+/// One tool a discover registered (AgentBreeder's `McpServerDiscoveredTool` plus ours).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpDiscoveredTool {
+    /// The tool's name as the server names it.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its input JSON Schema.
+    #[schema(value_type = Object)]
+    pub schema_definition: Value,
+    /// The registry tool's id.
+    pub tool_id: String,
+    /// The registry tool's name, `<server>__<tool>`.
+    pub registry_name: String,
+    /// `mcp:<server>/<tool>`.
+    pub endpoint: String,
+    /// `none`, `sandbox` or `external`, after hints and overrides.
+    pub effects: String,
+    /// Whether a call waits for an approval: `never`, `always`, or `{"when": "<CEL>"}`.
+    pub approval: Value,
+}
+
+/// What a discover found and registered (AgentBreeder's `McpServerDiscoverResult` plus
+/// what changed in the registry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpDiscoverView {
+    /// Every tool the server lists, as registered.
+    pub tools: Vec<McpDiscoveredTool>,
+    /// How many.
+    pub total: usize,
+    /// Registry names of tools registered by this discover.
+    pub added: Vec<String>,
+    /// Registry names given a new revision.
+    pub changed: Vec<String>,
+    /// Registry names deleted (the server no longer lists them).
+    pub removed: Vec<String>,
+}
+
+/// A deleted MCP server entry (AgentBreeder answers `{"deleted": true}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpDeletedView {
+    /// True.
+    pub deleted: bool,
+    /// The entry's id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// How many of its registry tools were deleted with it.
+    pub tools_removed: u32,
+}

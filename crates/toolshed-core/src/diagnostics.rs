@@ -48,6 +48,27 @@ pub struct Diagnostics {
     /// Content blocks the tool sent beside its result (MCP `content`), as received.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<Value>,
+    /// For a call to an MCP server's tool: which server and tool, over which protocol
+    /// era and version (what `runs show` prints beside the call's timing). Boxed: most
+    /// calls are not MCP calls, and every call carries a `Diagnostics`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Box<McpCall>>,
+}
+
+/// The MCP side of one call (`Diagnostics::mcp`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpCall {
+    /// The MCP server's name (its registry entry's or agent.yaml's).
+    pub server: String,
+    /// The tool's name as the server names it.
+    pub tool: String,
+    /// `legacy` (`initialize`) or `discover` (`server/discover`); empty when the call
+    /// never got a connection.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub era: String,
+    /// The negotiated protocol version, e.g. `2025-11-25`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol_version: String,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -47,7 +47,7 @@ pub mod toolset;
 pub use context::{BlobError, BlobRef, BlobStore, Principal, RunContext, ToolContext};
 pub use credentials::{CredentialError, CredentialProvider, Credentials, EnvProvider, Secret};
 pub use crumbs::{Crumb, CrumbBus, CrumbKind, CrumbSink, MemorySink};
-pub use diagnostics::{Diagnostics, DiagnosticsSink};
+pub use diagnostics::{Diagnostics, DiagnosticsSink, McpCall};
 pub use error::{ErrorCode, FieldError, SpecError, ToolError};
 pub use hooks::{AfterRun, BeforeRun, Hook, HookCall, HookFns, OnError};
 pub use pipeline::{CallOutcome, ExecuteOptions, Pipeline, PipelineConfig, PreparedCall, ToolCall};

@@ -38,6 +38,14 @@ toolshed_core::wire_enum! {
         McpCredentialFailed,
         /// An endpoint string is not `mcp:<server>/<tool>`.
         McpInvalidEndpoint,
+        /// A client's MCP config file (`.mcp.json`, `~/.claude.json`, …) exists but
+        /// cannot be read.
+        McpConfigUnreadable,
+        /// A client's MCP config file, or one server's entry in it, is not valid (the
+        /// message names the file, line, column and field).
+        McpConfigInvalid,
+        /// A server's config uses a variable that is not set and has no default.
+        McpConfigVariable,
     }
 }
 

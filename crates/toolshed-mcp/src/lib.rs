@@ -6,12 +6,13 @@
 //! - [`client`]: connections to MCP servers (stdio in the sandbox, Streamable HTTP), their
 //!   tools as pipeline tools.
 //! - `server`: a toolset exposed over MCP, every `tools/call` a durable run.
-//! - `discovery`: the MCP servers configured on this machine (`toolshed scan`).
+//! - [`discovery`]: the MCP servers configured on this machine (`toolshed scan`).
 //!
 //! Everything an MCP peer sends is untrusted: its messages, schemas, descriptions and
 //! names are checked and capped before anything else sees them.
 
 pub mod client;
+pub mod discovery;
 pub mod error;
 pub mod sanitize;
 pub mod server;

@@ -620,3 +620,52 @@ async fn headers_carry_credentials_that_never_appear_in_errors() {
     assert!(!e.to_string().contains("tok-9f8e7d6c5b4a"), "{e}");
     assert!(!format!("{e:?}").contains("tok-9f8e7d6c5b4a"), "{e:?}");
 }
+
+/// The most common config: `npx -y PACKAGE`. npm downloads the server into the
+/// server's own package cache over the sandbox's network, then runs it from there (the
+/// cache is the one writable folder whose programs may run); the second start finds it
+/// cached. Needs the npm registry, as the test command's `npm ci` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_npx_server_downloads_into_its_cache_and_runs_in_the_sandbox() {
+    let cache = tempfile::tempdir().unwrap();
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let version = std::fs::read_to_string(
+        node_modules().join("@modelcontextprotocol/server-everything/package.json"),
+    )
+    .unwrap();
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    let package = format!(
+        "@modelcontextprotocol/server-everything@{}",
+        version["version"].as_str().unwrap()
+    );
+    let mut spec = stdio("npxev", "npx", &["-y", &package, "stdio"]);
+    spec.timeout = Duration::from_secs(180);
+    let s = server(&hub, &spec);
+    let profile = s.profile().unwrap();
+    assert!(profile.network, "a package runner downloads: network on");
+    let cache_dir = profile.cache.clone().expect("a package cache");
+    assert!(cache_dir.starts_with(cache.path()), "{cache_dir:?}");
+
+    s.connect()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {}", s.stderr()));
+    let c = call(&s, "echo", json!({"message": "from npx"})).await;
+    assert_eq!(c.result.unwrap(), json!("Echo: from npx"));
+    hub.shutdown().await;
+
+    // The download stayed in the server's cache.
+    assert!(
+        std::fs::read_dir(&cache_dir).unwrap().count() > 0,
+        "the package cache is empty: {cache_dir:?}"
+    );
+
+    // A second hub on the same cache starts from it.
+    let hub = sandboxed_hub(cache.path(), vec![]);
+    let s = server(&hub, &spec);
+    s.connect()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\nstderr: {}", s.stderr()));
+    let c = call(&s, "echo", json!({"message": "again"})).await;
+    assert_eq!(c.result.unwrap(), json!("Echo: again"));
+    hub.shutdown().await;
+}

@@ -44,11 +44,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
+mod mcp_records;
+mod mcp_rules;
 mod records;
 mod rules;
 mod sql;
 mod store;
 
+pub use mcp_records::*;
 pub use records::*;
 pub use store::SqlRegistry;
 
@@ -94,10 +97,11 @@ pub enum RegistryError {
         /// Why.
         message: String,
     },
-    /// No such tool, agent, user or sandbox execution (deleted tools count as missing).
+    /// No such tool, agent, user, sandbox execution or MCP server (deleted tools count
+    /// as missing; another tenant's MCP server too).
     #[error("{what} `{id}` not found")]
     NotFound {
-        /// `tool`, `agent`, `user` or `sandbox execution`.
+        /// `tool`, `agent`, `user`, `sandbox execution` or `MCP server`.
         what: &'static str,
         /// The id or name asked for.
         id: String,
@@ -279,6 +283,59 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
         page: u32,
         per_page: u32,
     ) -> Result<Page<SandboxExecutionRecord>>;
+
+    /// Register an MCP server entry (revision 1, status registered). `Conflict` when its
+    /// tenant has one of the name.
+    async fn create_mcp_server(&self, new: NewMcpServer) -> Result<McpServerRecord>;
+
+    /// An MCP server entry in `scope` by id. Unknown, or another tenant's: `NotFound`.
+    async fn get_mcp_server(&self, id: &str, scope: &TenantScope) -> Result<McpServerRecord>;
+
+    /// A tenant's MCP server entry by name, if any.
+    async fn find_mcp_server(&self, tenant: &str, name: &str) -> Result<Option<McpServerRecord>>;
+
+    /// The MCP server entries in `scope`, by name, one page (`page`/`per_page` as in
+    /// [`ToolFilter`]).
+    async fn list_mcp_servers(
+        &self,
+        scope: &TenantScope,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Page<McpServerRecord>>;
+
+    /// Replace an entry's registration: revision n+1, owner kept. Unknown or another
+    /// tenant's: `NotFound`; a stale `expected_revision` or a name taken in the tenant:
+    /// `Conflict`. A rename deletes the entry's tools (discover registers them again
+    /// under the new name).
+    async fn update_mcp_server(
+        &self,
+        id: &str,
+        new: NewMcpServer,
+        expected_revision: Option<u32>,
+        scope: &TenantScope,
+    ) -> Result<McpServerRecord>;
+
+    /// Record what a test or discover saw of an entry (status, last ping, last error).
+    async fn record_mcp_status(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        ping: McpPing,
+    ) -> Result<McpServerRecord>;
+
+    /// Remove an entry and delete its registry tools (their revisions are kept).
+    /// Returns the entry as it was.
+    async fn delete_mcp_server(&self, id: &str, scope: &TenantScope) -> Result<McpServerRecord>;
+
+    /// Make an entry's registry tools exactly `tools` in one transaction (added, changed
+    /// and removed ones); a name another tool holds is a `Conflict` naming both
+    /// sources, and then nothing changes.
+    async fn sync_mcp_tools(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        tools: McpTools,
+    ) -> Result<McpSync>;
 }
 
 /// Open the registry named by a database URL, creating and migrating its tables:

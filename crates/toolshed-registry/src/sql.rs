@@ -333,3 +333,103 @@ pub(crate) const TOOL_CODES: Sql = Sql::per_dialect(
 /// An archive by hash. ?1 sha256.
 pub(crate) const CODE_ARCHIVE: Sql =
     Sql::same("SELECT archive FROM registry_code WHERE sha256 = ?1");
+
+// ---- MCP servers ----
+
+/// An MCP server row's columns, in the order `mcp_rules::server_from_row` reads them.
+macro_rules! mcp_columns {
+    () => {
+        "id, tenant, name, spec, transport, endpoint, description, tags, team, enabled, \
+         source, overrides, status, tool_count, last_ping_at_ms, last_error, revision, \
+         created_by, created_at_ms, updated_at_ms"
+    };
+}
+
+/// Register a server; nothing when its tenant has one of the name. ?1..?20 in the order
+/// of `mcp_columns!`.
+pub(crate) const INSERT_MCP_SERVER: Sql = Sql::same(concat!(
+    "INSERT INTO registry_mcp_servers (",
+    mcp_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+     ?18, ?19, ?20) ON CONFLICT (tenant, name) DO NOTHING"
+));
+
+/// A server by id, in scope. ?1 id, ?2 tenant, ?3 every tenant (1) or not (0).
+pub(crate) const MCP_SERVER: Sql = Sql::same(concat!(
+    "SELECT ",
+    mcp_columns!(),
+    " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1)"
+));
+
+/// [`MCP_SERVER`], locked until the transaction ends (PostgreSQL).
+pub(crate) const MCP_SERVER_FOR_UPDATE: Sql = Sql::per_dialect(
+    concat!(
+        "SELECT ",
+        mcp_columns!(),
+        " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1)"
+    ),
+    concat!(
+        "SELECT ",
+        mcp_columns!(),
+        " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1) FOR UPDATE"
+    ),
+);
+
+/// A tenant's server by name. ?1 tenant, ?2 name.
+pub(crate) const MCP_SERVER_BY_NAME: Sql = Sql::same(concat!(
+    "SELECT ",
+    mcp_columns!(),
+    " FROM registry_mcp_servers WHERE tenant = ?1 AND name = ?2"
+));
+
+/// One page of the servers in scope by name, each row with the scope's total (one row
+/// of NULLs and the total when the page is empty). ?1 tenant, ?2 every tenant (1) or
+/// not (0), ?3 limit, ?4 offset.
+pub(crate) const LIST_MCP_SERVERS: Sql = Sql::same(concat!(
+    "SELECT s.*, t.total FROM \
+     (SELECT COUNT(*) AS total FROM registry_mcp_servers WHERE tenant = ?1 OR ?2 = 1) t \
+     LEFT JOIN (SELECT ",
+    mcp_columns!(),
+    " FROM registry_mcp_servers WHERE tenant = ?1 OR ?2 = 1 \
+     ORDER BY name, tenant LIMIT ?3 OFFSET ?4) s ON TRUE \
+     ORDER BY s.name, s.tenant"
+));
+
+/// Replace a server's registration (its tenant, status and counts are kept).
+/// ?1 id, ?2 name, ?3 spec, ?4 transport, ?5 endpoint, ?6 description, ?7 tags, ?8 team,
+/// ?9 enabled, ?10 source, ?11 overrides, ?12 created_by, ?13 now, ?14 revision.
+pub(crate) const UPDATE_MCP_SERVER: Sql = Sql::same(
+    "UPDATE registry_mcp_servers SET name = ?2, spec = ?3, transport = ?4, endpoint = ?5, \
+     description = ?6, tags = ?7, team = ?8, enabled = ?9, source = ?10, overrides = ?11, \
+     created_by = ?12, updated_at_ms = ?13, revision = ?14 WHERE id = ?1",
+);
+
+/// What a test or discover saw. ?1 id, ?2 status, ?3 last error, ?4 ping time (NULL
+/// keeps the last one).
+pub(crate) const MCP_SERVER_STATUS: Sql = Sql::same(
+    "UPDATE registry_mcp_servers SET status = ?2, last_error = ?3, \
+     last_ping_at_ms = COALESCE(?4, last_ping_at_ms) WHERE id = ?1",
+);
+
+/// Set a server's tool count. ?1 id, ?2 count.
+pub(crate) const MCP_SERVER_TOOL_COUNT: Sql =
+    Sql::same("UPDATE registry_mcp_servers SET tool_count = ?2 WHERE id = ?1");
+
+/// Remove a server (its tool links first).
+pub(crate) const DELETE_MCP_SERVER: Sql =
+    Sql::same("DELETE FROM registry_mcp_servers WHERE id = ?1");
+
+/// The ids of the tools linked to a server.
+pub(crate) const MCP_SERVER_TOOL_IDS: Sql = Sql::same(
+    "SELECT tool_id FROM registry_mcp_server_tools WHERE server_id = ?1 ORDER BY tool_id",
+);
+
+/// Link a tool to a server. ?1 server id, ?2 tool id.
+pub(crate) const LINK_MCP_TOOL: Sql = Sql::same(
+    "INSERT INTO registry_mcp_server_tools (server_id, tool_id) VALUES (?1, ?2) \
+     ON CONFLICT (server_id, tool_id) DO NOTHING",
+);
+
+/// Unlink a tool from a server. ?1 server id, ?2 tool id.
+pub(crate) const UNLINK_MCP_TOOL: Sql =
+    Sql::same("DELETE FROM registry_mcp_server_tools WHERE server_id = ?1 AND tool_id = ?2");

@@ -5,11 +5,11 @@
 use async_trait::async_trait;
 use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
-use crate::rules;
 use crate::{
     AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
     SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
 };
+use crate::{McpPing, McpServerRecord, McpSync, McpTools, NewMcpServer, mcp_rules, rules};
 
 /// The registry's migrations: its tables beside the journal's, its version under
 /// `registry_schema_version` in the shared `toolshed_meta`.
@@ -43,6 +43,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 5,
             sqlite: include_str!("../migrations/sqlite/0005_token_generation.sql"),
             postgres: include_str!("../migrations/postgres/0005_token_generation.sql"),
+        },
+        Migration {
+            version: 6,
+            sqlite: include_str!("../migrations/sqlite/0006_mcp_servers.sql"),
+            postgres: include_str!("../migrations/postgres/0006_mcp_servers.sql"),
         },
     ],
 };
@@ -303,6 +308,92 @@ impl RegistryStore for SqlRegistry {
         self.db
             .read(move |db| {
                 Box::pin(async move { rules::list_executions(db, &tenant, page, per_page).await })
+            })
+            .await
+    }
+
+    async fn create_mcp_server(&self, new: NewMcpServer) -> Result<McpServerRecord> {
+        self.db
+            .write(move |db| Box::pin(mcp_rules::create(db, new)))
+            .await
+    }
+
+    async fn get_mcp_server(&self, id: &str, scope: &TenantScope) -> Result<McpServerRecord> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .read(move |db| Box::pin(async move { mcp_rules::get(db, &id, &scope).await }))
+            .await
+    }
+
+    async fn find_mcp_server(&self, tenant: &str, name: &str) -> Result<Option<McpServerRecord>> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        self.db
+            .read(move |db| Box::pin(async move { mcp_rules::by_name(db, &tenant, &name).await }))
+            .await
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        scope: &TenantScope,
+        page: u32,
+        per_page: u32,
+    ) -> Result<Page<McpServerRecord>> {
+        let scope = scope.clone();
+        self.db
+            .read(move |db| {
+                Box::pin(async move { mcp_rules::list(db, &scope, page, per_page).await })
+            })
+            .await
+    }
+
+    async fn update_mcp_server(
+        &self,
+        id: &str,
+        new: NewMcpServer,
+        expected_revision: Option<u32>,
+        scope: &TenantScope,
+    ) -> Result<McpServerRecord> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .write(move |db| {
+                Box::pin(
+                    async move { mcp_rules::update(db, &id, new, expected_revision, &scope).await },
+                )
+            })
+            .await
+    }
+
+    async fn record_mcp_status(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        ping: McpPing,
+    ) -> Result<McpServerRecord> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .write(move |db| {
+                Box::pin(async move { mcp_rules::record_status(db, &id, &scope, ping).await })
+            })
+            .await
+    }
+
+    async fn delete_mcp_server(&self, id: &str, scope: &TenantScope) -> Result<McpServerRecord> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .write(move |db| Box::pin(async move { mcp_rules::delete(db, &id, &scope).await }))
+            .await
+    }
+
+    async fn sync_mcp_tools(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        tools: McpTools,
+    ) -> Result<McpSync> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .write(move |db| {
+                Box::pin(async move { mcp_rules::sync_tools(db, &id, &scope, tools).await })
             })
             .await
     }

@@ -116,6 +116,8 @@ suite!(
     users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant,
     every_revision_keeps_its_own_uploaded_code,
     an_archive_is_stored_once_per_hash,
+    mcp_servers_are_per_tenant_entries_with_revisions,
+    mcp_discover_synchronises_the_servers_tools_in_one_transaction,
 );
 
 // ---- helpers ----
@@ -1512,7 +1514,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5, 6]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1640,7 +1642,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = sqlite_at(&path).await.unwrap();
-        assert_eq!(store.applied_migrations(), [3, 4, 5]);
+        assert_eq!(store.applied_migrations(), [3, 4, 5, 6]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
         assert_eq!(
             store.tool_versions("t1").await.unwrap()[0].tenant,
@@ -1696,7 +1698,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (5)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (6)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1827,7 +1829,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1852,6 +1854,8 @@ mod postgres_only {
                     "registry_agent_tools",
                     "registry_agents",
                     "registry_code",
+                    "registry_mcp_server_tools",
+                    "registry_mcp_servers",
                     "registry_sandbox_executions",
                     "registry_settings",
                     "registry_tool_code",
@@ -1920,7 +1924,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2, 3]);
-                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));
@@ -2121,4 +2125,368 @@ async fn an_archive_is_stored_once_per_hash(store: Arc<dyn RegistryStore>) {
     );
     let missing = store.code_archive(&"f".repeat(64)).await.unwrap_err();
     assert_eq!(missing.code(), RegistryCode::NotFound);
+}
+
+// ---- MCP servers ----
+
+fn mcp_server(name: &str, tenant: &str) -> toolshed_registry::NewMcpServer {
+    toolshed_registry::NewMcpServer {
+        name: name.to_owned(),
+        tenant: tenant.to_owned(),
+        spec: json!({"name": name, "launch": {"transport": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}}),
+        transport: "stdio".to_owned(),
+        endpoint: "npx -y @modelcontextprotocol/server-everything".to_owned(),
+        description: format!("the {name} server"),
+        tags: vec!["mcp".to_owned(), "demo".to_owned()],
+        team: Some("platform".to_owned()),
+        enabled: true,
+        source: "api".to_owned(),
+        overrides: json!({}),
+        created_by: "deployer".to_owned(),
+    }
+}
+
+fn mcp_tool(server: &str, tool: &str, tenant: &str, description: &str) -> NewTool {
+    let name = format!("{server}__{tool}");
+    NewTool {
+        name: name.clone(),
+        description: description.to_owned(),
+        tool_type: "mcp".to_owned(),
+        source: "mcp".to_owned(),
+        endpoint: Some(format!("mcp:{server}/{tool}")),
+        version: None,
+        definition: json!({"spec_version": "v1", "name": name, "description": description}),
+        created_by: "deployer".to_owned(),
+        tenant: tenant.to_owned(),
+        code: None,
+    }
+}
+
+async fn mcp_servers_are_per_tenant_entries_with_revisions(store: Arc<dyn RegistryStore>) {
+    use toolshed_registry::{McpPing, McpServerStatus};
+    let created = store
+        .create_mcp_server(mcp_server("everything", HOME))
+        .await
+        .unwrap();
+    assert_eq!(created.revision, 1);
+    assert_eq!(created.status, McpServerStatus::Registered);
+    assert_eq!(created.server.tags, ["mcp", "demo"]);
+    let again = conflict_message(
+        store
+            .create_mcp_server(mcp_server("everything", HOME))
+            .await,
+    );
+    assert!(
+        again.contains("everything") && again.contains(&created.id),
+        "{again}"
+    );
+    // Another tenant may use the name: entries are per tenant.
+    let theirs = store
+        .create_mcp_server(mcp_server("everything", "beta"))
+        .await
+        .unwrap();
+    store
+        .create_mcp_server(mcp_server("alpha", HOME))
+        .await
+        .unwrap();
+
+    let got = store.get_mcp_server(&created.id, &home()).await.unwrap();
+    assert_eq!(got, created);
+    assert_not_found(
+        store.get_mcp_server(&theirs.id, &home()).await,
+        "MCP server",
+        &theirs.id,
+    );
+    assert_eq!(
+        store
+            .get_mcp_server(&theirs.id, &TenantScope::All)
+            .await
+            .unwrap()
+            .server
+            .tenant,
+        "beta"
+    );
+    let page = store.list_mcp_servers(&home(), 1, 20).await.unwrap();
+    let listed: Vec<&str> = page.items.iter().map(|s| s.server.name.as_str()).collect();
+    assert_eq!((listed, page.total), (vec!["alpha", "everything"], 2));
+    let page = store.list_mcp_servers(&home(), 2, 1).await.unwrap();
+    assert_eq!((page.items.len(), page.total), (1, 2));
+    assert_eq!(page.items[0].server.name, "everything");
+    assert_eq!(
+        store
+            .list_mcp_servers(&TenantScope::All, 1, 20)
+            .await
+            .unwrap()
+            .total,
+        3
+    );
+    assert!(
+        store
+            .list_mcp_servers(&of("nobody"), 1, 20)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .find_mcp_server("beta", "everything")
+            .await
+            .unwrap()
+            .map(|s| s.id),
+        Some(theirs.id.clone())
+    );
+    assert!(
+        store
+            .find_mcp_server("beta", "alpha")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Updates: a new revision, the owner kept, stale revisions and other tenants refused.
+    let mut change = mcp_server("everything", "someone-else");
+    change.enabled = false;
+    change.description = "changed".into();
+    let updated = store
+        .update_mcp_server(&created.id, change.clone(), Some(1), &home())
+        .await
+        .unwrap();
+    assert_eq!(
+        (updated.revision, updated.server.tenant.as_str()),
+        (2, HOME)
+    );
+    assert!(!updated.server.enabled);
+    assert_eq!(updated.created_at_ms, created.created_at_ms);
+    let stale = conflict_message(
+        store
+            .update_mcp_server(&created.id, change.clone(), Some(1), &home())
+            .await,
+    );
+    assert!(stale.contains("revision 2"), "{stale}");
+    assert_not_found(
+        store
+            .update_mcp_server(&theirs.id, change.clone(), None, &home())
+            .await,
+        "MCP server",
+        &theirs.id,
+    );
+    let taken = conflict_message(
+        store
+            .update_mcp_server(&created.id, mcp_server("alpha", HOME), None, &home())
+            .await,
+    );
+    assert!(taken.contains("`alpha`"), "{taken}");
+
+    // Status: a failure keeps the last ping, a success sets it and clears the error.
+    let failed = store
+        .record_mcp_status(
+            &created.id,
+            &home(),
+            McpPing::Failed("connection refused".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.status, McpServerStatus::Error);
+    assert_eq!(failed.last_error.as_deref(), Some("connection refused"));
+    assert_eq!(failed.last_ping_at_ms, None);
+    let reached = store
+        .record_mcp_status(&created.id, &home(), McpPing::Reached)
+        .await
+        .unwrap();
+    assert_eq!(reached.status, McpServerStatus::Active);
+    assert_eq!(reached.last_error, None);
+    assert!(reached.last_ping_at_ms.is_some());
+    assert_not_found(
+        store
+            .record_mcp_status(&theirs.id, &home(), McpPing::Reached)
+            .await,
+        "MCP server",
+        &theirs.id,
+    );
+
+    assert_not_found(
+        store.delete_mcp_server(&theirs.id, &home()).await,
+        "MCP server",
+        &theirs.id,
+    );
+    store.delete_mcp_server(&created.id, &home()).await.unwrap();
+    assert_not_found(
+        store.get_mcp_server(&created.id, &home()).await,
+        "MCP server",
+        &created.id,
+    );
+    // The name is free again.
+    store
+        .create_mcp_server(mcp_server("everything", HOME))
+        .await
+        .unwrap();
+}
+
+async fn mcp_discover_synchronises_the_servers_tools_in_one_transaction(
+    store: Arc<dyn RegistryStore>,
+) {
+    let server = store
+        .create_mcp_server(mcp_server("ev", HOME))
+        .await
+        .unwrap();
+    let first = store
+        .sync_mcp_tools(
+            &server.id,
+            &home(),
+            vec![
+                mcp_tool("ev", "echo", HOME, "Echoes"),
+                mcp_tool("ev", "add", HOME, "Adds"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.added, ["ev__echo", "ev__add"]);
+    assert!(first.changed.is_empty() && first.removed.is_empty());
+    let names: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["ev__add", "ev__echo"]);
+    let echo = store.find_tool_by_name("ev__echo").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            echo.tool_type.as_str(),
+            echo.source.as_str(),
+            echo.endpoint.as_deref()
+        ),
+        ("mcp", "mcp", Some("mcp:ev/echo"))
+    );
+    assert_eq!(
+        store
+            .get_mcp_server(&server.id, &home())
+            .await
+            .unwrap()
+            .tool_count,
+        2
+    );
+
+    // The same list again changes nothing; a changed description is a new revision; a
+    // tool no longer listed is deleted; a new one is added.
+    let same = store
+        .sync_mcp_tools(
+            &server.id,
+            &home(),
+            vec![
+                mcp_tool("ev", "echo", HOME, "Echoes"),
+                mcp_tool("ev", "add", HOME, "Adds"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(same.added.is_empty() && same.changed.is_empty() && same.removed.is_empty());
+    let second = store
+        .sync_mcp_tools(
+            &server.id,
+            &home(),
+            vec![
+                mcp_tool("ev", "echo", HOME, "Echoes back"),
+                mcp_tool("ev", "sum", HOME, "Sums"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            second.added.clone(),
+            second.changed.clone(),
+            second.removed.clone()
+        ),
+        (
+            vec!["ev__sum".to_owned()],
+            vec!["ev__echo".to_owned()],
+            vec!["ev__add".to_owned()]
+        )
+    );
+    let echo_now = store.find_tool_by_name("ev__echo").await.unwrap().unwrap();
+    assert_eq!(
+        (echo_now.id.as_str(), echo_now.revision),
+        (echo.id.as_str(), 2)
+    );
+    assert!(store.find_tool_by_name("ev__add").await.unwrap().is_none());
+
+    // A collision with another source's tool names both and writes nothing.
+    let other = store.create_tool(tool("ev__zap")).await.unwrap();
+    let clash = conflict_message(
+        store
+            .sync_mcp_tools(
+                &server.id,
+                &home(),
+                vec![
+                    mcp_tool("ev", "echo", HOME, "changed again"),
+                    mcp_tool("ev", "zap", HOME, "Zaps"),
+                ],
+            )
+            .await,
+    );
+    assert!(
+        clash.contains("ev__zap")
+            && clash.contains("mcp:ev/zap")
+            && clash.contains("source `manual`")
+            && clash.contains(&other.id),
+        "{clash}"
+    );
+    let untouched = store.find_tool_by_name("ev__echo").await.unwrap().unwrap();
+    assert_eq!(
+        untouched.revision, 2,
+        "the failed sync was rolled back whole"
+    );
+    assert!(store.find_tool_by_name("ev__sum").await.unwrap().is_some());
+
+    // Another tenant's server cannot be synchronised by this tenant.
+    let theirs = store
+        .create_mcp_server(mcp_server("ev", "beta"))
+        .await
+        .unwrap();
+    assert_not_found(
+        store
+            .sync_mcp_tools(&theirs.id, &home(), vec![mcp_tool("ev", "x", HOME, "X")])
+            .await,
+        "MCP server",
+        &theirs.id,
+    );
+    // Its tools would collide with ours by name (tool names are organisation-wide).
+    let cross = conflict_message(
+        store
+            .sync_mcp_tools(
+                &theirs.id,
+                &of("beta"),
+                vec![mcp_tool("ev", "echo", "beta", "E")],
+            )
+            .await,
+    );
+    assert!(
+        cross.contains("mcp:ev/echo") && cross.contains(&format!("tenant `{HOME}`")),
+        "{cross}"
+    );
+
+    // A rename deletes the tools (they carry the old name); deleting the server deletes
+    // the rest.
+    let renamed = store
+        .update_mcp_server(&server.id, mcp_server("ev2", HOME), None, &home())
+        .await
+        .unwrap();
+    assert_eq!(renamed.tool_count, 0);
+    assert!(store.find_tool_by_name("ev__echo").await.unwrap().is_none());
+    store
+        .sync_mcp_tools(
+            &server.id,
+            &home(),
+            vec![mcp_tool("ev2", "echo", HOME, "E")],
+        )
+        .await
+        .unwrap();
+    let gone = store.delete_mcp_server(&server.id, &home()).await.unwrap();
+    assert_eq!(gone.server.name, "ev2");
+    assert!(
+        store
+            .find_tool_by_name("ev2__echo")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Deleted tools keep their history.
+    assert_eq!(store.tool_versions(&echo.id).await.unwrap().len(), 2);
 }

@@ -279,8 +279,10 @@ pub struct Bind {
     /// Where it appears in the sandbox (absolute; not under `/usr`, `/proc`, `/dev`,
     /// `/etc`, `/tmp`, `/work` or the lib and bin links).
     pub target: PathBuf,
-    /// Whether programs under it may be executed (a read-only bind only: a writable one
-    /// never is, so nothing the sandbox writes can be run as a program).
+    /// Whether programs under it may be executed. A writable bind is not, so nothing
+    /// the sandbox writes can be run as a program, except a package cache
+    /// ([`Bind::package_cache`]), the one folder whose purpose is to hold programs the
+    /// sandbox downloads and then runs.
     #[serde(default)]
     pub exec: bool,
     /// Whether the sandbox may write under it (a host folder only). Before each run the
@@ -311,6 +313,22 @@ impl Bind {
             target: target.into(),
             exec: true,
             writable: false,
+        }
+    }
+
+    /// A package cache: a read-write bind whose programs may also be executed (what
+    /// `npx -y PACKAGE` or `uvx PACKAGE` downloads and then runs). Why this is safe
+    /// enough: the code in it runs inside the same sandbox that downloaded it, and a
+    /// cache belongs to one server of one scope (a tenant, an agent), so what one run
+    /// leaves there can only change later runs of the same server for the same owner.
+    /// Its tree is given to the run's pool uid before the run, as for
+    /// [`Bind::read_write`].
+    pub fn package_cache(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
+        Bind {
+            source: source.into(),
+            target: target.into(),
+            exec: true,
+            writable: true,
         }
     }
 

@@ -1,8 +1,8 @@
 //! The Landlock ruleset of one run, created by the parent (with the `landlock` crate)
 //! and enforced by the child right before it execs: read everywhere in the sandbox's
 //! root, read and execute under `/usr` and the executable binds, read and write (no
-//! execute) only in the scratch folder, `/tmp` and the writable binds, the three device
-//! nodes; no TCP with
+//! execute) only in the scratch folder, `/tmp` and the writable binds (a package cache
+//! is also executable: it is in both lists), the three device nodes; no TCP with
 //! the network off and no TCP `bind` with it on; abstract unix sockets and signals scoped
 //! to the sandbox. What the running kernel's ABI lacks is dropped (best effort above the
 //! configured floor, which `Sandbox::new` checks).

@@ -394,15 +394,17 @@ pub(crate) fn prepare(
     for b in binds {
         if b.writable {
             own_tree(&b.source, uid)?;
-            // One folder, not the mounts below it; writable, never executable.
+            // One folder, not the mounts below it; writable, and executable only for a
+            // package cache (`Bind::package_cache`); never set-uid, never devices.
             let m = clone_tree(&b.source, false, "clone a writable bind")?;
-            setattr(
-                &m,
-                libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV | libc::MOUNT_ATTR_NOEXEC,
-                libc::MOUNT_ATTR_RDONLY,
-                false,
-                "set a writable bind's flags",
-            )?;
+            let mut set = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+            let mut clear = libc::MOUNT_ATTR_RDONLY;
+            if b.exec {
+                clear |= libc::MOUNT_ATTR_NOEXEC;
+            } else {
+                set |= libc::MOUNT_ATTR_NOEXEC;
+            }
+            setattr(&m, set, clear, false, "set a writable bind's flags")?;
             mounts.push((m, rel(&b.target.to_string_lossy())));
             continue;
         }

@@ -342,6 +342,10 @@ pub(crate) async fn start(
             for (b, fd) in spec.binds.iter().zip(&bind_fds) {
                 if b.writable {
                     writable.push(fd.as_fd());
+                    // A package cache: write, and execute too (the rules add up).
+                    if b.exec {
+                        exec.push(fd.as_fd());
+                    }
                 } else if b.exec {
                     exec.push(fd.as_fd());
                 } else {

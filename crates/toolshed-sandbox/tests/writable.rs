@@ -79,6 +79,30 @@ async fn nothing_written_to_a_writable_bind_can_be_executed() {
     assert_ne!(mode & 0o100, 0);
 }
 
+/// A package cache is the one writable bind whose programs may run (what `npx -y`
+/// downloads): written, executed, and still never set-uid.
+#[tokio::test]
+async fn a_package_cache_is_writable_and_executable_but_never_setuid() {
+    let sb = sandbox();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = sh(
+        "printf '#!/bin/sh\\necho RAN\\n' > /cache/x.sh && chmod +x /cache/x.sh && /cache/x.sh \
+         && grep ' /cache ' /proc/self/mounts",
+        LimitsRequest::default(),
+    )
+    .bind(Bind::package_cache(dir.path(), "/cache"));
+    let o = run(&sb, spec).await;
+    assert_eq!(o.exit_code(), Some(0), "{}", show(&o));
+    assert!(out(&o).starts_with("RAN\n"), "{}", show(&o));
+    let mount = out(&o).lines().nth(1).unwrap_or_default().to_owned();
+    assert!(
+        mount.contains("nosuid") && mount.contains("nodev"),
+        "{mount}"
+    );
+    assert!(!mount.contains("noexec"), "{mount}");
+    assert!(dir.path().join("x.sh").is_file());
+}
+
 #[tokio::test]
 async fn giving_the_tree_to_the_run_never_follows_a_planted_symlink() {
     let sb = sandbox();

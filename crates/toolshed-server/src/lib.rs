@@ -45,6 +45,7 @@ mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
+pub mod mcp;
 pub mod mcp_gateway;
 mod retention;
 pub mod routes;
@@ -115,6 +116,10 @@ pub struct ServerConfig {
     pub four_eyes: bool,
     /// `/mcp`: the extra allowed origins and the prompts and resources offered.
     pub mcp_gateway: mcp_gateway::McpSettings,
+    /// Host folders bound into the sandbox of every MCP stdio server the registry
+    /// starts (read-only), e.g. a shared `node_modules` of pinned servers. Empty by
+    /// default: `npx -y` and `uvx` servers download into their per-server cache.
+    pub mcp_binds: Vec<toolshed_sandbox::Bind>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -161,6 +166,7 @@ impl ServerConfig {
             retain_runs: None,
             four_eyes: false,
             mcp_gateway: mcp_gateway::McpSettings::default(),
+            mcp_binds: Vec::new(),
         }
     }
 }
@@ -381,6 +387,7 @@ impl Server {
             task.abort();
         }
         self.state.dispatcher().shutdown();
+        self.state.mcp().shutdown().await;
         Ok(())
     }
 }

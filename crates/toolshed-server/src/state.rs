@@ -66,6 +66,7 @@ struct Inner {
     code: Option<Arc<CodeCache>>,
     execute_rate: Option<crate::limits::RateLimiter>,
     credentials: Arc<PolicyProvider>,
+    mcp: toolshed_mcp::McpHub,
 }
 
 /// What a user's current tokens carry: a token saying anything else was withdrawn.
@@ -104,8 +105,10 @@ impl AppState {
             PolicyProvider::open(&config.credentials)
                 .unwrap_or_else(|_| PolicyProvider::without_vault(&config.credentials)),
         );
+        let mcp = mcp_hub(&config, &sandbox);
         AppState {
             inner: Arc::new(Inner {
+                mcp,
                 credentials,
                 config,
                 journal,
@@ -154,6 +157,9 @@ impl AppState {
     /// and its dependencies installed (each once per hash), a host path checked
     /// against the tool roots again.
     pub async fn runnable(&self, record: &ToolRecord) -> Result<toolshed_core::Tool, ApiError> {
+        if let Some(endpoint) = record.endpoint.as_deref().filter(|e| e.starts_with("mcp:")) {
+            return crate::mcp::runnable(self, record, endpoint).await;
+        }
         let env = crate::tools::run_env(
             self.dispatcher(),
             self.code()?,
@@ -162,6 +168,11 @@ impl AppState {
         )
         .await?;
         crate::tools::build_tool(self.dispatcher(), record, &env)
+    }
+
+    /// The connections to the registry's MCP servers (scope: the entry's tenant).
+    pub fn mcp(&self) -> &toolshed_mcp::McpHub {
+        &self.inner.mcp
     }
 
     /// Take one execute from `tenant`'s bucket, or the 429 `RATE_LIMITED` saying how
@@ -319,4 +330,24 @@ impl AppState {
             }
         }
     }
+}
+
+/// The hub of the registry's MCP servers: stdio servers in the server's sandbox (as
+/// plain children only where the operator chose `--unsandboxed` for every tool), their
+/// package caches under the dispatcher's cache folder, HTTP servers through the same
+/// SSRF guard as HTTP tools.
+fn mcp_hub(config: &ServerConfig, sandbox: &SandboxHandle) -> toolshed_mcp::McpHub {
+    let mut client = toolshed_mcp::ClientConfig::new(config.dispatcher.cache_dir.join("mcp"));
+    client.unsandboxed = matches!(
+        config.dispatcher.isolation,
+        toolshed_dispatch::Isolation::Unsandboxed
+    );
+    if let SandboxHandle::Ready(s) = sandbox
+        && !client.unsandboxed
+    {
+        client.sandbox = Some(s.clone());
+    }
+    client.http_policy = config.dispatcher.http.clone();
+    client.binds = config.mcp_binds.clone();
+    toolshed_mcp::McpHub::new(client)
 }

@@ -22,6 +22,7 @@ use toolshed_auth::AuthCode;
 use toolshed_core::ErrorCode;
 use toolshed_dispatch::DispatchCode;
 use toolshed_journal::JournalCode;
+use toolshed_mcp::McpCode;
 use toolshed_registry::RegistryCode;
 use toolshed_runtime::RuntimeCode;
 use toolshed_sandbox::SandboxCode;
@@ -151,10 +152,11 @@ fn every_code_of_every_layer_is_on_the_errors_page() {
     check_enum::<JournalCode>(&page, "JournalCode");
     check_enum::<RegistryCode>(&page, "RegistryCode");
     check_enum::<SandboxCode>(&page, "SandboxCode");
+    check_enum::<McpCode>(&page, "McpCode");
     let sections: Vec<&String> = page.keys().collect();
     assert_eq!(
         sections.len(),
-        10,
+        11,
         "a section the test does not check: {sections:?}"
     );
 }

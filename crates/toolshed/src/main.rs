@@ -9,19 +9,24 @@
 //!   answer of the registry server (not logged in, forbidden, not found, conflict);
 //! - 3: an internal error, the journal cannot be reached, the registry server cannot be
 //!   reached or answers 5xx, the sandbox cannot run untrusted code on this host;
-//! - 4: the run parked: it waits for a person (approve, deny or answer, then resume).
+//! - 4: the run parked: it waits for a person (approve, deny or answer, then resume);
+//! - 5: `toolshed scan` found problems: a config file or entry that did not parse, a
+//!   missing variable, a server that did not start or list its tools, a failed
+//!   registration (each printed; the rest was scanned).
 
 mod agent;
 mod approvals;
 mod client;
 mod db;
 mod mcp;
+mod mcp_registry;
 mod output;
 mod prompt;
 mod registry;
 mod retention;
 mod runs;
 mod sandbox;
+mod scan;
 mod serve;
 mod serve_limits;
 mod tools;
@@ -82,6 +87,10 @@ enum Command {
         #[command(subcommand)]
         command: mcp::McpCommand,
     },
+    /// Find the MCP servers configured on this machine (Claude Code, Claude Desktop,
+    /// Cursor, VS Code), start each in the sandbox and list its tools; `--register`
+    /// registers them.
+    Scan(scan::ScanArgs),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -159,6 +168,7 @@ fn main() -> ExitCode {
             Command::Registry(g) => registry::run(g.command, g.json).await,
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
             Command::Mcp { command } => mcp::run(command, &db).await,
+            Command::Scan(args) => scan::run(args).await,
         }
     });
     match result {

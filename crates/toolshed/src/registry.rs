@@ -66,6 +66,12 @@ pub enum RegistryCommand {
         /// The run id `tool run` printed.
         run_id: String,
     },
+    /// Register, list, show, test, discover and remove MCP servers in the registry.
+    Mcp {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::mcp_registry::McpCommand,
+    },
 }
 
 /// `toolshed registry tool` subcommands.
@@ -168,6 +174,9 @@ pub async fn run(cmd: RegistryCommand, json_out: bool) -> Result<(), Failure> {
             return answer_call(&call_id, &answer, json_out).await;
         }
         RegistryCommand::Resume { run_id } => return resume(&run_id, json_out).await,
+        RegistryCommand::Mcp { command } => {
+            return crate::mcp_registry::run(command, json_out).await;
+        }
     };
     match command {
         ToolCommand::Push(args) => push(args, json_out).await,

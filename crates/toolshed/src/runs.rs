@@ -444,6 +444,18 @@ fn diagnostics_text(calls: &[CallRecord]) -> String {
         if d.oom_killed {
             facts.push("out of memory".to_owned());
         }
+        if let Some(m) = &d.mcp {
+            // The MCP side of the call: which server and tool, over which era.
+            let era = match (m.era.as_str(), m.protocol_version.as_str()) {
+                ("", _) => "not connected".to_owned(),
+                (era, "") => era.to_owned(),
+                (era, version) => format!("{era} {version}"),
+            };
+            facts.push(format!("mcp {}/{} ({era})", m.server, m.tool));
+            if let Some(ms) = c.duration_ms {
+                facts.push(format!("{ms:.1} ms"));
+            }
+        }
         text.push_str(&format!(
             "\ncall {} ({}){}{}\n",
             c.ordinal,

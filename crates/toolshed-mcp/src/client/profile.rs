@@ -95,8 +95,21 @@ impl std::fmt::Display for SandboxProfile {
 }
 
 /// A scope as one path segment: tenant and agent ids are free text, so anything but
-/// `[A-Za-z0-9_-.]` is replaced and `.`/`..` cannot climb out of the cache root.
+/// `[A-Za-z0-9_-]` is replaced and `.`/`..` cannot climb out of the cache root. A scope
+/// that had to be changed also gets a hash of itself, so two scopes that read alike
+/// after the change (`a/b`, `a_b`) never share a cache: one owner's downloads must not
+/// be another's programs.
 fn cache_segment(scope: &str) -> String {
+    let s = safe_segment(scope);
+    if s == scope {
+        return s;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(scope.as_bytes());
+    format!("{s}-{}", hex::encode(&digest[..8]))
+}
+
+fn safe_segment(scope: &str) -> String {
     let s: String = scope
         .chars()
         .map(|c| {
@@ -144,9 +157,16 @@ mod tests {
         assert!(p.network);
         let p = SandboxProfile::of(&launch("uvx", &["x"], Some(false)), root, "../..", "s");
         assert!(!p.network);
-        assert_eq!(
-            p.cache.as_deref(),
-            Some(Path::new("/var/cache/mcp/_____/s"))
+        let dir = p.cache.unwrap();
+        assert!(dir.starts_with("/var/cache/mcp/"), "{dir:?}");
+        assert!(
+            dir.to_str().unwrap().starts_with("/var/cache/mcp/_____-"),
+            "{dir:?}"
         );
+        // Two scopes that read alike once made safe keep apart.
+        let a = SandboxProfile::of(&launch("npx", &["x"], None), root, "a/b", "s");
+        let b = SandboxProfile::of(&launch("npx", &["x"], None), root, "a_b", "s");
+        assert_ne!(a.cache, b.cache);
+        assert_eq!(b.cache.as_deref(), Some(Path::new("/var/cache/mcp/a_b/s")));
     }
 }

@@ -238,7 +238,7 @@ pub(crate) async fn spawn(
             };
             run.limits = server_limits();
             if let Some(cache) = &profile.cache {
-                run.binds.push(Bind::read_write(cache, CACHE_TARGET));
+                run.binds.push(Bind::package_cache(cache, CACHE_TARGET));
             }
             for (host, inside) in &profile.binds {
                 run.binds.push(Bind::executable(host, inside));

@@ -10,6 +10,7 @@ use crate::Json;
 use crate::state::AppState;
 
 pub mod auth;
+pub mod mcp_servers;
 pub mod meta;
 pub mod registry;
 pub mod runs;
@@ -53,6 +54,19 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(session::me))
         .routes(routes!(session::change_password))
         .routes(routes!(session::update_user))
+        .routes(routes!(
+            mcp_servers::list_mcp_servers,
+            mcp_servers::create_mcp_server
+        ))
+        .routes(routes!(mcp_servers::list_mcp_servers_alias))
+        .routes(routes!(
+            mcp_servers::get_mcp_server,
+            mcp_servers::update_mcp_server,
+            mcp_servers::delete_mcp_server
+        ))
+        .routes(routes!(mcp_servers::test_mcp_server))
+        .routes(routes!(mcp_servers::discover_mcp_server))
+        .routes(routes!(mcp_servers::execute_mcp_tool))
 }
 
 /// The OpenAPI document: the routes of [`api`] with their schemas, under the API's
@@ -195,6 +209,7 @@ fn default_description(status: &str) -> &'static str {
         "422" => "A field is wrong; every problem is in `details` (`INVALID_BODY`, `INVALID_ARGS`)",
         "429" => "Too many requests: wait for the `Retry-After` header's seconds",
         "500" => "The server failed (`INTERNAL`); the request may be retried",
+        "502" => "An MCP server could not be reached (`MCP_SERVER_UNREACHABLE`)",
         "503" => {
             "The request took longer than the server allows (`REQUEST_TIMEOUT`), or a service the route needs is unavailable"
         }

@@ -19,7 +19,7 @@ use utoipa::IntoParams;
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::execute::{ExecuteRequest, execute};
+use crate::execute::ExecuteRequest;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
@@ -299,7 +299,21 @@ pub async fn execute_tool(
     Body(body): Body<ExecuteBody>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
     let claims = auth.require(Role::Deployer)?;
-    let executed = execute(&state, claims, ExecuteRequest::new(id, body.args)).await?;
+    execute(&state, claims, &id, body.args).await
+}
+
+/// One execute of a registry tool by id or name, as a durable run of the caller, as the
+/// REST answer: `POST /api/v1/registry/tools/{id}/execute` and
+/// `POST /api/v1/mcp-servers/{id}/execute`. The work (the rate limit, the args checked
+/// against the schema, the credentials policy, the journal, approvals) is
+/// [`crate::execute::execute`], which `/mcp`'s `tools/call` shares.
+pub(crate) async fn execute(
+    state: &AppState,
+    claims: &toolshed_auth::Claims,
+    id: &str,
+    args: Option<Value>,
+) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
+    let executed = crate::execute::execute(state, claims, ExecuteRequest::new(id, args)).await?;
     let run_id = executed.run_id;
     let step = executed.step;
     let (status, view) = match step {
