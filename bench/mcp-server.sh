@@ -129,5 +129,5 @@ done
 echo
 printf '%s\n' "${RATIOS[@]}"
 # Every call was a durable run: the journal holds them.
-RUNS="$(curl -sf "$URL/api/v1/runs?per_page=1" -H "authorization: Bearer $TOKEN" | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"])' 2>/dev/null || echo '?')"
+RUNS="$(curl -sf "$URL/api/v1/runs?per_page=1" -H "authorization: Bearer $TOKEN" | python3 -c 'import json,sys; print(json.load(sys.stdin)["meta"]["total"])' 2>/dev/null || echo '?')"
 echo "runs in the journal: $RUNS"
