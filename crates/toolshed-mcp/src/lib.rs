@@ -15,6 +15,7 @@ pub mod client;
 pub mod discovery;
 pub mod error;
 pub mod sanitize;
+pub mod server;
 pub mod spec;
 
 pub use client::{

@@ -40,11 +40,13 @@ pub use axum::Json;
 pub mod code;
 pub mod credentials;
 mod error;
+pub mod execute;
 mod extract;
 pub mod limits;
 mod listen;
 pub mod login_limits;
 pub mod mcp;
+pub mod mcp_gateway;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -56,7 +58,7 @@ mod views;
 pub use error::ApiError;
 pub use retention::Retention;
 pub use routes::ApiDoc;
-pub use state::AppState;
+pub use state::{AppState, Prepared};
 pub use toolshed_api::{ErrorBody, ErrorEnvelope};
 
 /// The tenant of users added without one.
@@ -112,6 +114,8 @@ pub struct ServerConfig {
     /// call may not approve it, whatever the tool declares (default off: only tools
     /// with `approval.four_eyes` ask for it).
     pub four_eyes: bool,
+    /// `/mcp`: the extra allowed origins and the prompts and resources offered.
+    pub mcp_gateway: mcp_gateway::McpSettings,
     /// Host folders bound into the sandbox of every MCP stdio server the registry
     /// starts (read-only), e.g. a shared `node_modules` of pinned servers. Empty by
     /// default: `npx -y` and `uvx` servers download into their per-server cache.
@@ -161,6 +165,7 @@ impl ServerConfig {
             credentials: credentials::CredentialsPolicy::default(),
             retain_runs: None,
             four_eyes: false,
+            mcp_gateway: mcp_gateway::McpSettings::default(),
             mcp_binds: Vec::new(),
         }
     }
@@ -368,7 +373,7 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let app = router(self.state.clone());
+        let app = router_at(self.state.clone(), self.local_addr());
         let pruning = self
             .state
             .config()
@@ -523,7 +528,15 @@ pub(crate) fn dummy_hash() -> &'static str {
 /// error envelopes for whatever a layer answers bare. The routes are listed once, in
 /// [`routes::api`], which also makes the OpenAPI document.
 pub fn router(state: AppState) -> Router {
-    router_with(state, Router::new())
+    let addr = state.config().addr;
+    router_at(state, addr)
+}
+
+/// [`router`] for a server listening on `local` (its address is an allowed `Host` of
+/// `/mcp`).
+pub fn router_at(state: AppState, local: SocketAddr) -> Router {
+    let mcp = mcp_gateway::service(&state, local);
+    router_with(state, mcp)
 }
 
 /// [`router`] with the routes of an application that embeds the server added (a probe

@@ -65,6 +65,10 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // A streamed answer (an MCP tools/call's SSE events) is several small
+                // writes: with Nagle on, the last one waits for the client's delayed
+                // ACK (~40 ms). Failing to set it only costs latency.
+                let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let stop = stop_rx.clone();
                 tokio::spawn(async move {

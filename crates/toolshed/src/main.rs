@@ -18,6 +18,7 @@ mod agent;
 mod approvals;
 mod client;
 mod db;
+mod mcp;
 mod mcp_registry;
 mod output;
 mod prompt;
@@ -80,6 +81,12 @@ enum Command {
     Registry(Group<registry::RegistryCommand>),
     /// Check what this host's sandbox supports, or run a tool file in the sandbox.
     Sandbox(Group<sandbox::SandboxCommand>),
+    /// Serve tools over MCP on stdio (`mcp serve`), or print a client's config for it
+    /// (`mcp config --client claude-code|cursor|vscode|claude-desktop`).
+    Mcp {
+        #[command(subcommand)]
+        command: mcp::McpCommand,
+    },
     /// Find the MCP servers configured on this machine (Claude Code, Claude Desktop,
     /// Cursor, VS Code), start each in the sandbox and list its tools; `--register`
     /// registers them.
@@ -160,6 +167,7 @@ fn main() -> ExitCode {
             Command::Login(args) => client::login(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
+            Command::Mcp { command } => mcp::run(command, &db).await,
             Command::Scan(args) => scan::run(args).await,
         }
     });

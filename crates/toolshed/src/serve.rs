@@ -112,6 +112,20 @@ pub struct ServeArgs {
     /// `approval: {four_eyes: true}` ask for it.
     #[arg(long, env = "TOOLSHED_FOUR_EYES", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     four_eyes: bool,
+    /// Origins allowed to call `/mcp` besides the loopback ones (comma-separated, e.g.
+    /// `https://tools.example.com`); each one's host is also an allowed `Host`. Any other
+    /// `Origin` or `Host` is a 403 (DNS-rebinding protection).
+    #[arg(
+        long,
+        env = "TOOLSHED_MCP_ALLOWED_ORIGINS",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    mcp_allowed_origins: Vec<String>,
+    /// The prompts and resources `/mcp` offers beside the tools: a YAML file with
+    /// `prompts:`, `resources:` and `templates:` (docs/design/mcp.md, "Server").
+    #[arg(long, env = "TOOLSHED_MCP_CATALOG", value_name = "FILE")]
+    mcp_catalog: Option<std::path::PathBuf>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -159,6 +173,11 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.retain_runs = Some(retention);
     }
     config.four_eyes = args.four_eyes;
+    config.mcp_gateway.allowed_origins = args.mcp_allowed_origins.clone();
+    if let Some(path) = &args.mcp_catalog {
+        config.mcp_gateway.catalog = toolshed_mcp::server::Catalog::load(path)
+            .map_err(|e| Failure::bad_input(anyhow!("{e}")))?;
+    }
     config.jwt_secret = secret_var(JWT_SECRET_VAR);
     config.admin_password = secret_var(ADMIN_PASSWORD_VAR);
     let shutdown = shutdown_signal()?;

@@ -4,7 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolshed_agent::ToolEntry;
 use toolshed_api::requests::{ExecuteBody, ToolRegistration};
 use toolshed_api::views::{
@@ -12,13 +12,14 @@ use toolshed_api::views::{
 };
 use toolshed_api::{ApiCode, Data, ErrorEnvelope, Paged};
 use toolshed_auth::Role;
-use toolshed_core::{Diagnostics, ToolCall};
+use toolshed_core::Diagnostics;
 use toolshed_registry::{NewAgent, ToolFilter};
-use toolshed_runtime::{CallStep, Driver, NewRunBuilder};
+use toolshed_runtime::CallStep;
 use utoipa::IntoParams;
 
 use crate::Json;
 use crate::error::ApiError;
+use crate::execute::ExecuteRequest;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
@@ -301,63 +302,20 @@ pub async fn execute_tool(
     execute(&state, claims, &id, body.args).await
 }
 
-/// One execute of a registry tool by id or name, as a durable run of the caller: the
-/// one path of `POST /api/v1/registry/tools/{id}/execute` and
-/// `POST /api/v1/mcp-servers/{id}/execute` (the rate limit, the args checked against the
-/// schema, the credentials policy, the journal, approvals).
+/// One execute of a registry tool by id or name, as a durable run of the caller, as the
+/// REST answer: `POST /api/v1/registry/tools/{id}/execute` and
+/// `POST /api/v1/mcp-servers/{id}/execute`. The work (the rate limit, the args checked
+/// against the schema, the credentials policy, the journal, approvals) is
+/// [`crate::execute::execute`], which `/mcp`'s `tools/call` shares.
 pub(crate) async fn execute(
     state: &AppState,
     claims: &toolshed_auth::Claims,
     id: &str,
     args: Option<Value>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
-    state.check_execute_rate(claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT))?;
-    let args = match args {
-        None | Some(Value::Null) => json!({}),
-        Some(a @ Value::Object(_)) => a,
-        Some(other) => {
-            return Err(ApiError::field(
-                "args",
-                format!(
-                    "must be a JSON object, not {}",
-                    toolshed_core::schema::kind_of(&other)
-                ),
-            ));
-        }
-    };
-    let prepared = state.prepared(id).await?;
-    let name = prepared.record.name.clone();
-    let pipeline = prepared.runtime.pipeline();
-    if let Some(tool) = pipeline.toolset().get(&name) {
-        let mut checked = args.clone();
-        if let Err(violations) = tool.input_schema().validate_with_defaults(&mut checked) {
-            return Err(ApiError::new(
-                ApiCode::InvalidArgs,
-                toolshed_core::schema::describe_violations(
-                    &format!("invalid arguments for tool `{name}`"),
-                    &violations,
-                ),
-            )
-            .with_violations(violations));
-        }
-    }
-    let driver = Driver::Direct {
-        tool: name.clone(),
-        args: args.clone(),
-    };
-    let driver = serde_json::to_value(&driver)
-        .map_err(|e| ApiError::internal("cannot record the run's driver", e))?;
-    let new = NewRunBuilder::new(REGISTRY_AGENT)
-        .principal(claims.principal())
-        .driver(driver)
-        .build();
-    let call = ToolCall {
-        id: "call_0".into(),
-        name,
-        args,
-    };
-    let (run, step) = prepared.runtime.run_once(new, call).await?;
-    let run_id = run.id;
+    let executed = crate::execute::execute(state, claims, ExecuteRequest::new(id, args)).await?;
+    let run_id = executed.run_id;
+    let step = executed.step;
     let (status, view) = match step {
         CallStep::Done(outcome) => {
             let (output, error) = match outcome.result {

