@@ -2,7 +2,7 @@
 //! [`McpServerSpec`] and a registry entry, a stored entry back into its spec and view,
 //! the tools a discover found as registry tools (hints, then the owner's overrides), and
 //! a registry tool of endpoint `mcp:<server>/<tool>` as the pipeline tool that calls it
-//! through the server's one [`McpHub`].
+//! through the server's one [`McpHub`](toolshed_mcp::McpHub).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

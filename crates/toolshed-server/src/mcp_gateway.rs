@@ -2,7 +2,7 @@
 //! `initialize` with sessions, 2026-07-28 `server/discover` without), for MCP clients
 //! such as Claude Code, Cursor or VS Code.
 //!
-//! - Auth: the REST API's bearer tokens, checked the same way ([`Auth`]); no token is a
+//! - Auth: the REST API's bearer tokens, checked the same way (the `Auth` extractor); no token is a
 //!   401 with `WWW-Authenticate: Bearer`. Listing and calling need the role that
 //!   executes (`deployer`).
 //! - DNS rebinding: a `Host` or `Origin` outside the allowlist is a 403. The list is

@@ -5,7 +5,7 @@
 //! process or a credential. [`McpHub::server`] hands out an [`McpServer`], which connects
 //! on first use (stdio in the sandbox, or Streamable HTTP through the SSRF guard), lists
 //! its tools ([`McpTool`], sanitised by [`crate::sanitize`]) and calls them, mapping each
-//! `tools/call` onto a pipeline [`Reply`](toolshed_core::tool::Reply).
+//! `tools/call` onto a pipeline [`Reply`].
 //!
 //! Everything a server sends is untrusted: names, schemas, descriptions and results are
 //! checked and capped before anything else sees them (see `docs/design/mcp.md`).
