@@ -4,8 +4,10 @@
 # under wrk from a second process, beside POST /api/v1/registry/tools/{id}/execute of
 # the same tool on the same server in the same run. Target: MCP >= 70% of REST.
 #
-# MCP requests share one 2025-11-25 session (an `initialize` first, then its
-# Mcp-Session-Id on every tools/call); each answer is an SSE stream of one message.
+# Two kinds of MCP requests: sharing one 2025-11-25 session (an `initialize` first, then
+# its Mcp-Session-Id on every tools/call), and 2026-07-28 requests with no session (the
+# protocol metadata on each); each answer is an SSE stream of one message, and each call
+# is a durable run (its answer names the run).
 #
 # Usage: bench/mcp-server.sh [SECONDS] [CONNECTIONS...]   (defaults: 10 s; 1 and 16).
 # Needs wrk (Debian `wrk`), curl, python3. Builds the release binary first
@@ -95,6 +97,25 @@ request = function()
 end
 LUA
 
+# The 2026-07-28 era: no session, the protocol metadata on each request (the way a
+# stateless client or a load balancer without session affinity calls /mcp).
+cat >"$WORK/mcp2026.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN")
+wrk.headers["Mcp-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "tools/call"
+wrk.headers["Mcp-Name"] = "get_current_time"
+local n = 0
+request = function()
+  n = n + 1
+  local body = '{"jsonrpc":"2.0","id":' .. n .. ',"method":"tools/call","params":{"name":"get_current_time","arguments":{},' ..
+    '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}'
+  return wrk.format(nil, nil, nil, body)
+end
+LUA
+
 summary() { # label, wrk output file; prints the table row, and req/s to fd 3
   python3 - "$1" "$2" <<'PY'
 import re, sys
@@ -124,10 +145,9 @@ for c in "${CONNECTIONS[@]}"; do
   summary "-c$c POST …/get_current_time/execute (REST)" "$WORK/rest-$c.txt"
   wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/mcp.lua" "$URL/mcp" >"$WORK/mcp-$c.txt"
   summary "-c$c POST /mcp tools/call (MCP, one session)" "$WORK/mcp-$c.txt"
-  RATIOS+=("-c$c: MCP/REST = $(python3 -c "print(f'{$(cat "$WORK/mcp-$c.txt.rps")/$(cat "$WORK/rest-$c.txt.rps"):.0%}')")")
+  wrk -t1 -c"$c" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/mcp2026.lua" "$URL/mcp" >"$WORK/mcp2026-$c.txt"
+  summary "-c$c POST /mcp tools/call (MCP 2026-07-28, no session)" "$WORK/mcp2026-$c.txt"
+  RATIOS+=("-c$c: MCP/REST = $(python3 -c "print(f'{$(cat "$WORK/mcp-$c.txt.rps")/$(cat "$WORK/rest-$c.txt.rps"):.0%}')") (one session), $(python3 -c "print(f'{$(cat "$WORK/mcp2026-$c.txt.rps")/$(cat "$WORK/rest-$c.txt.rps"):.0%}')") (2026-07-28, no session)")
 done
 echo
 printf '%s\n' "${RATIOS[@]}"
-# Every call was a durable run: the journal holds them.
-RUNS="$(curl -sf "$URL/api/v1/runs?per_page=1" -H "authorization: Bearer $TOKEN" | python3 -c 'import json,sys; print(json.load(sys.stdin)["meta"]["total"])' 2>/dev/null || echo '?')"
-echo "runs in the journal: $RUNS"
