@@ -73,6 +73,17 @@ msgs = [json.loads(l[5:]) for l in text.splitlines() if l.startswith("data:") an
 r = [m for m in msgs if m.get("id") == 1][0]["result"]
 assert not r.get("isError") and r["_meta"]["toolshed/run_id"], r' \
   || { echo "the warm-up MCP call failed: $ANSWER" >&2; exit 1; }
+CALL2026='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_current_time","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}'
+ANSWER="$(curl -sf -X POST "$URL/mcp" -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' \
+  -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2026-07-28' \
+  -H 'mcp-method: tools/call' -H 'mcp-name: get_current_time' -d "$CALL2026")"
+echo "$ANSWER" | python3 -c '
+import json, sys
+text = sys.stdin.read()
+msgs = [json.loads(l[5:]) for l in text.splitlines() if l.startswith("data:") and l[5:].strip()] or [json.loads(text)]
+r = [m for m in msgs if m.get("id") == 1][0]["result"]
+assert not r.get("isError") and r["_meta"]["toolshed/run_id"], r' \
+  || { echo "the warm-up 2026-07-28 MCP call failed: $ANSWER" >&2; exit 1; }
 REST="$(curl -sf -X POST "$URL/api/v1/registry/tools/get_current_time/execute" -H "authorization: Bearer $TOKEN" \
   -H 'content-type: application/json' -d '{"args":{}}')" || { echo "the warm-up REST call failed" >&2; exit 1; }
 
