@@ -720,7 +720,7 @@ impl RegistryLookup for HttpRegistry {
         name: &str,
     ) -> Result<Option<McpServerSpec>, RegistryLookupError> {
         for page in 1..=MCP_LIST_PAGES {
-            let answer: Answer<toolshed_api::Paged<RegistryMcpServer>> = match self
+            let answer: Answer<toolshed_api::Paged<toolshed_api::views::McpServerView>> = match self
                 .client
                 .send(
                     Method::GET,
@@ -744,7 +744,7 @@ impl RegistryLookup for HttpRegistry {
             };
             let listing = answer.body;
             if let Some(entry) = listing.data.into_iter().find(|s| s.name == name) {
-                return entry.into_spec().map(Some);
+                return mcp_spec_of(entry).map(Some);
             }
             if u64::from(page) >= listing.meta.pages() {
                 break;
@@ -757,76 +757,56 @@ impl RegistryLookup for HttpRegistry {
 /// How many pages of MCP server entries a lookup reads at most (100 each).
 const MCP_LIST_PAGES: u32 = 50;
 
-/// The fields of the registry's `McpServerView` that say how to reach the server.
-#[derive(Debug, serde::Deserialize)]
-struct RegistryMcpServer {
-    name: String,
-    transport: String,
-    #[serde(default)]
-    endpoint: Option<String>,
-    enabled: bool,
-    timeout_seconds: u64,
-    #[serde(default)]
-    command: Option<String>,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    env: std::collections::BTreeMap<String, String>,
-    #[serde(default)]
-    url: Option<String>,
-    #[serde(default)]
-    headers: std::collections::BTreeMap<String, String>,
-    #[serde(default)]
-    credentials: Vec<String>,
-    #[serde(default)]
-    network: Option<bool>,
-}
-
-impl RegistryMcpServer {
-    fn into_spec(self) -> Result<McpServerSpec, RegistryLookupError> {
-        if !self.enabled {
-            // Entries from project-scoped config files wait for an admin.
-            return Err(RegistryLookupError::InvalidAnswer(format!(
-                "the MCP server `{}` is registered disabled; an admin enables it (PUT /api/v1/mcp-servers/{{id}} with `enabled: true`) before agents use it",
-                self.name
-            )));
-        }
-        let launch = match self.transport.as_str() {
-            "stdio" => Launch::Stdio(StdioLaunch {
-                command: self.command.ok_or_else(|| {
-                    RegistryLookupError::InvalidAnswer(format!(
-                        "the registry's stdio MCP server `{}` has no command",
-                        self.name
-                    ))
-                })?,
-                args: self.args,
-                env: self.env,
-                network: self.network,
-            }),
-            // The registry serves `sse` entries over Streamable HTTP too.
-            "streamable_http" | "http" | "sse" => Launch::Http(HttpLaunch {
-                url: self.url.or(self.endpoint).ok_or_else(|| {
+/// How to reach the server a registry entry describes (the registry's own view, so a
+/// field it adds is read here without a second copy of the shape).
+fn mcp_spec_of(
+    view: toolshed_api::views::McpServerView,
+) -> Result<McpServerSpec, RegistryLookupError> {
+    if !view.enabled {
+        // Entries from project-scoped config files wait for an admin.
+        return Err(RegistryLookupError::InvalidAnswer(format!(
+            "the MCP server `{}` is registered disabled; an admin enables it (PUT /api/v1/mcp-servers/{{id}} with `enabled: true`) before agents use it",
+            view.name
+        )));
+    }
+    let launch = match view.transport.as_str() {
+        "stdio" => Launch::Stdio(StdioLaunch {
+            command: view.command.ok_or_else(|| {
+                RegistryLookupError::InvalidAnswer(format!(
+                    "the registry's stdio MCP server `{}` has no command",
+                    view.name
+                ))
+            })?,
+            args: view.args,
+            env: view.env,
+            network: view.network,
+        }),
+        // The registry serves `sse` entries over Streamable HTTP too.
+        "streamable_http" | "http" | "sse" => Launch::Http(HttpLaunch {
+            url: view
+                .url
+                .or(Some(view.endpoint).filter(|e| !e.is_empty()))
+                .ok_or_else(|| {
                     RegistryLookupError::InvalidAnswer(format!(
                         "the registry's HTTP MCP server `{}` has no url",
-                        self.name
+                        view.name
                     ))
                 })?,
-                headers: self.headers,
-            }),
-            other => {
-                return Err(RegistryLookupError::InvalidAnswer(format!(
-                    "the registry's MCP server `{}` has the transport `{other}`, which this CLI does not speak",
-                    self.name
-                )));
-            }
-        };
-        Ok(McpServerSpec {
-            name: self.name,
-            launch,
-            timeout: Duration::from_secs(self.timeout_seconds),
-            credentials: self.credentials,
-        })
-    }
+            headers: view.headers,
+        }),
+        other => {
+            return Err(RegistryLookupError::InvalidAnswer(format!(
+                "the registry's MCP server `{}` has the transport `{other}`, which this CLI does not speak",
+                view.name
+            )));
+        }
+    };
+    Ok(McpServerSpec {
+        name: view.name,
+        launch,
+        timeout: Duration::from_secs(view.timeout_seconds),
+        credentials: view.credentials,
+    })
 }
 
 impl HttpRegistry {
