@@ -117,6 +117,9 @@ impl Pool {
 
 async fn run(conn: &mut Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
     let sql = args.query.as_str();
+    if let Some(f) = super::denied_function(sql, super::MYSQL_DENIED, false) {
+        return Err(Fail::denied_function(&f));
+    }
     let stmt = conn.prep(sql).await.map_err(|e| failed(&e, sql))?;
     let columns = stmt.columns();
     if columns.is_empty() {

@@ -119,6 +119,9 @@ impl Pool {
 
 async fn run(conn: &Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
     let sql = args.query.as_str();
+    if let Some(f) = super::denied_function(sql, super::PG_DENIED, true) {
+        return Err(Fail::denied_function(&f));
+    }
     let cached = conn
         .statements
         .lock()
