@@ -426,7 +426,12 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
         .collect();
     assert_eq!(
         names,
-        ["get_current_time", "markdown_writer", "sql_query", "web_search"]
+        [
+            "get_current_time",
+            "markdown_writer",
+            "sql_query",
+            "web_search"
+        ]
     );
     let (_, mcp) = s
         .call(

@@ -70,8 +70,9 @@ fn benches(c: &mut Criterion) {
     }
     let lite_url = format!("sqlite://{}", path.display());
     let lite_sql = "SELECT id, name, price FROM items WHERE id = ?";
-    let raw = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap();
+    let raw =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
     let mut g = c.benchmark_group("sqlite");
     g.bench_function("raw", |b| {
         b.iter(|| {
@@ -227,7 +228,8 @@ fn benches(c: &mut Criterion) {
             });
             g.finish();
             let mut admin = admin;
-            rt.block_on(admin.query_drop("DROP DATABASE sq_bench")).unwrap();
+            rt.block_on(admin.query_drop("DROP DATABASE sq_bench"))
+                .unwrap();
         }
     }
 }

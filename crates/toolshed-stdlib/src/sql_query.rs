@@ -178,10 +178,12 @@ pub fn sql_query_tool() -> Tool {
 }
 
 async fn handle(args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let args: SqlQueryArgs = serde_json::from_value(args).map_err(|e| {
-        ToolError::new(ErrorCode::InvalidArgs, format!("sql_query arguments: {e}"))
-    })?;
-    let Some(url) = ctx.env(SQL_DATABASE_URL_ENV).filter(|u| !u.trim().is_empty()) else {
+    let args: SqlQueryArgs = serde_json::from_value(args)
+        .map_err(|e| ToolError::new(ErrorCode::InvalidArgs, format!("sql_query arguments: {e}")))?;
+    let Some(url) = ctx
+        .env(SQL_DATABASE_URL_ENV)
+        .filter(|u| !u.trim().is_empty())
+    else {
         return Err(failure(
             "not_configured",
             format!(
@@ -245,9 +247,7 @@ fn check_args(args: &SqlQueryArgs) -> Result<(), ToolError> {
     {
         return Err(invalid(
             "params",
-            format!(
-                "[{i}] is an array or object; params are strings, numbers, booleans or null"
-            ),
+            format!("[{i}] is an array or object; params are strings, numbers, booleans or null"),
         ));
     }
     if let Some(i) = args
@@ -255,10 +255,7 @@ fn check_args(args: &SqlQueryArgs) -> Result<(), ToolError> {
         .iter()
         .position(|p| p.as_str().is_some_and(|s| s.contains('\0')))
     {
-        return Err(invalid(
-            "params",
-            format!("[{i}] contains a NUL character"),
-        ));
+        return Err(invalid("params", format!("[{i}] contains a NUL character")));
     }
     if !(1..=MAX_ROWS).contains(&args.max_rows) {
         return Err(invalid(
@@ -483,7 +480,7 @@ fn parse_url(url: &str) -> Result<Target, Fail> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() || path.contains('?') || path.starts_with(':') {
             return Err(bad(
-                "names no SQLite file (no `?` options, no `:memory:`)".into(),
+                "names no SQLite file (no `?` options, no `:memory:`)".into()
             ));
         }
         return Ok(Target::Sqlite(PathBuf::from(path)));
@@ -502,13 +499,15 @@ fn parse_url(url: &str) -> Result<Target, Fail> {
             .map(|o| Target::Mysql(Box::new(o)))
             .map_err(|e| bad(format!("is not a valid MySQL URL ({e})")));
     }
-    Err(bad("does not start with sqlite://, postgres:// or mysql://".into()))
+    Err(bad(
+        "does not start with sqlite://, postgres:// or mysql://".into(),
+    ))
 }
 
 /// The connections of one database URL.
 enum Pool {
     Sqlite(sqlite::Pool),
-    Postgres(pg::Pool),
+    Postgres(Box<pg::Pool>),
     Mysql(mysql::Pool),
 }
 
@@ -526,7 +525,9 @@ impl Pool {
 const MAX_POOLS: usize = 16;
 
 fn pool_for(url: &str) -> Result<Arc<Pool>, Fail> {
-    static POOLS: OnceLock<Mutex<VecDeque<(String, Arc<Pool>)>>> = OnceLock::new();
+    /// Each URL's pool, oldest first.
+    type Pools = Mutex<VecDeque<(String, Arc<Pool>)>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
     let pools = POOLS.get_or_init(|| Mutex::new(VecDeque::new()));
     let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, p)) = pools.iter().find(|(u, _)| u == url) {
@@ -534,7 +535,7 @@ fn pool_for(url: &str) -> Result<Arc<Pool>, Fail> {
     }
     let pool = Arc::new(match parse_url(url)? {
         Target::Sqlite(path) => Pool::Sqlite(sqlite::Pool::new(path)),
-        Target::Postgres(config) => Pool::Postgres(pg::Pool::new(*config)),
+        Target::Postgres(config) => Pool::Postgres(Box::new(pg::Pool::new(*config))),
         Target::Mysql(opts) => Pool::Mysql(mysql::Pool::new(*opts)),
     });
     if pools.len() >= MAX_POOLS {
@@ -777,7 +778,10 @@ mod tests {
 
     #[test]
     fn urls_are_parsed_and_bad_ones_say_what_to_write() {
-        assert!(matches!(parse_url("sqlite:///tmp/x.db"), Ok(Target::Sqlite(_))));
+        assert!(matches!(
+            parse_url("sqlite:///tmp/x.db"),
+            Ok(Target::Sqlite(_))
+        ));
         assert!(matches!(
             parse_url("postgres://u:pw@127.0.0.1:5432/db"),
             Ok(Target::Postgres(_))
@@ -803,11 +807,26 @@ mod tests {
     #[test]
     fn denied_functions_are_found_outside_strings_and_comments() {
         let find = |sql: &str| denied_function(sql, PG_DENIED, true);
-        assert_eq!(find("SELECT lo_import('/etc/x')").as_deref(), Some("lo_import"));
-        assert_eq!(find("select PG_CATALOG.LO_IMPORT('/x')").as_deref(), Some("lo_import"));
-        assert_eq!(find("SELECT \"lo_import\"('/x')").as_deref(), Some("lo_import"));
-        assert_eq!(find("SELECT pg_advisory_lock(1)").as_deref(), Some("pg_advisory_lock"));
-        assert_eq!(find("SELECT pg_try_advisory_xact_lock(1)").as_deref(), Some("pg_try_advisory_xact_lock"));
+        assert_eq!(
+            find("SELECT lo_import('/etc/x')").as_deref(),
+            Some("lo_import")
+        );
+        assert_eq!(
+            find("select PG_CATALOG.LO_IMPORT('/x')").as_deref(),
+            Some("lo_import")
+        );
+        assert_eq!(
+            find("SELECT \"lo_import\"('/x')").as_deref(),
+            Some("lo_import")
+        );
+        assert_eq!(
+            find("SELECT pg_advisory_lock(1)").as_deref(),
+            Some("pg_advisory_lock")
+        );
+        assert_eq!(
+            find("SELECT pg_try_advisory_xact_lock(1)").as_deref(),
+            Some("pg_try_advisory_xact_lock")
+        );
         for fine in [
             "SELECT 'lo_import' AS x",
             "SELECT $$lo_import$$",

@@ -196,7 +196,10 @@ pub async fn search(
         .map_err(|m| failure("not_configured", m, false, None, &secrets))?;
     let query = args.query.trim();
     if query.is_empty() {
-        return Err(invalid("query", "must not be empty; say what to search for"));
+        return Err(invalid(
+            "query",
+            "must not be empty; say what to search for",
+        ));
     }
     if query.chars().count() > 2000 {
         return Err(invalid("query", "must be at most 2000 characters"));
@@ -288,12 +291,19 @@ pub async fn search(
         )
     })?;
     if !status.is_success() {
-        return Err(status_failure(status.as_u16(), &bytes, retry_after, &secrets));
+        return Err(status_failure(
+            status.as_u16(),
+            &bytes,
+            retry_after,
+            &secrets,
+        ));
     }
     let answer: TavilyAnswer = serde_json::from_slice(&bytes).map_err(|e| {
         failure(
             "invalid_answer",
-            format!("the search service answered with something that is not Tavily's result shape: {e}"),
+            format!(
+                "the search service answered with something that is not Tavily's result shape: {e}"
+            ),
             false,
             None,
             &secrets,
@@ -386,7 +396,9 @@ fn status_failure(
         ),
         400 | 422 => failure(
             "bad_request",
-            format!("the search service refused the request ({status}{said}); change the query or the filters"),
+            format!(
+                "the search service refused the request ({status}{said}); change the query or the filters"
+            ),
             false,
             None,
             secrets,
@@ -520,7 +532,10 @@ fn client() -> Result<reqwest::Client, String> {
 /// A bare domain: labels of letters, digits and `-`, dot-separated (a leading `*.` or
 /// `.` is allowed, as Tavily's filters take it).
 fn is_domain(d: &str) -> bool {
-    let d = d.strip_prefix("*.").or_else(|| d.strip_prefix('.')).unwrap_or(d);
+    let d = d
+        .strip_prefix("*.")
+        .or_else(|| d.strip_prefix('.'))
+        .unwrap_or(d);
     !d.is_empty()
         && d.len() <= 253
         && d.split('.').all(|l| {
@@ -562,7 +577,10 @@ mod tests {
     #[test]
     fn retry_after_reads_seconds_and_dates() {
         assert_eq!(retry_after_seconds("30"), Some(30));
-        assert_eq!(retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0));
+        assert_eq!(
+            retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(0)
+        );
         assert_eq!(retry_after_seconds("soon"), None);
     }
 

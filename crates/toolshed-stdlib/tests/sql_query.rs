@@ -4,6 +4,7 @@
 //! `mysql://root@127.0.0.1:3306/test`). Every test makes its own schema, database or
 //! file, so they run in parallel. Every write attempt is checked from a second
 //! connection: the data is as it was.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -196,7 +197,11 @@ async fn sqlite_caps_rows_and_bytes() {
     .unwrap();
     assert_eq!(out["truncated"], true);
     assert_eq!(out["truncated_by"], "bytes");
-    assert!(out["row_count"].as_u64().unwrap() < 30, "{}", out["row_count"]);
+    assert!(
+        out["row_count"].as_u64().unwrap() < 30,
+        "{}",
+        out["row_count"]
+    );
 }
 
 #[tokio::test]
@@ -259,11 +264,26 @@ async fn sqlite_bad_inputs_are_clear_errors() {
     for (args, code) in [
         (json!({}), ErrorCode::InvalidArgs),
         (json!({"query": ""}), ErrorCode::InvalidArgs),
-        (json!({"query": "SELECT 1", "max_rows": 0}), ErrorCode::InvalidArgs),
-        (json!({"query": "SELECT 1", "max_rows": 1001}), ErrorCode::InvalidArgs),
-        (json!({"query": "SELECT ?", "params": [[1]]}), ErrorCode::InvalidArgs),
-        (json!({"query": "SELECT ?", "params": [{"a": 1}]}), ErrorCode::InvalidArgs),
-        (json!({"query": "SELECT 1", "limit": 3}), ErrorCode::InvalidArgs),
+        (
+            json!({"query": "SELECT 1", "max_rows": 0}),
+            ErrorCode::InvalidArgs,
+        ),
+        (
+            json!({"query": "SELECT 1", "max_rows": 1001}),
+            ErrorCode::InvalidArgs,
+        ),
+        (
+            json!({"query": "SELECT ?", "params": [[1]]}),
+            ErrorCode::InvalidArgs,
+        ),
+        (
+            json!({"query": "SELECT ?", "params": [{"a": 1}]}),
+            ErrorCode::InvalidArgs,
+        ),
+        (
+            json!({"query": "SELECT 1", "limit": 3}),
+            ErrorCode::InvalidArgs,
+        ),
         (json!({"query": "SELECT 1\u{0}"}), ErrorCode::InvalidArgs),
     ] {
         let e = call(&db.url, args.clone()).await.unwrap_err();
@@ -273,7 +293,9 @@ async fn sqlite_bad_inputs_are_clear_errors() {
         .await
         .unwrap_err();
     assert_eq!(kind(&e), "invalid_params", "{e}");
-    let e = call(&db.url, json!({"query": "SELEKT 1"})).await.unwrap_err();
+    let e = call(&db.url, json!({"query": "SELEKT 1"}))
+        .await
+        .unwrap_err();
     assert_eq!(kind(&e), "refused", "{e}");
     assert!(e.message.contains("syntax error"), "{e}");
     let e = call(&db.url, json!({"query": "SELECT * FROM nope"}))
@@ -430,9 +452,12 @@ async fn postgres_returns_columns_types_and_rows_with_params_bound() {
         .unwrap_err();
     assert_eq!(kind(&e), "unsupported_type", "{e}");
     assert!(e.message.contains("addr::text"), "{e}");
-    let e = call(&url, json!({"query": "SELECT $1::int", "params": ["seven"]}))
-        .await
-        .unwrap_err();
+    let e = call(
+        &url,
+        json!({"query": "SELECT $1::int", "params": ["seven"]}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(kind(&e), "invalid_params", "{e}");
     admin
         .batch_execute(&format!("DROP SCHEMA {s} CASCADE"))
@@ -628,7 +653,16 @@ async fn mariadb_returns_columns_types_and_rows_with_params_bound() {
     );
     assert_eq!(
         out["rows"],
-        json!([[1, "apple", "0.50", "AQI=", "2026-01-31T12:00:00", "2026-01-31", 18446744073709551615u64, 1.5]])
+        json!([[
+            1,
+            "apple",
+            "0.50",
+            "AQI=",
+            "2026-01-31T12:00:00",
+            "2026-01-31",
+            18446744073709551615u64,
+            1.5
+        ]])
     );
     let out = call(
         &url,
@@ -684,7 +718,10 @@ async fn mariadb_refuses_every_write_and_leaves_the_data_unchanged() {
         format!("SELECT GET_LOCK('{lock}', 0)"),
         "SELECT LOAD_FILE('/etc/hostname')".to_owned(),
         format!("SELECT * FROM items INTO OUTFILE '{}'", outfile.display()),
-        format!("SELECT id FROM items LIMIT 1 INTO DUMPFILE '{}'", outfile.display()),
+        format!(
+            "SELECT id FROM items LIMIT 1 INTO DUMPFILE '{}'",
+            outfile.display()
+        ),
         "SELECT * FROM items FOR UPDATE".to_owned(),
         "CREATE TEMPORARY TABLE t AS SELECT * FROM items".to_owned(),
         "LOCK TABLES items WRITE".to_owned(),

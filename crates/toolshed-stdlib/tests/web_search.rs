@@ -2,6 +2,7 @@
 //! (`POST /search`, `Authorization: Bearer …`, the JSON body and the `results[]`
 //! answer). The server stands in for the paid Tavily API, which a test cannot call: it
 //! checks every request it gets and answers in Tavily's shapes, errors included.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,11 @@ use toolshed_core::{ErrorCode, Pipeline, RunContext, ToolCall, ToolError, ToolSe
 
 const KEY: &str = "tvly-test-0123456789abcdef";
 
+/// One request as the stand-in saw it: its `Authorization` header and its body.
+type Request = (Option<String>, Value);
+
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(Option<String>, Value)>>>);
+struct Seen(Arc<Mutex<Vec<Request>>>);
 
 /// The stand-in for Tavily: answers by the query's text, and records every request.
 async fn tavily(State(seen): State<Seen>, headers: HeaderMap, body: String) -> Response {
@@ -285,8 +289,14 @@ async fn an_unreachable_service_is_retryable() {
 fn web_search_is_also_web_dash_search_with_its_env() {
     let tool = toolshed_stdlib::get("web-search").unwrap();
     assert_eq!(tool.name(), "web_search");
-    assert_eq!(toolshed_stdlib::required_env("web-search"), ["TAVILY_API_KEY"]);
-    assert_eq!(toolshed_stdlib::optional_env("web_search"), ["TAVILY_BASE_URL"]);
+    assert_eq!(
+        toolshed_stdlib::required_env("web-search"),
+        ["TAVILY_API_KEY"]
+    );
+    assert_eq!(
+        toolshed_stdlib::optional_env("web_search"),
+        ["TAVILY_BASE_URL"]
+    );
     let spec = tool.spec();
     assert_eq!(spec.effects, toolshed_core::Effects::None);
     assert_eq!(spec.idempotency, toolshed_core::Idempotency::None);

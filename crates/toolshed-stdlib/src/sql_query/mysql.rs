@@ -15,7 +15,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, Value as My};
 use serde_json::Value;
 
 use super::{
-    Collector, Fail, STATEMENT_TIMEOUT, SqlColumn, SqlQueryArgs, SqlResult, Slots, base64, float,
+    Collector, Fail, STATEMENT_TIMEOUT, Slots, SqlColumn, SqlQueryArgs, SqlResult, base64, float,
 };
 
 /// Ends a call's transaction and begins the next one's.
@@ -52,11 +52,20 @@ impl Pool {
         .await
         .map_err(|_| Fail::new("unavailable", "cannot connect to MySQL: timed out").retryable())?
         .map_err(unavailable)?;
-        let version: Option<String> = conn.query_first("SELECT VERSION()").await.map_err(unavailable)?;
+        let version: Option<String> = conn
+            .query_first("SELECT VERSION()")
+            .await
+            .map_err(unavailable)?;
         let timeout = if version.unwrap_or_default().contains("MariaDB") {
-            format!("SET SESSION max_statement_time = {}", STATEMENT_TIMEOUT.as_secs())
+            format!(
+                "SET SESSION max_statement_time = {}",
+                STATEMENT_TIMEOUT.as_secs()
+            )
         } else {
-            format!("SET SESSION max_execution_time = {}", STATEMENT_TIMEOUT.as_millis())
+            format!(
+                "SET SESSION max_execution_time = {}",
+                STATEMENT_TIMEOUT.as_millis()
+            )
         };
         conn.query_drop(format!(
             "SET SESSION TRANSACTION READ ONLY; {timeout}; START TRANSACTION READ ONLY"
@@ -126,7 +135,10 @@ async fn run(conn: &mut Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
         return Err(Fail::not_a_query(sql));
     }
     if usize::from(stmt.num_params()) != args.params.len() {
-        return Err(Fail::params(usize::from(stmt.num_params()), args.params.len()));
+        return Err(Fail::params(
+            usize::from(stmt.num_params()),
+            args.params.len(),
+        ));
     }
     let params: Vec<My> = args.params.iter().map(param).collect();
     let params = if params.is_empty() {
@@ -134,7 +146,10 @@ async fn run(conn: &mut Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
     } else {
         Params::Positional(params)
     };
-    let mut result = conn.exec_iter(&stmt, params).await.map_err(|e| failed(&e, sql))?;
+    let mut result = conn
+        .exec_iter(&stmt, params)
+        .await
+        .map_err(|e| failed(&e, sql))?;
     let out_columns: Vec<SqlColumn> = columns
         .iter()
         .map(|c| SqlColumn {
@@ -202,10 +217,15 @@ fn value(v: &My, ty: ColumnType, charset: u16) -> Value {
             },
         },
         My::Date(y, mo, d, h, mi, s, us) => {
-            if matches!(ty, ColumnType::MYSQL_TYPE_DATE | ColumnType::MYSQL_TYPE_NEWDATE) {
+            if matches!(
+                ty,
+                ColumnType::MYSQL_TYPE_DATE | ColumnType::MYSQL_TYPE_NEWDATE
+            ) {
                 Value::String(format!("{y:04}-{mo:02}-{d:02}"))
             } else if *us > 0 {
-                Value::String(format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}"))
+                Value::String(format!(
+                    "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{us:06}"
+                ))
             } else {
                 Value::String(format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}"))
             }

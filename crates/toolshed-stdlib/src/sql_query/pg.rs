@@ -19,8 +19,8 @@ use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::{
-    Collector, Fail, STATEMENT_TIMEOUT, SqlColumn, SqlQueryArgs, SqlResult, Slots,
-    StatementCache, base64, float,
+    Collector, Fail, STATEMENT_TIMEOUT, Slots, SqlColumn, SqlQueryArgs, SqlResult, StatementCache,
+    base64, float,
 };
 
 pub(super) struct Pool {
@@ -256,13 +256,25 @@ fn pg_text(e: &tokio_postgres::Error) -> String {
 fn failed(e: &tokio_postgres::Error, sql: &str) -> Fail {
     let text = pg_text(e);
     let Some(code) = e.code() else {
-        if e.is_closed() || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>()) {
-            return Fail::new("unavailable", format!("the PostgreSQL connection failed: {text}")).broken();
+        if e.is_closed()
+            || e.as_db_error().is_none() && e.source().is_some_and(|s| s.is::<std::io::Error>())
+        {
+            return Fail::new(
+                "unavailable",
+                format!("the PostgreSQL connection failed: {text}"),
+            )
+            .broken();
         }
         if text.contains("serializing parameter") {
-            return Fail::new("invalid_params", format!("a param does not fit its placeholder: {text}"));
+            return Fail::new(
+                "invalid_params",
+                format!("a param does not fit its placeholder: {text}"),
+            );
         }
-        return Fail::new("refused", format!("PostgreSQL refused the statement: {text}"));
+        return Fail::new(
+            "refused",
+            format!("PostgreSQL refused the statement: {text}"),
+        );
     };
     if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
         Fail::write_refused(&format!("PostgreSQL refused a write ({text})"))
@@ -279,10 +291,17 @@ fn failed(e: &tokio_postgres::Error, sql: &str) -> Fail {
             format!("the database role may not do this: {text}"),
         )
     } else if code.code().starts_with("08") || code.code().starts_with("57P") {
-        Fail::new("unavailable", format!("the PostgreSQL connection failed: {text}")).broken()
+        Fail::new(
+            "unavailable",
+            format!("the PostgreSQL connection failed: {text}"),
+        )
+        .broken()
     } else {
         let _ = sql;
-        Fail::new("refused", format!("PostgreSQL refused the statement: {text}"))
+        Fail::new(
+            "refused",
+            format!("PostgreSQL refused the statement: {text}"),
+        )
     }
 }
 
@@ -571,11 +590,20 @@ fn numeric_from_str(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn StdErr
     let point = int.len() as i32 + exp;
     let dscale = (all.len() as i32 - point).max(0) as u16;
     let (int_digits, frac_digits) = if point <= 0 {
-        (String::new(), format!("{}{all}", "0".repeat((-point) as usize)))
+        (
+            String::new(),
+            format!("{}{all}", "0".repeat((-point) as usize)),
+        )
     } else if point as usize >= all.len() {
-        (format!("{all}{}", "0".repeat(point as usize - all.len())), String::new())
+        (
+            format!("{all}{}", "0".repeat(point as usize - all.len())),
+            String::new(),
+        )
     } else {
-        (all[..point as usize].to_owned(), all[point as usize..].to_owned())
+        (
+            all[..point as usize].to_owned(),
+            all[point as usize..].to_owned(),
+        )
     };
     let int_digits = int_digits.trim_start_matches('0');
     let pad_left = (4 - int_digits.len() % 4) % 4;
@@ -583,7 +611,11 @@ fn numeric_from_str(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn StdErr
     let pad_right = (4 - frac_digits.len() % 4) % 4;
     let frac_padded = format!("{frac_digits}{}", "0".repeat(pad_right));
     let mut groups: Vec<i16> = Vec::new();
-    for chunk in int_padded.as_bytes().chunks(4).chain(frac_padded.as_bytes().chunks(4)) {
+    for chunk in int_padded
+        .as_bytes()
+        .chunks(4)
+        .chain(frac_padded.as_bytes().chunks(4))
+    {
         let s = std::str::from_utf8(chunk)?;
         groups.push(s.parse::<i16>()?);
     }
@@ -600,7 +632,11 @@ fn numeric_from_str(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn StdErr
     }
     out.put_i16(i16::try_from(groups.len())?);
     out.put_i16(i16::try_from(weight)?);
-    out.put_u16(if negative && !groups.is_empty() { 0x4000 } else { 0 });
+    out.put_u16(if negative && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    });
     out.put_u16(dscale);
     for g in groups {
         out.put_i16(g);
@@ -659,7 +695,11 @@ fn encode(v: &Value, ty: &Type, out: &mut BytesMut) -> Encoded {
         return Ok(IsNull::Yes);
     }
     let wrong = |what: &str| -> Box<dyn StdError + Sync + Send> {
-        format!("{v} is not {what}, which the placeholder ({}) needs", ty.name()).into()
+        format!(
+            "{v} is not {what}, which the placeholder ({}) needs",
+            ty.name()
+        )
+        .into()
     };
     if is_text(ty) {
         let text = match v {
@@ -753,7 +793,11 @@ fn encode(v: &Value, ty: &Type, out: &mut BytesMut) -> Encoded {
                 .ok_or_else(|| wrong("a timestamp in range"))?;
             us.to_sql(&Type::INT8, out)
         }
-        _ => Err(format!("sql_query cannot bind type {}; cast the placeholder", ty.name()).into()),
+        _ => Err(format!(
+            "sql_query cannot bind type {}; cast the placeholder",
+            ty.name()
+        )
+        .into()),
     }
 }
 

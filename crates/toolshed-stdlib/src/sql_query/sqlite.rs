@@ -15,7 +15,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::{Collector, Fail, SqlColumn, SqlQueryArgs, SqlResult, Slots, base64, float};
+use super::{Collector, Fail, Slots, SqlColumn, SqlQueryArgs, SqlResult, base64, float};
 
 /// How long a statement may run on the caller's task before it moves to a thread.
 pub(super) const INLINE_BUDGET: Duration = Duration::from_micros(500);
@@ -77,7 +77,9 @@ impl Pool {
                 let path = self.path.clone();
                 tokio::task::spawn_blocking(move || open(&path))
                     .await
-                    .map_err(|e| Fail::new("unavailable", format!("the open was interrupted: {e}")))??
+                    .map_err(|e| {
+                        Fail::new("unavailable", format!("the open was interrupted: {e}"))
+                    })??
             }
         };
         let hard = super::deadline();
@@ -211,10 +213,7 @@ fn execute(
         ))));
     }
     if stmt.parameter_count() != args.params.len() {
-        return Ok(Err(Fail::params(
-            stmt.parameter_count(),
-            args.params.len(),
-        )));
+        return Ok(Err(Fail::params(stmt.parameter_count(), args.params.len())));
     }
     let mut columns: Vec<SqlColumn> = stmt
         .columns()
@@ -291,7 +290,8 @@ fn failed(e: rusqlite::Error, sql: &str) -> Fail {
                 )),
                 C::ReadOnly => Fail::write_refused(&format!("SQLite refused a write ({msg})")),
                 C::DatabaseBusy | C::DatabaseLocked => {
-                    Fail::new("busy", format!("the database is busy ({msg}); try again")).retryable()
+                    Fail::new("busy", format!("the database is busy ({msg}); try again"))
+                        .retryable()
                 }
                 C::CannotOpen | C::NotADatabase | C::DatabaseCorrupt | C::SystemIoFailure => {
                     Fail::new("unavailable", format!("SQLite failed: {msg}")).broken()
