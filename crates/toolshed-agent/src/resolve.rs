@@ -369,6 +369,7 @@ pub async fn load_agent_with(
 
     // 3. Built-ins.
     let mut builtins = Vec::new();
+    let mut optional_env: Vec<&'static str> = Vec::new();
     for b in &file.builtin_tools {
         if b == "bash" {
             problems.push(
@@ -382,14 +383,27 @@ pub async fn load_agent_with(
             ));
             continue;
         }
-        if let Some((_, origin)) = own.iter().find(|(t, _)| t.name() == b) {
+        // `web-search` names `web_search`: the collision is with the tool's own name.
+        let name = toolshed_stdlib::canonical_name(b);
+        if let Some((_, origin)) = own.iter().find(|(t, _)| t.name() == name) {
             problems.push(format!(
-                "built-in `{b}` collides with the agent's own tool `{b}` ({origin}); rename your tool or remove `{b}` from builtin_tools"
+                "built-in `{b}` collides with the agent's own tool `{name}` ({origin}); rename your tool or remove `{b}` from builtin_tools"
             ));
             continue;
         }
         match toolshed_stdlib::get(b) {
-            Some(t) => builtins.push(t),
+            Some(t) => {
+                // What the built-in cannot run without is checked with the agent's
+                // declared env (missing ones in the same start-up list); what it reads
+                // when set is passed on when set.
+                for var in toolshed_stdlib::required_env(name) {
+                    if !file.env.iter().any(|e| e == var) && !extra_env.iter().any(|e| e == var) {
+                        extra_env.push((*var).to_owned());
+                    }
+                }
+                optional_env.extend(toolshed_stdlib::optional_env(name).iter().copied());
+                builtins.push(t);
+            }
             None => {
                 let names: Vec<String> = toolshed_stdlib::tools()
                     .iter()
@@ -479,13 +493,18 @@ pub async fn load_agent_with(
         .map(String::as_str)
         .chain(extra_env.iter().map(String::as_str))
         .collect();
-    let env =
+    let mut env =
         toolshed_core::env::resolve_declared_env(declared, lookup_env).map_err(|missing| {
             AgentError::MissingEnv {
                 agent: file.name.clone(),
                 missing,
             }
         })?;
+    for var in optional_env {
+        if let Some(v) = lookup_env(var).filter(|v| !v.is_empty()) {
+            env.entry(var.to_owned()).or_insert(v);
+        }
+    }
     Ok(LoadedAgent {
         toolset: b.build(),
         file,

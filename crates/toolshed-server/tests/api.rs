@@ -395,11 +395,11 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
             .contains("order-lookup")
     );
 
-    // Listing: filters and pages (two stdlib tools are seeded).
+    // Listing: filters and pages (four stdlib tools are seeded).
     let (_, all) = s
         .call("GET", "/api/v1/registry/tools", Some(&s.viewer), None)
         .await;
-    assert_eq!(all["meta"]["total"], 3, "{all}");
+    assert_eq!(all["meta"]["total"], 5, "{all}");
     let (_, manual) = s
         .call(
             "GET",
@@ -424,7 +424,15 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["get_current_time", "markdown_writer"]);
+    assert_eq!(
+        names,
+        [
+            "get_current_time",
+            "markdown_writer",
+            "sql_query",
+            "web_search"
+        ]
+    );
     let (_, mcp) = s
         .call(
             "GET",

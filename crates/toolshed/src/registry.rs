@@ -1281,12 +1281,12 @@ mod tests {
             classify("engine.tools.standard.markdown_writer"),
             Ok(Target::Builtin(n)) if n == "markdown_writer"
         ));
-        match classify("engine.tools.standard.web_search") {
+        match classify("engine.tools.standard.no_such_tool") {
             Err(Failure::Error { code, error }) => {
                 assert_eq!(code, EXIT_BAD_INPUT);
                 assert!(error.to_string().contains("markdown_writer"), "{error}");
             }
-            _ => panic!("web_search is not a built-in"),
+            _ => panic!("no_such_tool is not a built-in"),
         }
     }
 }
