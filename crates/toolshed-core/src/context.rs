@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::attachment::AttachmentReader;
 use crate::credentials::{CredentialProvider, Credentials};
 use crate::diagnostics::DiagnosticsSink;
 use crate::error::{ErrorCode, ToolError};
@@ -80,6 +81,7 @@ struct RunInner {
     env: BTreeMap<String, String>,
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
+    attachments: Option<Arc<dyn AttachmentReader>>,
     cancel: CancellationToken,
 }
 
@@ -134,6 +136,10 @@ impl RunContext {
     pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {
         self.inner.blob_store.as_ref()
     }
+    /// The attachment store, if configured.
+    pub fn attachments(&self) -> Option<&Arc<dyn AttachmentReader>> {
+        self.inner.attachments.as_ref()
+    }
     /// The run's cancellation token; cancelling it cancels every call of the run.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.inner.cancel
@@ -159,6 +165,7 @@ pub struct RunContextBuilder {
     env: BTreeMap<String, String>,
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
+    attachments: Option<Arc<dyn AttachmentReader>>,
     cancel: Option<CancellationToken>,
 }
 
@@ -198,6 +205,11 @@ impl RunContextBuilder {
         self.blob_store = Some(store);
         self
     }
+    /// Set the attachment store `read_attachment` reads from.
+    pub fn attachments(mut self, store: Arc<dyn AttachmentReader>) -> Self {
+        self.attachments = Some(store);
+        self
+    }
     /// Use an existing cancellation token (e.g. one tied to a shutdown signal).
     pub fn cancellation(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
@@ -215,6 +227,7 @@ impl RunContextBuilder {
                 env: self.env,
                 credentials: self.credentials,
                 blob_store: self.blob_store,
+                attachments: self.attachments,
                 cancel: self.cancel.unwrap_or_default(),
             }),
         }
@@ -313,6 +326,10 @@ impl ToolContext {
     /// The blob store, when one is configured.
     pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {
         self.run.blob_store()
+    }
+    /// The attachment store, when one is configured.
+    pub fn attachments(&self) -> Option<&Arc<dyn AttachmentReader>> {
+        self.run.attachments()
     }
     /// Fires when the call times out or the run is cancelled. Pass it to long work.
     pub fn cancellation(&self) -> &CancellationToken {

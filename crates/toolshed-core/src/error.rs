@@ -146,6 +146,9 @@ crate::wire_enum! {
         /// The operator's credentials policy does not serve this credential to the run's
         /// tenant (or it is a `TOOLSHED_*` name, never served).
         CredentialNotAllowed,
+        /// No attachment with that id for this run (none, or another tenant's, run's or
+        /// session's).
+        AttachmentNotFound,
     }
 }
 

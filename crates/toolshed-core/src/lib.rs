@@ -28,6 +28,7 @@
 //! # });
 //! ```
 
+pub mod attachment;
 pub mod cel_limits;
 pub mod context;
 pub mod credentials;
@@ -44,6 +45,9 @@ pub mod spec;
 pub mod tool;
 pub mod toolset;
 
+pub use attachment::{
+    AttachmentPage, AttachmentReadError, AttachmentReader, AttachmentScope, NextPage, PageRequest,
+};
 pub use context::{BlobError, BlobRef, BlobStore, Principal, RunContext, ToolContext};
 pub use credentials::{CredentialError, CredentialProvider, Credentials, EnvProvider, Secret};
 pub use crumbs::{Crumb, CrumbBus, CrumbKind, CrumbSink, MemorySink};

@@ -62,6 +62,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
+mod attachments;
 mod postgres;
 mod reads;
 mod records;
@@ -70,6 +71,9 @@ mod rules;
 mod sqlite;
 mod store;
 
+pub use attachments::{
+    AttachmentRecord, Attachments, NewAttachment, NewPage, NewPageContent,
+};
 pub use records::*;
 pub use retention::{
     PrunableStatus, PruneOptions, PruneReport, PruneRule, Pruned, PrunedBatch, Space, SpaceMode,

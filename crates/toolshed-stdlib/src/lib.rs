@@ -4,6 +4,7 @@
 //! | tool | what it does |
 //! | --- | --- |
 //! | `get_current_time` | the current time as ISO 8601 (UTC or a fixed offset) and Unix seconds |
+//! | `read_attachment` | one page (or a range) of a file attached to the run or its session, parsed once at upload |
 //! | `markdown_writer` | writes a Markdown file in the run's tenant's folder under the output folder, never outside it, never through a symlink, size-capped |
 //! | `web_search` (alias `web-search`) | live web search through Tavily's API (`TAVILY_API_KEY`) |
 //! | `sql_query` | read-only SQL against `SQL_DATABASE_URL` (SQLite, PostgreSQL, MySQL/MariaDB) |
@@ -17,6 +18,7 @@ use toolshed_core::Tool;
 mod common;
 mod markdown;
 pub mod sql_query;
+mod read_attachment;
 mod time;
 pub mod web_search;
 
@@ -24,6 +26,7 @@ pub use markdown::{
     DEFAULT_TENANT, MAX_FILE_BYTES, MAX_TENANT_BYTES, MAX_TENANT_ENTRIES, OUTPUT_DIR_ENV,
     WrittenFile, markdown_writer, markdown_writer_tool,
 };
+pub use read_attachment::{DEFAULT_READ_LENGTH, MAX_READ_LENGTH, read_attachment_tool};
 pub use time::{CurrentTime, get_current_time, get_current_time_tool};
 
 pub use sql_query::sql_query_tool;
@@ -36,6 +39,7 @@ pub fn tools() -> Vec<Tool> {
         markdown_writer_tool(),
         sql_query_tool(),
         web_search_tool(),
+        read_attachment_tool(),
     ]
 }
 
