@@ -63,6 +63,7 @@ use serde_json::Value;
 use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
 mod postgres;
+pub mod process_runs;
 mod reads;
 mod records;
 mod retention;

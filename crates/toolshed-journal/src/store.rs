@@ -41,6 +41,11 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
             sqlite: include_str!("../migrations/sqlite/0003_retention.sql"),
             postgres: include_str!("../migrations/postgres/0003_retention.sql"),
         },
+        Migration {
+            version: 6,
+            sqlite: include_str!("../migrations/sqlite/0006_process_runs.sql"),
+            postgres: include_str!("../migrations/postgres/0006_process_runs.sql"),
+        },
     ],
 };
 

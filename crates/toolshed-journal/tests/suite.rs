@@ -1566,7 +1566,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "3".to_owned())
+                ("schema_version".to_owned(), "6".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1576,7 +1576,10 @@ mod sqlite_only {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(tables, ["calls", "crumbs", "runs", "toolshed_meta"]);
+        assert_eq!(
+            tables,
+            ["calls", "crumbs", "process_runs", "runs", "toolshed_meta"]
+        );
     }
 
     #[tokio::test]
@@ -1715,7 +1718,10 @@ mod postgres_only {
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
-            assert_eq!(tables, ["calls", "crumbs", "runs", "toolshed_meta"]);
+            assert_eq!(
+            tables,
+            ["calls", "crumbs", "process_runs", "runs", "toolshed_meta"]
+        );
         })
         .await;
     }
