@@ -406,7 +406,11 @@ pub async fn load_agent_with(
                 let names: Vec<String> = toolshed_stdlib::tools()
                     .iter()
                     .map(|t| t.name().to_owned())
-                    .chain(crate::process::PROCESS_TOOLS.iter().map(|n| (*n).to_owned()))
+                    .chain(
+                        crate::process::PROCESS_TOOLS
+                            .iter()
+                            .map(|n| (*n).to_owned()),
+                    )
                     .collect();
                 problems.push(format!(
                     "unknown built-in `{b}`; available: {}",

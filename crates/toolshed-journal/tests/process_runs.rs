@@ -45,7 +45,10 @@ async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
     };
     assert_eq!(again, first);
 
-    let running = store.mark_running("p1", 4242, 987_654, 1_500).await.unwrap();
+    let running = store
+        .mark_running("p1", 4242, 987_654, 1_500)
+        .await
+        .unwrap();
     assert_eq!(running.status, ProcessStatus::Running);
     assert_eq!(running.supervisor_pid, Some(4242));
     assert_eq!(running.supervisor_start, Some(987_654));
@@ -95,7 +98,12 @@ async fn a_run_is_read_only_by_its_own_tenant_and_agent(scratch: Scratch) {
     store.insert(new("theirs", "t2", "agent-a")).await.unwrap();
     store.insert(new("sibling", "t1", "agent-b")).await.unwrap();
     assert_eq!(
-        store.get("t1", "agent-a", "mine").await.unwrap().unwrap().id,
+        store
+            .get("t1", "agent-a", "mine")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
         "mine"
     );
     assert_eq!(store.get("t1", "agent-a", "theirs").await.unwrap(), None);

@@ -528,11 +528,7 @@ pub fn supervise(dir: &Path) -> ExitCode {
             Err(e) => return fail(e.code(), e.to_string()),
         };
         let mut run = RunSpec::new(&spec.program, &spec.args);
-        run.env = spec
-            .env
-            .iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
+        run.env = spec.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
         run.binds = spec.binds.clone();
         run.limits = spec.limits;
         run.network = spec.network;
@@ -576,16 +572,14 @@ pub fn supervise(dir: &Path) -> ExitCode {
             child.stderr.take().map(|p| pump(p, Arc::clone(&log))),
         ];
         let report = match spec.max_duration_ms {
-            Some(ms) => {
-                match tokio::time::timeout(Duration::from_millis(ms), child.wait()).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        let mut r = child.kill().await;
-                        r.killed = Some(KillReason::Timeout);
-                        r
-                    }
+            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), child.wait()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let mut r = child.kill().await;
+                    r.killed = Some(KillReason::Timeout);
+                    r
                 }
-            }
+            },
             None => child.wait().await,
         };
         // Everything of the sandbox is dead, so the pipes are at their end.
@@ -619,7 +613,9 @@ fn pump(
             match pipe.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    let mut l = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut l = log
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if let Err(e) = l.append(&buf[..n]) {
                         eprintln!("toolshed-sandbox-exec: cannot write the output: {e}");
                     }
@@ -648,7 +644,8 @@ mod tests {
     fn the_output_log_rotates_at_the_cap_and_the_tail_spans_both_files() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut log = OutputLog::open(dir.path(), 10).unwrap_or_else(|e| panic!("{e}"));
-        log.append(b"0123456789abcdefghij").unwrap_or_else(|e| panic!("{e}"));
+        log.append(b"0123456789abcdefghij")
+            .unwrap_or_else(|e| panic!("{e}"));
         log.append(b"XYZ").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(log.total, 23);
         let (tail, more) = read_tail(dir.path(), 5).unwrap_or_else(|e| panic!("{e}"));

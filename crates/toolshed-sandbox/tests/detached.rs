@@ -140,7 +140,14 @@ async fn a_sigkilled_supervisor_takes_its_sandbox_and_leaves_a_running_status() 
 async fn arguments_stay_single_literal_argv_elements() {
     let root = tempfile::tempdir().unwrap();
     let dir = state_dir(root.path());
-    let hostile = ["$(id)", "; rm -rf /", "`touch /tmp/pwned`", "a b\nc", "--", "*"];
+    let hostile = [
+        "$(id)",
+        "; rm -rf /",
+        "`touch /tmp/pwned`",
+        "a b\nc",
+        "--",
+        "*",
+    ];
     let mut args = vec!["%s|\\n"];
     args.extend(hostile);
     supervisor()

@@ -79,7 +79,11 @@ impl Env {
 
     /// Starts a background run in its own CLI process; returns (CLI run id, run id).
     fn start(&self, process: &str, args: Value) -> (String, String) {
-        let o = self.tool("agent", "run_process", &json!({"name": process, "args": args}));
+        let o = self.tool(
+            "agent",
+            "run_process",
+            &json!({"name": process, "args": args}),
+        );
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let v = stdout_json(&o);
         assert_eq!(v["result"]["status"], "running", "{v}");
@@ -108,7 +112,10 @@ impl Env {
             if done(&v) {
                 return v;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}: {v}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {v}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -155,7 +162,10 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     let (cli_run, id) = env.start("wait_for_go", json!({"label": "first"}));
     // The starting CLI process has exited; its supervisor goes on.
     let running = env.check_until(&id, "the first output", |v| {
-        v["output_tail"].as_str().unwrap_or("").contains("label=first")
+        v["output_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("label=first")
     });
     assert_eq!(running["status"], "running", "{running}");
     assert_eq!(running["exit_code"], Value::Null);
@@ -163,7 +173,11 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     assert_eq!(running["args"], json!({"label": "first"}));
 
     // The process sees its run's workspace (read-only); `go` there lets it finish.
-    std::fs::write(env.dir.path().join("workspaces").join(&cli_run).join("go"), "").unwrap();
+    std::fs::write(
+        env.dir.path().join("workspaces").join(&cli_run).join("go"),
+        "",
+    )
+    .unwrap();
     let exited = env.check_until(&id, "the run to exit", |v| v["status"] != "running");
     assert_eq!(exited["status"], "exited", "{exited}");
     assert_eq!(exited["exit_code"], 7);
@@ -176,7 +190,11 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     assert!(exited["ended_at_ms"].as_i64().unwrap() >= exited["started_at_ms"].as_i64().unwrap());
 
     // A final status stays as it is, and the tail can be asked for shorter.
-    let o = env.tool("agent", "check_run", &json!({"run_id": id, "tail_bytes": 9}));
+    let o = env.tool(
+        "agent",
+        "check_run",
+        &json!({"run_id": id, "tail_bytes": 9}),
+    );
     let short = stdout_json(&o)["result"].clone();
     assert_eq!(short["status"], "exited");
     assert_eq!(short["output_tail"], "finished\n");
@@ -197,13 +215,19 @@ fn a_sigkilled_supervisor_makes_the_run_lost_with_a_clear_message() {
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while alive(pid) {
-        assert!(Instant::now() < deadline, "the supervisor {pid} did not die");
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor {pid} did not die"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let lost = env.checked(&id);
     assert_eq!(lost["status"], "lost", "{lost}");
     let message = lost["message"].as_str().unwrap();
-    assert!(message.contains("supervisor") && message.contains("run_process"), "{message}");
+    assert!(
+        message.contains("supervisor") && message.contains("run_process"),
+        "{message}"
+    );
     // It is recorded: the next check says the same without looking again.
     assert_eq!(env.checked(&id)["status"], "lost");
 }
@@ -237,29 +261,37 @@ fn bad_inputs_are_clear_errors_and_another_agents_run_is_unknown() {
         (json!({"a": "x", "b": "y", "c": "z"}), "/args"),
         (json!({"a": "x", "b": "y", "n": 99}), "/args/n"),
     ] {
-        let o = env.tool("agent", "run_process", &json!({"name": "echo_args", "args": args}));
+        let o = env.tool(
+            "agent",
+            "run_process",
+            &json!({"name": "echo_args", "args": args}),
+        );
         assert_eq!(code(&o), 2, "{args}: {}", stderr(&o));
         let v = stdout_json(&o);
         assert_eq!(v["error"]["code"], "INVALID_ARGS", "{v}");
         assert!(v["error"].to_string().contains(field), "{args}: {v}");
     }
     // Unknown and malformed run ids.
-    for id in ["proc_00000000000000000000000000000000", "../../etc/passwd", ""] {
+    for id in [
+        "proc_00000000000000000000000000000000",
+        "../../etc/passwd",
+        "",
+    ] {
         let o = env.check("agent", id);
         assert_eq!(code(&o), 2, "{id}: {}", stderr(&o));
         assert_eq!(stdout_json(&o)["error"]["code"], "INVALID_ARGS");
     }
     // Another agent (same tenant, same journal) cannot see this agent's run.
     let (_, id) = env.start("echo_args", json!({"a": "x", "b": "y"}));
-    env.project(
-        "other",
-        "name: other-agent\nbuiltin_tools: [check_run]\n",
-    );
+    env.project("other", "name: other-agent\nbuiltin_tools: [check_run]\n");
     let o = env.check("other", &id);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let v = stdout_json(&o);
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("no background run"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no background run"),
         "{v}"
     );
     assert_eq!(env.checked(&id)["run_id"], id.as_str());
@@ -271,7 +303,11 @@ fn run_process_without_processes_and_bad_process_definitions_are_start_up_errors
     let dir = env.project("bare", "name: bare\nbuiltin_tools: [run_process]\n");
     let o = env.run(&["agent", "validate", dir.to_str().unwrap()]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("`run_process` needs `processes:`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`run_process` needs `processes:`"),
+        "{}",
+        stderr(&o)
+    );
 
     let dir = env.project(
         "shell",

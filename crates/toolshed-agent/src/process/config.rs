@@ -333,9 +333,7 @@ fn parse_one(
         Some(Value::Object(e)) => e
             .into_iter()
             .filter_map(|(k, v)| match v {
-                Value::String(s) if valid_name(&k, 128, false) && !s.contains('\0') => {
-                    Some((k, s))
-                }
+                Value::String(s) if valid_name(&k, 128, false) && !s.contains('\0') => Some((k, s)),
                 Value::Number(n) if valid_name(&k, 128, false) => Some((k, n.to_string())),
                 _ => {
                     problems.push(format!(
@@ -489,7 +487,8 @@ fn parse_arg(name: &str, def: Value, field: &str, problems: &mut Vec<String>) ->
         None | Some(Value::Null) => DEFAULT_MAX_STRING,
         Some(Value::Number(n))
             if kind == ArgType::String
-                && n.as_u64().is_some_and(|v| (1..=DEFAULT_MAX_STRING * 16).contains(&v)) =>
+                && n.as_u64()
+                    .is_some_and(|v| (1..=DEFAULT_MAX_STRING * 16).contains(&v)) =>
         {
             n.as_u64().unwrap_or(DEFAULT_MAX_STRING)
         }
@@ -552,10 +551,7 @@ pub fn check_value(def: &ArgDef, v: &Value) -> Result<(), String> {
             }
             let len = s.chars().count() as u64;
             if len > def.max_length {
-                return Err(format!(
-                    "is {len} characters; at most {}",
-                    def.max_length
-                ));
+                return Err(format!("is {len} characters; at most {}", def.max_length));
             }
             if let Some(p) = &def.pattern {
                 let re = regex::RegexBuilder::new(p)
@@ -728,7 +724,8 @@ train:
 
     #[test]
     fn braces_that_name_no_argument_stay_literal() {
-        let p = parse("p: {command: [awk, \"{print $1}\", \"{}\"]}").unwrap_or_else(|e| panic!("{e:?}"));
+        let p = parse("p: {command: [awk, \"{print $1}\", \"{}\"]}")
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(
             p[0].command,
             [
@@ -747,12 +744,32 @@ train:
         .unwrap_or_else(|e| panic!("{e:?}"));
         let (n, s) = (&p[0].args[0], &p[0].args[1]);
         assert!(check_value(n, &json!(3)).is_ok());
-        assert!(check_value(n, &json!(0)).unwrap_err().contains("below the minimum"));
-        assert!(check_value(n, &json!(2.5)).unwrap_err().contains("must be an integer"));
-        assert!(check_value(n, &json!("3")).unwrap_err().contains("got a string"));
+        assert!(
+            check_value(n, &json!(0))
+                .unwrap_err()
+                .contains("below the minimum")
+        );
+        assert!(
+            check_value(n, &json!(2.5))
+                .unwrap_err()
+                .contains("must be an integer")
+        );
+        assert!(
+            check_value(n, &json!("3"))
+                .unwrap_err()
+                .contains("got a string")
+        );
         assert!(check_value(s, &json!("abc")).is_ok());
-        assert!(check_value(s, &json!("abcd")).unwrap_err().contains("at most 3"));
-        assert!(check_value(s, &json!("a;b")).unwrap_err().contains("pattern"));
+        assert!(
+            check_value(s, &json!("abcd"))
+                .unwrap_err()
+                .contains("at most 3")
+        );
+        assert!(
+            check_value(s, &json!("a;b"))
+                .unwrap_err()
+                .contains("pattern")
+        );
         assert!(check_value(s, &json!("a\0")).unwrap_err().contains("NUL"));
         assert_eq!(render(&json!("$(id)")), "$(id)");
         assert_eq!(render(&json!(true)), "true");

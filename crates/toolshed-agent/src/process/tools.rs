@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use toolshed_core::{
-    Effects, ErrorCode, HandlerFuture, Idempotency, Reply, Tool, ToolContext, ToolError,
-    ToolOutput,
+    Effects, ErrorCode, HandlerFuture, Idempotency, Reply, Tool, ToolContext, ToolError, ToolOutput,
 };
 use toolshed_journal::process_runs::{
     Inserted, NewProcessRun, ProcessEnd, ProcessRunRecord, ProcessRuns, ProcessStatus,
@@ -191,10 +190,7 @@ fn argv(p: &ProcessDef, given: &Value) -> Result<(Vec<String>, Value), ToolError
         other => {
             return Err(invalid(
                 "args",
-                format!(
-                    "must be an object of `{}`'s arguments",
-                    p.name
-                ),
+                format!("must be an object of `{}`'s arguments", p.name),
                 other,
             ));
         }
@@ -364,7 +360,10 @@ fn toolshed_journal_now() -> i64 {
 }
 
 fn journal(e: toolshed_journal::JournalError) -> ToolError {
-    ToolError::handler(format!("the background runs' journal failed: {e} [{}]", e.code()))
+    ToolError::handler(format!(
+        "the background runs' journal failed: {e} [{}]",
+        e.code()
+    ))
 }
 
 /// Records the run as failed with the error's message, and returns the error.

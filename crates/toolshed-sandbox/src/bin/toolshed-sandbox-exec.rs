@@ -31,7 +31,10 @@ fn usage(problem: &str) -> ExitCode {
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
-    if std::env::args_os().nth(1).is_some_and(|a| a == "--supervise") {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "--supervise")
+    {
         return match std::env::args_os().nth(2) {
             Some(dir) => toolshed_sandbox::detached::supervise(std::path::Path::new(&dir)),
             None => usage("--supervise needs the state folder"),
