@@ -1,5 +1,6 @@
 //! The `agent.yaml` format: AgentBreeder's fields (kept as given where toolshed does not
-//! use them) plus Toren's `builtin_tools`, `env`, `sandbox`, `limits` and `plugins`.
+//! use them) plus Toren's `builtin_tools`, `env`, `sandbox`, `limits` and `plugins`, and
+//! `processes:` for `run_process` (parsed in `process/config.rs`).
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,7 @@ use toolshed_journal::Budgets;
 
 use crate::AgentError;
 use crate::mcp::{McpServerEntry, McpServerRef, McpToolOptions};
+use crate::process::ProcessDef;
 
 /// Top-level keys of AgentBreeder's `agent.yaml` that toolshed keeps but does not
 /// interpret (deployment, models, prompts…). Anything else unknown is a typo.
@@ -132,6 +134,8 @@ pub struct AgentFile {
     pub mcp_client_names: Vec<String>,
     /// AgentBreeder's top-level `mcp_servers: [{ref: mcp/NAME, transport, url}]`.
     pub mcp_servers: Vec<McpServerRef>,
+    /// The named commands `run_process` may start (`processes:`).
+    pub processes: Vec<ProcessDef>,
     /// AgentBreeder fields kept as given.
     pub other: BTreeMap<String, Value>,
 }
@@ -244,6 +248,10 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         None | Some(Value::Null) => Vec::new(),
         Some(v) => crate::mcp::parse_mcp_servers(v, &mut problems),
     };
+    let processes = match map.remove("processes") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => crate::process::parse_processes(v, &mut problems),
+    };
     let tools = match map.remove("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => items
@@ -287,6 +295,7 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         mcp_client,
         mcp_client_names,
         mcp_servers,
+        processes,
         other,
     })
 }
@@ -402,6 +411,7 @@ fn suggest(key: &str) -> String {
         "limits",
         "plugins",
         "mcp_servers",
+        "processes",
     ];
     FIELDS
         .iter()

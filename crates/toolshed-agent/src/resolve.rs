@@ -177,6 +177,9 @@ pub struct LoadOptions<'a> {
     /// What the agent's MCP servers are started with; without it an agent naming an MCP
     /// server does not start.
     pub mcp: Option<&'a AgentMcp>,
+    /// Where `run_process` / `check_run` keep and record background runs; without it an
+    /// agent listing them does not start.
+    pub processes: Option<&'a crate::Processes>,
 }
 
 /// `order-lookup` → `order_lookup`: how a ref names a file and a stdlib module.
@@ -217,6 +220,7 @@ pub async fn load_agent_with_workspaces(
             lookup_env,
             workspaces,
             mcp: None,
+            processes: None,
         },
     )
     .await
@@ -237,6 +241,7 @@ pub async fn load_agent_with(
         lookup_env,
         workspaces,
         mcp,
+        processes,
     } = options;
     let path = project.join("agent.yaml");
     let text = std::fs::read_to_string(&path)
@@ -391,6 +396,13 @@ pub async fn load_agent_with(
             ));
             continue;
         }
+        if crate::process::PROCESS_TOOLS.contains(&b.as_str()) {
+            match crate::process::builtin(b, &file, project, processes, workspaces) {
+                Ok(t) => builtins.push(t),
+                Err(e) => problems.push(e),
+            }
+            continue;
+        }
         match toolshed_stdlib::get(b) {
             Some(t) => {
                 // What the built-in cannot run without is checked with the agent's
@@ -408,6 +420,11 @@ pub async fn load_agent_with(
                 let names: Vec<String> = toolshed_stdlib::tools()
                     .iter()
                     .map(|t| t.name().to_owned())
+                    .chain(
+                        crate::process::PROCESS_TOOLS
+                            .iter()
+                            .map(|n| (*n).to_owned()),
+                    )
                     .collect();
                 problems.push(format!(
                     "unknown built-in `{b}`; available: {}",

@@ -155,6 +155,7 @@ async fn load(
             lookup_env: &no_env,
             workspaces: None,
             mcp: mcp.as_ref(),
+            processes: None,
         },
     )
     .await

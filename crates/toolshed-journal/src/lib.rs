@@ -64,6 +64,7 @@ use toolshed_store::{DbError, DbErrorKind, Location, OpenError};
 
 mod attachments;
 mod postgres;
+pub mod process_runs;
 mod reads;
 mod records;
 mod retention;

@@ -1566,7 +1566,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "5".to_owned())
+                ("schema_version".to_owned(), "6".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1583,6 +1583,7 @@ mod sqlite_only {
                 "attachments",
                 "calls",
                 "crumbs",
+                "process_runs",
                 "runs",
                 "toolshed_meta"
             ]
@@ -1732,6 +1733,7 @@ mod postgres_only {
                 "attachments",
                 "calls",
                 "crumbs",
+                "process_runs",
                 "runs",
                 "toolshed_meta"
             ]

@@ -31,6 +31,7 @@ mod cgroup;
 mod check;
 mod child;
 mod config;
+pub mod detached;
 mod error;
 mod hostnet;
 mod janitor;

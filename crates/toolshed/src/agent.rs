@@ -10,8 +10,8 @@ use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::{Value, json};
 use toolshed_agent::{
-    AgentMcp, DispatchImplementations, LoadOptions, LoadedAgent, RegistryLookup, ToolEntry,
-    WorkspaceConfig, Workspaces, load_agent_with, parse_agent_file,
+    AgentMcp, DispatchImplementations, LoadOptions, LoadedAgent, ProcessConfig, Processes,
+    RegistryLookup, ToolEntry, WorkspaceConfig, Workspaces, load_agent_with, parse_agent_file,
 };
 use toolshed_api::Data;
 use toolshed_api::views::{AgentView, ToolDetail};
@@ -93,6 +93,7 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
         sandbox: sandbox_config.clone(),
         ..WorkspaceConfig::new(workspaces_root())
     });
+    let processes = processes(sandbox_config.clone())?;
     let hub = McpHub::new(mcp_config(dir, sandbox_config, http)?);
     let mcp = AgentMcp {
         hub: hub.clone(),
@@ -107,6 +108,7 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
             lookup_env: &lookup,
             workspaces: Some(&workspaces),
             mcp: Some(&mcp),
+            processes: Some(&processes),
         },
     )
     .await;
@@ -125,6 +127,33 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
             })
         }
     }
+}
+
+/// The background runs of `run_process`: state folders under `TOOLSHED_PROCESSES`
+/// (else `.toolshed/processes`), recorded in the journal's database, each supervised by
+/// this very binary (`toolshed sandbox supervise DIR`, detached), or by the
+/// `toolshed-sandbox-exec` that `TOOLSHED_SANDBOX_EXEC` names.
+fn processes(sandbox: toolshed_sandbox::SandboxConfig) -> Result<Processes, Failure> {
+    let root = std::env::var_os("TOOLSHED_PROCESSES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".toolshed/processes"));
+    let mut config = ProcessConfig::new(root, crate::db::remembered_url());
+    config.sandbox = sandbox;
+    config.supervisor = if std::env::var_os(toolshed_sandbox::detached::SUPERVISOR_ENV)
+        .is_some_and(|v| !v.is_empty())
+    {
+        None
+    } else {
+        let exe = std::env::current_exe().map_err(|e| Failure::Error {
+            code: crate::output::EXIT_INTERNAL,
+            error: anyhow!("cannot find this executable, the background runs' supervisor: {e}"),
+        })?;
+        Some(toolshed_sandbox::detached::Supervisor::new(
+            exe,
+            ["sandbox", "supervise"],
+        ))
+    };
+    Ok(Processes::new(config))
 }
 
 /// The MCP client of the CLI: stdio servers in the sandbox (built only when the agent

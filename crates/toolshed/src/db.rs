@@ -13,6 +13,22 @@ use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_PARKED, EXIT_TOOL_ERROR,
 /// The default journal.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://toolshed.db";
 
+/// The journal's URL this command was given, for what is built far from `main`
+/// (an agent's background runs record themselves in the journal's database).
+static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Remember the journal's URL for [`remembered_url`] (the first call wins).
+pub fn remember_url(url: &str) {
+    let _ = URL.set(url.to_owned());
+}
+
+/// The journal's URL `main` remembered, else the default.
+pub fn remembered_url() -> String {
+    URL.get()
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned())
+}
+
 /// Where the journal is, opened on first use.
 pub struct Db {
     url: String,

@@ -133,6 +133,15 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // The detached supervisor of a background run (`run_process`): it runs its own
+    // runtime for as long as the run lives, outliving the command that started it.
+    if let Command::Sandbox(Group {
+        command: sandbox::SandboxCommand::Supervise { dir },
+        ..
+    }) = &cli.command
+    {
+        return toolshed_sandbox::detached::supervise(dir);
+    }
     // A server reports what it does; a one-shot command only its errors.
     init_logging(if matches!(cli.command, Command::Serve(_)) {
         "info"
@@ -156,6 +165,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let db = db::Db::new(cli.database_url);
+        db::remember_url(db.url());
         match cli.command {
             Command::Tools(g) => tools::run(g.command, &db, g.json).await,
             Command::Runs(g) => runs::run(g.command, &db, g.json).await,

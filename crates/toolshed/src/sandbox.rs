@@ -25,6 +25,14 @@ pub enum SandboxCommand {
     /// Run a tool file in the sandbox: a `.py` file defining `run(input)`, a `.js` or
     /// `.mjs` module exporting `run(input)`, or a `.sh` script (input on stdin).
     Run(RunArgs),
+    /// The detached supervisor of one background run (`run_process`): runs
+    /// `DIR/spec.json` in the sandbox, in a session of its own, keeping its output and
+    /// status in DIR. Started by the CLI itself, not by hand.
+    #[command(hide = true)]
+    Supervise {
+        /// The run's state folder.
+        dir: PathBuf,
+    },
 }
 
 /// Arguments of `toolshed sandbox run`.
@@ -51,6 +59,10 @@ pub async fn run(cmd: SandboxCommand, json_out: bool) -> Result<(), Failure> {
     match cmd {
         SandboxCommand::Check => check(json_out).await,
         SandboxCommand::Run(args) => run_file(args, json_out).await,
+        // Handled by `main` before the runtime starts (it runs a runtime of its own).
+        SandboxCommand::Supervise { .. } => Err(Failure::bad_input(anyhow!(
+            "`toolshed sandbox supervise` is started by `run_process`, not by hand"
+        ))),
     }
 }
 

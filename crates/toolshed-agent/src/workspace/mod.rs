@@ -173,6 +173,15 @@ impl Workspaces {
         tools::all(self, settings)
     }
 
+    /// The host folder of the run's workspace, created (owned by the sandbox's uid) on
+    /// first use: background runs see it read-only.
+    pub(crate) async fn ensure(&self, run_id: &str) -> Result<PathBuf, String> {
+        let opened = self.open(run_id).await.map_err(|e| match e {
+            fs::FsError::Io(m) | fs::FsError::Field { message: m, .. } => m,
+        })?;
+        Ok(opened.path.clone())
+    }
+
     /// Waits for the run's workspace to be free, then opens it (creating it on first
     /// use). The guard keeps other calls on it waiting.
     async fn open(&self, run_id: &str) -> Result<Opened, fs::FsError> {

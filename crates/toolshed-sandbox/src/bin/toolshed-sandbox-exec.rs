@@ -4,6 +4,7 @@
 //! ```text
 //! toolshed-sandbox-exec [--network] [--timeout-ms N] [--memory-mb N]
 //!                       [--bind SRC:DST] [--hold] -- PROGRAM [ARGS…]
+//! toolshed-sandbox-exec --supervise STATE_DIR
 //! ```
 //!
 //! stdin is passed to the command; its stdout and stderr are written out as they were
@@ -11,6 +12,10 @@
 //! timed out, 125 when the sandbox could not run it). With `--hold` the command is
 //! started as a long-lived child: `sandbox-pid PID` is printed on stderr and the
 //! supervisor waits for it without a deadline.
+//!
+//! With `--supervise STATE_DIR` it is the detached supervisor of one background run
+//! (`toolshed_sandbox::detached`): it runs `STATE_DIR/spec.json` and keeps its output
+//! and status in that folder, in a session of its own.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -19,13 +24,22 @@ use toolshed_sandbox::{Bind, Exit, LimitsRequest, Network, RunSpec, Sandbox, San
 
 fn usage(problem: &str) -> ExitCode {
     eprintln!(
-        "toolshed-sandbox-exec: {problem}\nusage: toolshed-sandbox-exec [--network] [--timeout-ms N] [--memory-mb N] [--bind SRC:DST] [--hold] -- PROGRAM [ARGS…]"
+        "toolshed-sandbox-exec: {problem}\nusage: toolshed-sandbox-exec [--network] [--timeout-ms N] [--memory-mb N] [--bind SRC:DST] [--hold] -- PROGRAM [ARGS…]\n       toolshed-sandbox-exec --supervise STATE_DIR"
     );
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "--supervise")
+    {
+        return match std::env::args_os().nth(2) {
+            Some(dir) => toolshed_sandbox::detached::supervise(std::path::Path::new(&dir)),
+            None => usage("--supervise needs the state folder"),
+        };
+    }
     let mut spec = RunSpec::default();
     let mut limits = LimitsRequest::default();
     let mut hold = false;

@@ -1,0 +1,612 @@
+//! The two tools: `run_process {name, args}` and `check_run {run_id, tail_bytes}`.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use toolshed_core::{
+    Effects, ErrorCode, HandlerFuture, Idempotency, Reply, Tool, ToolContext, ToolError, ToolOutput,
+};
+use toolshed_journal::process_runs::{
+    Inserted, NewProcessRun, ProcessEnd, ProcessRunRecord, ProcessRuns, ProcessStatus,
+};
+use toolshed_sandbox::detached::{
+    self, DetachedSpec, DetachedState, DetachedStatus, FORMAT, supervisor_alive,
+};
+use toolshed_sandbox::{Bind, LimitsRequest, Network};
+
+use super::config::{CommandPart, ProcessDef, check_value, render};
+use super::{ProcessCaps, Processes};
+use crate::AgentFile;
+use crate::workspace::Workspaces;
+
+/// Where the run's workspace appears, read-only.
+const WORKSPACE_INSIDE: &str = "/workspace";
+/// Where the project appears, read-only, for a process with `project: true`.
+const PROJECT_INSIDE: &str = "/project";
+/// Background run ids: this prefix and 32 hex digits.
+const ID_PREFIX: &str = "proc_";
+
+/// What one agent's two tools share.
+struct Agent {
+    name: String,
+    project: PathBuf,
+    processes: Vec<ProcessDef>,
+    runs: Processes,
+    workspaces: Option<Workspaces>,
+}
+
+/// The built-in `name` (`run_process` or `check_run`) for this agent, or the start-up
+/// problem that keeps it out.
+pub(crate) fn builtin(
+    name: &str,
+    file: &AgentFile,
+    project: &Path,
+    runs: Option<&Processes>,
+    workspaces: Option<&Workspaces>,
+) -> Result<Tool, String> {
+    let Some(runs) = runs else {
+        return Err(format!(
+            "`{name}` needs background runs, and this loader was given none; load the agent with `LoadOptions::processes` (the CLI does)"
+        ));
+    };
+    if name == "run_process" && file.processes.is_empty() {
+        return Err(
+            "`run_process` needs `processes:` in agent.yaml: name the commands it may start, e.g. `processes: {train: {command: [python3, /project/train.py, --epochs, \"{epochs}\"], args: {epochs: integer}, project: true}}`".into(),
+        );
+    }
+    let agent = Arc::new(Agent {
+        name: file.name.clone(),
+        project: std::path::absolute(project).unwrap_or_else(|_| project.to_owned()),
+        processes: file.processes.clone(),
+        runs: runs.clone(),
+        workspaces: workspaces.cloned(),
+    });
+    let built = if name == "run_process" {
+        run_process_tool(agent)
+    } else {
+        check_run_tool(agent)
+    };
+    built.map_err(|e| format!("`{name}`: {e}"))
+}
+
+fn invalid(field: &str, message: impl Into<String>, given: &Value) -> ToolError {
+    let message = message.into();
+    ToolError::new(ErrorCode::InvalidArgs, format!("`{field}`: {message}")).with_details(json!({
+        "violations": [{
+            "pointer": format!("/{}", field.replace('.', "/")),
+            "keyword": "process",
+            "expected": message,
+            "given": given,
+        }]
+    }))
+}
+
+fn reply(r: Result<Value, ToolError>) -> Reply {
+    Reply::new(r.map(ToolOutput::Value))
+}
+
+fn run_process_tool(agent: Arc<Agent>) -> Result<Tool, toolshed_core::SpecError> {
+    let names: Vec<&str> = agent.processes.iter().map(|p| p.name.as_str()).collect();
+    let listing: Vec<String> = agent
+        .processes
+        .iter()
+        .map(|p| match &p.description {
+            Some(d) => format!("`{}` ({d})", p.name),
+            None => format!("`{}`", p.name),
+        })
+        .collect();
+    // One branch per process: `args` must be exactly that process's arguments.
+    let branches: Vec<Value> = agent
+        .processes
+        .iter()
+        .map(|p| {
+            let mut then = json!({"properties": {"args": p.args_schema()}});
+            if p.args.iter().any(|a| a.default.is_none()) {
+                then["required"] = json!(["args"]);
+            }
+            json!({
+                "if": {"properties": {"name": {"const": p.name}}, "required": ["name"]},
+                "then": then,
+            })
+        })
+        .collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "enum": names, "description": "Which of the agent's processes to start."},
+            "args": {"type": "object", "description": "The process's arguments, as it declares them."}
+        },
+        "required": ["name"],
+        "additionalProperties": false,
+        "allOf": branches,
+    });
+    let description = format!(
+        "Start one of this agent's processes as a background run in a sandbox, and return its run id at once; poll it with check_run. Processes: {}.",
+        listing.join(", ")
+    );
+    let handler = {
+        let agent = Arc::clone(&agent);
+        Arc::new(move |args: Value, ctx: ToolContext| -> HandlerFuture {
+            let agent = Arc::clone(&agent);
+            Box::pin(async move { reply(start(&agent, args, &ctx).await) })
+        })
+    };
+    Tool::builder("run_process")
+        .description(description)
+        .input_schema(schema)
+        .effects(Effects::Sandbox)
+        // Keyed: a resumed run replays the recorded start instead of starting again,
+        // and a crash mid-start re-runs it under the same key, which names the same run.
+        .idempotency(Idempotency::Keyed)
+        .timeout(agent.runs.config().caps.start_wait + Duration::from_secs(30))
+        .raw_handler(handler)
+        .build()
+}
+
+fn check_run_tool(agent: Arc<Agent>) -> Result<Tool, toolshed_core::SpecError> {
+    let caps = agent.runs.config().caps;
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "run_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The id run_process returned."},
+            "tail_bytes": {"type": "integer", "minimum": 0, "maximum": caps.max_tail_bytes, "description": format!("How much of the end of its output to return, in bytes (default {}).", caps.tail_bytes)}
+        },
+        "required": ["run_id"],
+        "additionalProperties": false,
+    });
+    let handler = {
+        let agent = Arc::clone(&agent);
+        Arc::new(move |args: Value, ctx: ToolContext| -> HandlerFuture {
+            let agent = Arc::clone(&agent);
+            Box::pin(async move { reply(check(&agent, args, &ctx).await) })
+        })
+    };
+    Tool::builder("check_run")
+        .description("Check a background run started by run_process: its status (running, exited, failed or lost), exit code, and the end of its output.")
+        .input_schema(schema)
+        .effects(Effects::None)
+        .idempotency(Idempotency::None)
+        .timeout(Duration::from_secs(30))
+        .raw_handler(handler)
+        .build()
+}
+
+fn tenant_of(ctx: &ToolContext) -> String {
+    ctx.principal()
+        .and_then(|p| p.tenant.clone())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The argv of `p` for these args (defaults applied, every value checked).
+fn argv(p: &ProcessDef, given: &Value) -> Result<(Vec<String>, Value), ToolError> {
+    let empty = Map::new();
+    let args = match given {
+        Value::Null => &empty,
+        Value::Object(m) => m,
+        other => {
+            return Err(invalid(
+                "args",
+                format!("must be an object of `{}`'s arguments", p.name),
+                other,
+            ));
+        }
+    };
+    if let Some(extra) = args.keys().find(|k| !p.args.iter().any(|a| &a.name == *k)) {
+        let known: Vec<&str> = p.args.iter().map(|a| a.name.as_str()).collect();
+        return Err(invalid(
+            &format!("args.{extra}"),
+            format!(
+                "`{}` has no argument `{extra}`; it takes: {}",
+                p.name,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+            &args[extra.as_str()],
+        ));
+    }
+    let mut values = Map::new();
+    for a in &p.args {
+        let v = match (args.get(&a.name), &a.default) {
+            (Some(v), _) => v.clone(),
+            (None, Some(d)) => d.clone(),
+            (None, None) => {
+                return Err(invalid(
+                    &format!("args.{}", a.name),
+                    format!("is required ({})", a.kind_name()),
+                    &Value::Null,
+                ));
+            }
+        };
+        check_value(a, &v).map_err(|e| invalid(&format!("args.{}", a.name), e, &v))?;
+        values.insert(a.name.clone(), v);
+    }
+    let argv = p
+        .command
+        .iter()
+        .map(|part| match part {
+            CommandPart::Literal(s) => s.clone(),
+            CommandPart::Arg(n) => values.get(n).map(render).unwrap_or_default(),
+        })
+        .collect();
+    Ok((argv, Value::Object(values)))
+}
+
+/// A run id: from the call's idempotency key when it has one (a re-run of the call
+/// names the same run), else random.
+fn run_id_for(agent: &str, tenant: &str, ctx: &ToolContext) -> String {
+    let mut h = Sha256::new();
+    match ctx.idempotency_key() {
+        Some(key) => {
+            for part in [tenant, agent, key] {
+                h.update(part.as_bytes());
+                h.update([0]);
+            }
+        }
+        None => h.update(uuid::Uuid::new_v4().as_bytes()),
+    }
+    format!("{ID_PREFIX}{}", &hex::encode(h.finalize())[..32])
+}
+
+fn valid_run_id(id: &str) -> bool {
+    id.strip_prefix(ID_PREFIX)
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+async fn store(agent: &Agent) -> Result<Arc<ProcessRuns>, ToolError> {
+    agent.runs.store().await.map_err(ToolError::handler)
+}
+
+async fn start(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    let name = match args.get("name") {
+        Some(Value::String(n)) => n.clone(),
+        other => {
+            return Err(invalid(
+                "name",
+                "must be the name of one of the agent's processes",
+                other.unwrap_or(&Value::Null),
+            ));
+        }
+    };
+    let Some(p) = agent.processes.iter().find(|p| p.name == name) else {
+        let names: Vec<&str> = agent.processes.iter().map(|p| p.name.as_str()).collect();
+        return Err(invalid(
+            "name",
+            format!(
+                "`{name}` is not one of this agent's processes: {}",
+                names.join(", ")
+            ),
+            &Value::String(name.clone()),
+        ));
+    };
+    let (argv, values) = argv(p, args.get("args").unwrap_or(&Value::Null))?;
+    let tenant = tenant_of(ctx);
+    let id = run_id_for(&agent.name, &tenant, ctx);
+    let root = agent.runs.config().root.clone();
+    let dir = root.join(&id);
+    let store = store(agent).await?;
+    let record = NewProcessRun {
+        id: id.clone(),
+        tenant: tenant.clone(),
+        agent: agent.name.clone(),
+        run_id: ctx.run_id().to_owned(),
+        session_id: ctx.session_id().to_owned(),
+        process: p.name.clone(),
+        args: values.clone(),
+        state_dir: dir.display().to_string(),
+    };
+    match store.insert(record).await.map_err(journal)? {
+        Inserted::New(_) => {}
+        // The same call again (a resumed run): report the run it started.
+        Inserted::Existing(r) => return view(r, 0),
+    }
+    let spec = match detached_spec(agent, p, argv, ctx).await {
+        Ok(s) => s,
+        Err(e) => return Err(failed(&store, &id, e).await),
+    };
+    let made = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&root)
+        .and_then(|()| std::fs::DirBuilder::new().mode(0o700).create(&dir));
+    if let Err(e) = made {
+        let e = ToolError::handler(format!(
+            "cannot create the run's state folder {}: {e}",
+            dir.display()
+        ));
+        return Err(failed(&store, &id, e).await);
+    }
+    let supervisor = match agent.runs.supervisor() {
+        Ok(s) => s,
+        Err(m) => return Err(failed(&store, &id, ToolError::handler(m)).await),
+    };
+    let caps = agent.runs.config().caps;
+    let started = match supervisor.start(&dir, &spec, caps.start_wait).await {
+        Ok(s) => s,
+        Err(e) => {
+            let err = ToolError::handler(format!(
+                "process `{}` could not start in the sandbox: {} [{}]",
+                p.name, e.message, e.code
+            ))
+            .with_details(json!({"sandbox_code": e.code.as_str()}));
+            return Err(failed(&store, &id, err).await);
+        }
+    };
+    let now = toolshed_journal_now();
+    let r = store
+        .mark_running(&id, started.supervisor_pid, started.supervisor_start, now)
+        .await
+        .map_err(journal)?;
+    Ok(json!({
+        "run_id": r.id,
+        "process": r.process,
+        "args": r.args,
+        "status": r.status.as_str(),
+        "started_at_ms": r.started_at,
+    }))
+}
+
+fn toolshed_journal_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn journal(e: toolshed_journal::JournalError) -> ToolError {
+    ToolError::handler(format!(
+        "the background runs' journal failed: {e} [{}]",
+        e.code()
+    ))
+}
+
+/// Records the run as failed with the error's message, and returns the error.
+async fn failed(store: &ProcessRuns, id: &str, e: ToolError) -> ToolError {
+    let end = ProcessEnd {
+        status: ProcessStatus::Failed,
+        exit_code: None,
+        signal: None,
+        message: Some(e.message.clone()),
+        ended_at: toolshed_journal_now(),
+    };
+    if let Err(j) = store.finish(id, end).await {
+        warn_unrecorded(&j);
+    }
+    e
+}
+
+/// A journal failure while recording a failure: the caller's error says more, so this
+/// one only goes to stderr.
+fn warn_unrecorded(e: &toolshed_journal::JournalError) {
+    eprintln!("toolshed: cannot record a failed background run: {e}");
+}
+
+async fn detached_spec(
+    agent: &Agent,
+    p: &ProcessDef,
+    argv: Vec<String>,
+    ctx: &ToolContext,
+) -> Result<DetachedSpec, ToolError> {
+    let config = agent.runs.config();
+    let caps: ProcessCaps = config.caps;
+    let mut binds = Vec::new();
+    if let Some(ws) = &agent.workspaces {
+        let folder = ws.ensure(ctx.run_id()).await.map_err(|e| {
+            ToolError::handler(format!("the run's workspace cannot be opened: {e}"))
+        })?;
+        binds.push(Bind::read_only(folder, WORKSPACE_INSIDE));
+    }
+    if p.project {
+        binds.push(Bind::read_only(&agent.project, PROJECT_INSIDE));
+    }
+    let mut env = vec![
+        ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+        ("HOME".to_owned(), "/work".to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("TERM".to_owned(), "dumb".to_owned()),
+    ];
+    env.extend(p.env.iter().cloned());
+    let mut argv = argv.into_iter();
+    let program = argv.next().unwrap_or_default();
+    let timeout = p.timeout_seconds.unwrap_or(caps.default_timeout_seconds);
+    let memory = p.memory_mb.unwrap_or(caps.default_memory_mb);
+    Ok(DetachedSpec {
+        format: FORMAT,
+        program,
+        args: argv.collect(),
+        env,
+        binds,
+        limits: LimitsRequest {
+            memory_bytes: Some(memory.saturating_mul(1024 * 1024)),
+            cpu_time_ms: Some(timeout.saturating_mul(1000)),
+            ..LimitsRequest::default()
+        },
+        network: if p.network { Network::On } else { Network::Off },
+        max_duration_ms: Some(timeout.saturating_mul(1000)),
+        output_cap_bytes: caps.output_file_bytes,
+        sandbox: config.sandbox.clone(),
+    })
+}
+
+async fn check(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    let caps = agent.runs.config().caps;
+    let id = match args.get("run_id") {
+        Some(Value::String(s)) => s.clone(),
+        other => {
+            return Err(invalid(
+                "run_id",
+                "must be the run id run_process returned",
+                other.unwrap_or(&Value::Null),
+            ));
+        }
+    };
+    let tail = match args.get("tail_bytes") {
+        None | Some(Value::Null) => caps.tail_bytes,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= caps.max_tail_bytes => n,
+            _ => {
+                return Err(invalid(
+                    "tail_bytes",
+                    format!("must be a whole number from 0 to {}", caps.max_tail_bytes),
+                    v,
+                ));
+            }
+        },
+    };
+    let unknown = || {
+        invalid(
+            "run_id",
+            format!("no background run `{id}` of this agent; use the run_id run_process returned"),
+            &Value::String(id.clone()),
+        )
+    };
+    if !valid_run_id(&id) {
+        return Err(unknown());
+    }
+    let store = store(agent).await?;
+    let Some(record) = store
+        .get(&tenant_of(ctx), &agent.name, &id)
+        .await
+        .map_err(journal)?
+    else {
+        return Err(unknown());
+    };
+    let record = settle(&store, record, caps).await?;
+    view(record, tail)
+}
+
+/// Brings a run that is not final up to date from its status file and its supervisor.
+async fn settle(
+    store: &ProcessRuns,
+    r: ProcessRunRecord,
+    caps: ProcessCaps,
+) -> Result<ProcessRunRecord, ToolError> {
+    if r.status.is_final() {
+        return Ok(r);
+    }
+    let dir = PathBuf::from(&r.state_dir);
+    let status = detached::read_status(&dir).ok().flatten();
+    if let Some(s) = &status
+        && let Some(end) = ended(s)
+    {
+        return store.finish(&r.id, end).await.map_err(journal);
+    }
+    let alive = match (r.supervisor_pid, r.supervisor_start) {
+        (Some(pid), Some(start)) => supervisor_alive(pid, start),
+        // Its starter died before recording the supervisor: the status file names it,
+        // when the supervisor got that far.
+        _ => match &status {
+            Some(s) => detached::process_start_time(s.supervisor_pid).is_some(),
+            None => {
+                let age = toolshed_journal_now().saturating_sub(r.created_at);
+                u64::try_from(age).unwrap_or(0) < caps.starting_grace.as_millis() as u64
+            }
+        },
+    };
+    if alive {
+        return Ok(r);
+    }
+    // It may have written its end just before it exited: read once more.
+    if let Some(s) = detached::read_status(&dir).ok().flatten()
+        && let Some(end) = ended(&s)
+    {
+        return store.finish(&r.id, end).await.map_err(journal);
+    }
+    let who = r
+        .supervisor_pid
+        .or(status.as_ref().map(|s| s.supervisor_pid))
+        .map(|p| format!(" (pid {p})"))
+        .unwrap_or_default();
+    let end = ProcessEnd {
+        status: ProcessStatus::Lost,
+        exit_code: None,
+        signal: None,
+        message: Some(format!(
+            "its supervisor{who} is gone without recording how the process ended: it was killed (SIGKILL, the OOM killer) or the machine restarted, and the sandboxed process died with it; start it again with run_process"
+        )),
+        ended_at: toolshed_journal_now(),
+    };
+    store.finish(&r.id, end).await.map_err(journal)
+}
+
+/// The end a status file records, if it records one.
+fn ended(s: &DetachedStatus) -> Option<ProcessEnd> {
+    let at = s.ended_at_ms.unwrap_or_else(toolshed_journal_now);
+    match s.state {
+        DetachedState::Running => None,
+        DetachedState::Exited => Some(ProcessEnd {
+            status: ProcessStatus::Exited,
+            exit_code: s.exit_code,
+            signal: s.signal,
+            message: s
+                .killed
+                .as_deref()
+                .map(|k| format!("stopped by the supervisor: {k}")),
+            ended_at: at,
+        }),
+        DetachedState::Failed => Some(ProcessEnd {
+            status: ProcessStatus::Failed,
+            exit_code: None,
+            signal: None,
+            message: s.message.clone(),
+            ended_at: at,
+        }),
+    }
+}
+
+/// What `check_run` (and a repeated `run_process`) answers.
+fn view(r: ProcessRunRecord, tail: u64) -> Result<Value, ToolError> {
+    let dir = PathBuf::from(&r.state_dir);
+    let (bytes, _) = if tail == 0 {
+        (Vec::new(), false)
+    } else {
+        detached::read_tail(&dir, tail).unwrap_or_default()
+    };
+    let written = detached::read_status(&dir)
+        .ok()
+        .flatten()
+        .map(|s| s.output_bytes);
+    let on_disk = file_len(&dir.join(detached::OUTPUT_FILE))
+        + file_len(&dir.join(detached::OUTPUT_ROTATED_FILE));
+    // The status counts everything written once the run ended; while it runs, the
+    // files are the count.
+    let total = written.unwrap_or(0).max(on_disk);
+    let mut out = json!({
+        "run_id": r.id,
+        "process": r.process,
+        "args": r.args,
+        "status": r.status.as_str(),
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+        "started_at_ms": r.started_at,
+        "ended_at_ms": r.ended_at,
+        "output_tail": String::from_utf8_lossy(&bytes),
+        "output_truncated": total > bytes.len() as u64,
+        "output_bytes": total,
+    });
+    if let Some(m) = &r.message {
+        out["message"] = json!(m);
+    }
+    Ok(out)
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::symlink_metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+impl super::config::ArgDef {
+    fn kind_name(&self) -> &'static str {
+        match self.kind {
+            super::config::ArgType::String => "a string",
+            super::config::ArgType::Integer => "an integer",
+            super::config::ArgType::Number => "a number",
+            super::config::ArgType::Boolean => "true or false",
+        }
+    }
+}
