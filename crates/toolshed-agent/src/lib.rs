@@ -16,7 +16,10 @@
 //!   [`AgentMcp`]'s hub, their tools named `<server>__<tool>`;
 //! - the **workspace** of `sandbox: true`: `bash` run in the sandbox and the file tools
 //!   (`read_file`, `write_file`, `edit_file`, `list_files`, `search_files`), all
-//!   confined to one folder per run ([`Workspaces`]).
+//!   confined to one folder per run ([`Workspaces`]);
+//! - the **project identity** ([`ProjectIdentity`]): the folder, the agent's name and
+//!   each tool's revision by content hash ([`ToolRevision`]), recorded with a run so a
+//!   resume can tell whether it would run the same code.
 //!
 //! Code files and endpoints are turned into tools by an [`Implementations`] (the
 //! dispatch layer); registry lookups go through a [`RegistryLookup`].
@@ -43,6 +46,7 @@ mod dispatch;
 mod file;
 pub mod mcp;
 mod resolve;
+mod revision;
 mod workspace;
 
 pub use dispatch::DispatchImplementations;
@@ -52,6 +56,9 @@ pub use resolve::{
     ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
     RegistryLookupError, RegistryTool, load_agent, load_agent_with, load_agent_with_workspaces,
     snake_name,
+};
+pub use revision::{
+    PROJECT_IDENTITY_VERSION, ProjectChanged, ProjectIdentity, ToolChange, ToolRevision,
 };
 pub use workspace::{WORKSPACE_TOOLS, WorkspaceCaps, WorkspaceConfig, Workspaces};
 
@@ -115,5 +122,8 @@ toolshed_core::wire_enum! {
         InvalidRegistryAnswer,
         /// A registry tool has no endpoint, so nothing can run it.
         NoEndpoint,
+        /// `runs resume` refused a run: a tool it still has to call changed since it
+        /// started (each named); `--accept-changes` resumes with the new code.
+        AgentProjectChanged,
     }
 }
