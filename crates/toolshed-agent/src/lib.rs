@@ -19,7 +19,10 @@
 //!   across restarts of whoever started them ([`Processes`]);
 //! - the **workspace** of `sandbox: true`: `bash` run in the sandbox and the file tools
 //!   (`read_file`, `write_file`, `edit_file`, `list_files`, `search_files`), all
-//!   confined to one folder per run ([`Workspaces`]).
+//!   confined to one folder per run ([`Workspaces`]);
+//! - the **project identity** ([`ProjectIdentity`]): the folder, the agent's name and
+//!   each tool's revision by content hash ([`ToolRevision`]), recorded with a run so a
+//!   resume can tell whether it would run the same code.
 //!
 //! Code files and endpoints are turned into tools by an [`Implementations`] (the
 //! dispatch layer); registry lookups go through a [`RegistryLookup`].
@@ -47,6 +50,7 @@ mod file;
 pub mod mcp;
 pub mod process;
 mod resolve;
+mod revision;
 mod workspace;
 
 pub use dispatch::DispatchImplementations;
@@ -57,6 +61,9 @@ pub use resolve::{
     ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
     RegistryLookupError, RegistryTool, load_agent, load_agent_with, load_agent_with_workspaces,
     snake_name,
+};
+pub use revision::{
+    PROJECT_IDENTITY_VERSION, ProjectChanged, ProjectIdentity, ToolChange, ToolRevision,
 };
 pub use workspace::{WORKSPACE_TOOLS, WorkspaceCaps, WorkspaceConfig, Workspaces};
 
@@ -120,5 +127,8 @@ toolshed_core::wire_enum! {
         InvalidRegistryAnswer,
         /// A registry tool has no endpoint, so nothing can run it.
         NoEndpoint,
+        /// `runs resume` refused a run: a tool it still has to call changed since it
+        /// started (each named); `--accept-changes` resumes with the new code.
+        AgentProjectChanged,
     }
 }

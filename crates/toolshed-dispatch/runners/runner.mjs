@@ -149,7 +149,8 @@ async function handle(tool, raw) {
     return;
   }
   const args = request.args ?? {};
-  const ctx = { ...(request.context ?? {}), tool: request.tool, credentials: request.credentials ?? {} };
+  // ctx.env: the agent's declared env, never in process.env.
+  const ctx = { ...(request.context ?? {}), tool: request.tool, credentials: request.credentials ?? {}, env: request.context?.env ?? {} };
   try {
     let value = await tool.fn(args, ctx);
     if (isGenerator(value)) {

@@ -256,6 +256,8 @@ class _Runner:
             context = dict(request.get("context") or {})
             context["tool"] = request.get("tool")
             context["credentials"] = dict(request.get("credentials") or {})
+            # The agent's declared env: here, never in os.environ.
+            context["env"] = dict(context.get("env") or {})
             kwargs["ctx"] = types.SimpleNamespace(**context)
         value = self.fn(**kwargs)
         kind = type(value)

@@ -559,7 +559,8 @@ impl Dispatcher {
                     Err(e) => return Reply::new(Err(e)),
                 };
                 let secrets: Arc<[Secret]> = credentials.values().cloned().collect();
-                let context = CallContext::from_tool_context(&ctx);
+                // The declared env reaches the tool as `ctx.env`, never as its process env.
+                let context = CallContext::from_tool_context(&ctx).with_env(&ctx);
                 let mode = mode.unwrap_or_else(|| self.default_mode(endpoint));
                 let sink = Some(ctx.diagnostics().clone());
                 let conv = match self

@@ -10,7 +10,8 @@
 //!
 //! One JSON object per line, UTF-8, `\n`-terminated. `context` holds `agent_id`,
 //! `run_id`, `session_id`, `tool_call_id`, `idempotency_key` (or null) and `principal`
-//! (or null); `credentials` maps each declared credential the provider has to its
+//! (or null), and `env`, the agent's declared env values (left out when there are none);
+//! `credentials` maps each declared credential the provider has to its
 //! value. Unknown keys in a tool's line are ignored, so the protocol can grow.
 
 use std::collections::BTreeMap;
@@ -36,6 +37,11 @@ pub struct CallContext {
     pub idempotency_key: Option<String>,
     /// Who the run acts for.
     pub principal: Option<Principal>,
+    /// The agent's declared env values (`ctx.env` in Python and JavaScript): sent to
+    /// subprocess tools only ([`CallContext::with_env`]), never to an HTTP endpoint,
+    /// and never set in the tool process's own environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 impl CallContext {
@@ -49,6 +55,7 @@ impl CallContext {
             tool_call_id: format!("call_{}", uuid::Uuid::now_v7().simple()),
             idempotency_key: None,
             principal: None,
+            env: BTreeMap::new(),
         }
     }
 
@@ -61,7 +68,15 @@ impl CallContext {
             tool_call_id: ctx.tool_call_id().to_owned(),
             idempotency_key: ctx.idempotency_key().map(str::to_owned),
             principal: ctx.principal().cloned(),
+            env: BTreeMap::new(),
         }
+    }
+
+    /// This context with the run's declared env values, for a tool running as a
+    /// process of ours (the agent declared them for its own tools).
+    pub fn with_env(mut self, ctx: &ToolContext) -> Self {
+        self.env = ctx.env_values().clone();
+        self
     }
 }
 

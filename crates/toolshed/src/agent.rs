@@ -11,7 +11,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 use toolshed_agent::{
     AgentMcp, DispatchImplementations, LoadOptions, LoadedAgent, ProcessConfig, Processes,
-    RegistryLookup, ToolEntry, WorkspaceConfig, Workspaces, load_agent_with, parse_agent_file,
+    ProjectIdentity, RegistryLookup, ToolEntry, WorkspaceConfig, Workspaces, load_agent_with,
+    parse_agent_file,
 };
 use toolshed_api::Data;
 use toolshed_api::views::{AgentView, ToolDetail};
@@ -49,20 +50,138 @@ pub async fn run(cmd: AgentCommand, json_out: bool) -> Result<(), Failure> {
     }
 }
 
+/// Which agent project a command works on: `--agent DIR`, else the working folder when
+/// it holds `agent.yaml`, else none (the CLI's own tools); `--no-agent` ignores the
+/// working folder's `agent.yaml`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ProjectArgs {
+    /// The agent project in DIR (default: the working folder, when it holds
+    /// agent.yaml): its tools folder, refs, inline tools, built-ins, `sandbox: true`
+    /// tools and MCP servers' tools, instead of the CLI's own.
+    #[arg(long, value_name = "DIR")]
+    pub agent: Option<PathBuf>,
+    /// Ignore agent.yaml in the working folder and use the CLI's own tools (e.g. while
+    /// that agent.yaml is being written and does not load).
+    #[arg(long, conflicts_with = "agent")]
+    pub no_agent: bool,
+}
+
+/// Where a command's agent project was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProjectDir {
+    /// Named by `--agent DIR`.
+    Flag(PathBuf),
+    /// agent.yaml in the working folder.
+    WorkingFolder,
+}
+
+impl ProjectDir {
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        match self {
+            ProjectDir::Flag(dir) => dir,
+            ProjectDir::WorkingFolder => Path::new("."),
+        }
+    }
+}
+
+impl ProjectArgs {
+    /// The project these flags pick, if any. A working folder's `agent.yaml` is picked
+    /// even when it is a dangling link or unreadable, so that its problem is reported
+    /// instead of silently running the CLI's own tools.
+    pub fn pick(&self) -> Option<ProjectDir> {
+        if self.no_agent {
+            return None;
+        }
+        if let Some(dir) = &self.agent {
+            return Some(ProjectDir::Flag(dir.clone()));
+        }
+        std::fs::symlink_metadata("agent.yaml")
+            .is_ok()
+            .then_some(ProjectDir::WorkingFolder)
+    }
+
+    /// Load the picked project (`None`: the CLI's own tools).
+    pub async fn load(&self) -> Result<Option<Project>, Failure> {
+        match self.pick() {
+            None => Ok(None),
+            Some(dir) => load_picked(&dir).await.map(Some),
+        }
+    }
+}
+
+/// Load a picked project; a working folder's agent.yaml that does not load says how to
+/// get past it.
+pub(crate) async fn load_picked(dir: &ProjectDir) -> Result<Project, Failure> {
+    match (load_project(dir.path()).await, dir) {
+        (Ok(p), _) => Ok(p),
+        (Err(Failure::Error { code, error }), ProjectDir::WorkingFolder) => Err(Failure::Error {
+            code,
+            error: error.context(
+                "the agent project in the working folder (./agent.yaml) does not load; fix it, or pass --no-agent to use the CLI's own tools",
+            ),
+        }),
+        (Err(e), _) => Err(e),
+    }
+}
+
 /// An agent project loaded as it would start, with what must be stopped after use: the
 /// dispatcher's workers and the agent's MCP servers.
 pub(crate) struct Project {
     /// The agent.
     pub agent: LoadedAgent,
+    /// The project's folder, each tool's revision: recorded with the runs it starts.
+    pub identity: ProjectIdentity,
     dispatcher: Dispatcher,
     hub: McpHub,
 }
 
 impl Project {
+    /// The runtime over the agent's toolset, its declared env handed to handlers as
+    /// `ctx.env` (never set in a tool process's environment).
+    pub async fn runtime(&self, db: &crate::db::Db) -> Result<toolshed_runtime::Runtime, Failure> {
+        let journal = db.journal().await?;
+        let pipeline = toolshed_core::Pipeline::builder(self.agent.toolset.clone()).build();
+        let config = toolshed_runtime::RuntimeConfig {
+            env: self.agent.env.clone(),
+            ..toolshed_runtime::RuntimeConfig::default()
+        };
+        toolshed_runtime::Runtime::new(pipeline, journal, config)
+            .map_err(crate::db::runtime_failure)
+    }
+
+    /// A run's driver as recorded: the driver, and this project under `agent_project`.
+    pub fn driver_value(&self, driver: &toolshed_runtime::Driver) -> Value {
+        let mut value = serde_json::to_value(driver).unwrap_or_default();
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert(
+                DRIVER_PROJECT_KEY.into(),
+                serde_json::to_value(&self.identity).unwrap_or_default(),
+            );
+        }
+        value
+    }
+
     /// Stop the agent's workers and MCP servers (stdin closed, SIGTERM, SIGKILL).
     pub async fn shutdown(self) {
         self.dispatcher.shutdown();
         self.hub.shutdown().await;
+    }
+}
+
+/// The key of a run's driver JSON under which the agent project it ran is recorded.
+pub(crate) const DRIVER_PROJECT_KEY: &str = "agent_project";
+
+/// The agent project recorded with a run (`None` for a run of the CLI's own tools, or
+/// one started before runs recorded it).
+pub(crate) fn recorded_project(run_id: &str, driver: &Value) -> Result<Option<ProjectIdentity>, Failure> {
+    match driver.get(DRIVER_PROJECT_KEY) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {
+            Failure::bad_input(anyhow!(
+                "run {run_id} records an agent project this CLI cannot read ({e}); resume it with a newer toolshed"
+            ))
+        }),
     }
 }
 
@@ -114,6 +233,7 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
     .await;
     match loaded {
         Ok(agent) => Ok(Project {
+            identity: ProjectIdentity::of(dir, &agent),
             agent,
             dispatcher,
             hub,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::anyhow;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use toolshed_journal::{Budgets, CallRecord, Gate, RunFilter, RunRecord, RunStatus};
+use toolshed_journal::{Budgets, CallRecord, CallStatus, Gate, RunFilter, RunRecord, RunStatus};
 use toolshed_runtime::{Driver, NewRunBuilder, RunOutcome};
 
 use crate::db::{Db, journal_failure, runtime_failure};
@@ -42,15 +42,10 @@ pub enum RunsCommand {
         crumbs: bool,
     },
     /// Continue a run started from the CLI: recorded calls replay, decided approvals and
-    /// answers take effect, the rest executes.
-    Resume {
-        /// The run id.
-        id: String,
-        /// The agent project in DIR whose tools the run calls (a run started with
-        /// `tools run --agent DIR`), instead of the CLI's own.
-        #[arg(long, value_name = "DIR")]
-        agent: Option<PathBuf>,
-    },
+    /// answers take effect, the rest executes. A run of an agent project loads the
+    /// project it recorded (or `--agent DIR`) and refuses to go on when a tool it still
+    /// has to call changed since, unless `--accept-changes`.
+    Resume(ResumeArgs),
     /// Cancel a run; it will not be resumed.
     Cancel {
         /// The run id.
@@ -74,9 +69,14 @@ pub struct StartArgs {
     /// The plan file (`-` for stdin).
     #[arg(long)]
     plan: PathBuf,
-    /// The agent the run belongs to.
-    #[arg(long, default_value = "cli")]
-    agent: String,
+    /// The agent project whose tools the plan calls (default: the working folder's
+    /// agent.yaml; else the CLI's own tools).
+    #[command(flatten)]
+    project: crate::agent::ProjectArgs,
+    /// The agent id the run is recorded under (default: the project's agent name, else
+    /// `cli`).
+    #[arg(long, value_name = "NAME")]
+    agent_id: Option<String>,
     /// Fail the run once it has been started this many times after crashes.
     #[arg(long)]
     max_attempts_per_task: Option<u32>,
@@ -140,19 +140,7 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
         RunsCommand::Show { id, crumbs } => show(&id, crumbs, db, json_out).await,
         RunsCommand::Prune(args) => crate::retention::prune(args, db, json_out).await,
         RunsCommand::Vacuum => crate::retention::vacuum(db, json_out).await,
-        RunsCommand::Resume { id, agent: None } => resume(&id, db.runtime().await?, json_out).await,
-        RunsCommand::Resume {
-            id,
-            agent: Some(dir),
-        } => {
-            let project = crate::agent::load_project(&dir).await?;
-            let resumed = match db.runtime_with(project.agent.toolset.clone()).await {
-                Ok(runtime) => resume(&id, runtime, json_out).await,
-                Err(e) => Err(e),
-            };
-            project.shutdown().await;
-            resumed
-        }
+        RunsCommand::Resume(args) => resume_command(args, db, json_out).await,
         RunsCommand::Cancel { id, reason } => {
             let runtime = db.runtime().await?;
             runtime.cancel(&id, reason).await.map_err(runtime_failure)?;
@@ -164,6 +152,118 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
             Ok(())
         }
     }
+}
+
+/// Arguments of `toolshed runs resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run id.
+    id: String,
+    /// The agent project whose tools the run calls (default: the project the run
+    /// recorded; for a run that recorded none, the working folder's agent.yaml).
+    #[command(flatten)]
+    project: crate::agent::ProjectArgs,
+    /// Resume even though tools the run still has to call changed since it started:
+    /// the rest of the run uses the new code (calls already finished replay their
+    /// recorded results).
+    #[arg(long)]
+    accept_changes: bool,
+}
+
+/// Which project a resume loads: `--no-agent` none; `--agent DIR`; the folder the run
+/// recorded; for a run that recorded none, the working folder's agent.yaml unless the
+/// run was one of the CLI's own tools (agent `cli`).
+fn resume_project(
+    args: &ResumeArgs,
+    run: &RunRecord,
+    recorded: Option<&toolshed_agent::ProjectIdentity>,
+) -> Option<crate::agent::ProjectDir> {
+    use crate::agent::ProjectDir;
+    if args.project.no_agent {
+        return None;
+    }
+    if let Some(dir) = &args.project.agent {
+        return Some(ProjectDir::Flag(dir.clone()));
+    }
+    if let Some(r) = recorded {
+        return Some(ProjectDir::Flag(r.dir.clone()));
+    }
+    if run.agent_id == "cli" {
+        return None;
+    }
+    args.project.pick()
+}
+
+/// The tools the run still has to call: its driver's calls, by ordinal, that have not
+/// finished (never started, started and cut off, parked, approved).
+fn pending_tools(driver: &Driver, calls: &[CallRecord]) -> Vec<String> {
+    let planned = match driver {
+        Driver::Direct { tool, .. } => vec![tool.clone()],
+        Driver::Plan { steps } => plan_tools(steps),
+        Driver::Library => Vec::new(),
+    };
+    planned
+        .into_iter()
+        .enumerate()
+        .filter(|(ordinal, tool)| {
+            !calls.iter().any(|c| {
+                c.ordinal as usize == *ordinal
+                    && c.tool == *tool
+                    && matches!(c.status, CallStatus::Completed | CallStatus::Failed)
+            })
+        })
+        .map(|(_, tool)| tool)
+        .collect()
+}
+
+async fn resume_command(args: ResumeArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
+    let journal = db.journal().await?;
+    let run = journal.get_run(&args.id).await.map_err(journal_failure)?;
+    let recorded = crate::agent::recorded_project(&run.id, &run.driver)?;
+    let Some(dir) = resume_project(&args, &run, recorded.as_ref()) else {
+        return resume(&args.id, db.runtime().await?, json_out).await;
+    };
+    let project = match crate::agent::load_picked(&dir).await {
+        Ok(p) => p,
+        Err(Failure::Error { code, error }) if recorded.is_some() && args.project.agent.is_none() => {
+            return Err(Failure::Error {
+                code,
+                error: error.context(format!(
+                    "run {} ran the agent project in {}, which does not load now; fix it, or pass --agent DIR where the project is now",
+                    run.id,
+                    dir.path().display()
+                )),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let resumed = async {
+        if let Some(was) = &recorded {
+            let driver: Driver = serde_json::from_value(run.driver.clone()).map_err(|e| {
+                Failure::bad_input(anyhow!("run {} has a driver this CLI cannot read: {e}", run.id))
+            })?;
+            let calls = journal.calls_of_run(&run.id).await.map_err(journal_failure)?;
+            let pending = pending_tools(&driver, &calls);
+            if let Err(changed) =
+                was.check_resume(&run.id, &project.identity, pending.iter().map(String::as_str))
+            {
+                if !args.accept_changes {
+                    return Err(Failure::bad_input(anyhow!("{changed} [{}]", changed.code())));
+                }
+                // Said once, on stderr, so a script's log shows what it accepted.
+                eprintln!(
+                    "resuming run {} with the new code (--accept-changes):\n- {}",
+                    run.id,
+                    changed.changes.join("\n- ")
+                );
+            }
+        }
+        let runtime = project.runtime(db).await?;
+        resume(&args.id, runtime, json_out).await
+    }
+    .await;
+    project.shutdown().await;
+    resumed
 }
 
 /// Continue run `id` over `runtime`'s tools.
@@ -200,8 +300,27 @@ async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> 
     };
     let driver =
         Driver::parse_plan(&text).map_err(|e| Failure::bad_input(anyhow!("{shown}: {e}")))?;
+    let project = args.project.load().await?;
+    let started = start_with(&args, &driver, &shown, project.as_ref(), db, json_out).await;
+    if let Some(p) = project {
+        p.shutdown().await;
+    }
+    started
+}
+
+async fn start_with(
+    args: &StartArgs,
+    driver: &Driver,
+    shown: &str,
+    project: Option<&crate::agent::Project>,
+    db: &Db,
+    json_out: bool,
+) -> Result<(), Failure> {
     // Unknown tools are refused before a run is created, with the nearest names.
-    let set = crate::db::toolset()?;
+    let set = match project {
+        Some(p) => p.agent.toolset.clone(),
+        None => crate::db::toolset()?,
+    };
     if let Driver::Plan { steps } = &driver {
         for name in plan_tools(steps) {
             if set.get(&name).is_none() {
@@ -215,16 +334,27 @@ async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> 
             }
         }
     }
-    let runtime = db.runtime_with(set).await?;
-    let new = NewRunBuilder::new(&args.agent)
+    let (runtime, agent_id, driver_value) = match project {
+        Some(p) => (
+            p.runtime(db).await?,
+            p.agent.file.name.clone(),
+            p.driver_value(driver),
+        ),
+        None => (
+            db.runtime_with(set).await?,
+            "cli".to_owned(),
+            serde_json::to_value(driver).unwrap_or_default(),
+        ),
+    };
+    let new = NewRunBuilder::new(args.agent_id.as_deref().unwrap_or(&agent_id))
         .budgets(Budgets {
             max_attempts_per_task: args.max_attempts_per_task,
             max_wall_clock_min: args.max_wall_clock_min,
         })
-        .driver(serde_json::to_value(&driver).unwrap_or_default())
+        .driver(driver_value)
         .build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
-    let outcome = toolshed_runtime::drive(&handle, &driver)
+    let outcome = toolshed_runtime::drive(&handle, driver)
         .await
         .map_err(runtime_failure)?;
     report(&outcome, json_out)
@@ -512,6 +642,38 @@ fn run_header(run: &RunRecord) -> String {
     if let Some(e) = &run.error {
         s.push_str(&format!("error    {e}\n"));
     }
+    s.push_str(&project_text(run));
+    s
+}
+
+/// The agent project a run recorded: its folder, the agent, each tool's revision.
+fn project_text(run: &RunRecord) -> String {
+    let project = match crate::agent::recorded_project(&run.id, &run.driver) {
+        Ok(Some(p)) => p,
+        Ok(None) => return String::new(),
+        Err(_) => return "project  (recorded in a form this CLI cannot read)\n".to_owned(),
+    };
+    let mut s = format!(
+        "project  {} (agent {})\n",
+        project.dir.display(),
+        project.agent
+    );
+    let rows: Vec<Vec<String>> = project
+        .tools
+        .iter()
+        .map(|(name, r)| {
+            let files: Vec<String> = r.files.iter().map(|(f, h)| format!("{f} {h}")).collect();
+            vec![
+                name.clone(),
+                r.origin.clone(),
+                r.hash.clone(),
+                files.join(", "),
+            ]
+        })
+        .collect();
+    s.push_str("\ntool revisions:\n");
+    s.push_str(&table(&["TOOL", "FROM", "REVISION", "FILES"], &rows, 70));
+    s.push('\n');
     s
 }
 

@@ -11,6 +11,7 @@ use toolshed_core::formats::{Vendor, export};
 use toolshed_core::{ErrorCode, Tool, ToolSet, ToolSource};
 use toolshed_runtime::{Driver, NewRunBuilder};
 
+use crate::agent::ProjectArgs;
 use crate::db::{Db, runtime_failure, toolset};
 use crate::output::{
     EXIT_BAD_INPUT, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table,
@@ -19,12 +20,11 @@ use crate::output::{
 /// `toolshed tools` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// List the available tools (with `--agent DIR`: the tools of the agent project in
-    /// DIR, its MCP servers' tools included).
+    /// List the available tools: the agent project's (the working folder's agent.yaml,
+    /// or `--agent DIR`), its MCP servers' tools included, else the CLI's own.
     List {
-        /// The agent project whose tools to list, instead of the CLI's own.
-        #[arg(long, value_name = "DIR")]
-        agent: Option<PathBuf>,
+        #[command(flatten)]
+        project: ProjectArgs,
     },
     /// Show one tool's full definition.
     Show {
@@ -33,17 +33,19 @@ pub enum ToolsCommand {
         /// Show it in a model vendor's format: openai, openai-strict, anthropic, gemini.
         #[arg(long)]
         format: Option<String>,
-        /// The agent project whose tool to show, instead of the CLI's own.
-        #[arg(long, value_name = "DIR")]
-        agent: Option<PathBuf>,
+        #[command(flatten)]
+        project: ProjectArgs,
     },
     /// Run a tool as a durable run (journaled, resumable) and print its result.
     Run(RunArgs),
-    /// Print every tool in a model vendor's format.
+    /// Print every tool (the agent project's, else the CLI's own) in a model vendor's
+    /// format.
     Export {
         /// openai, openai-strict, anthropic or gemini.
         #[arg(long, default_value = "openai")]
         format: String,
+        #[command(flatten)]
+        project: ProjectArgs,
     },
     /// Check tool definition files (tool.yaml or .json); prints every problem found.
     Validate {
@@ -61,23 +63,20 @@ pub struct RunArgs {
     /// The arguments as a JSON object; `@FILE` reads them from a file, `-` from stdin.
     #[arg(long, default_value = "{}")]
     args: String,
-    /// Run a tool of the agent project in DIR (its own, stdlib, registry or MCP server
-    /// tools), as a run of that agent, instead of one of the CLI's own tools.
-    #[arg(long, value_name = "DIR")]
-    agent: Option<PathBuf>,
+    /// The agent project whose tool to run, as a run of that agent (default: the
+    /// working folder's agent.yaml; else one of the CLI's own tools).
+    #[command(flatten)]
+    project: ProjectArgs,
 }
 
-/// The tools a command works on: the CLI's own, or those of the agent project in
-/// `agent` (which must be shut down after use).
+/// The tools a command works on: those of the agent project the flags pick (which
+/// must be shut down after use), or the CLI's own.
 async fn tools_of(
-    agent: Option<&std::path::Path>,
+    project: &ProjectArgs,
 ) -> Result<(ToolSet, Option<crate::agent::Project>), Failure> {
-    match agent {
+    match project.load().await? {
         None => Ok((toolset()?, None)),
-        Some(dir) => {
-            let project = crate::agent::load_project(dir).await?;
-            Ok((project.agent.toolset.clone(), Some(project)))
-        }
+        Some(project) => Ok((project.agent.toolset.clone(), Some(project))),
     }
 }
 
@@ -99,8 +98,8 @@ fn source_label(source: Option<&ToolSource>) -> String {
 /// Run a `tools` subcommand.
 pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failure> {
     match cmd {
-        ToolsCommand::List { agent } => {
-            let (set, project) = tools_of(agent.as_deref()).await?;
+        ToolsCommand::List { project } => {
+            let (set, project) = tools_of(&project).await?;
             let listed = list(&set, json_out);
             shutdown(project).await;
             listed
@@ -108,29 +107,26 @@ pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failu
         ToolsCommand::Show {
             name,
             format,
-            agent,
+            project,
         } => {
-            let (set, project) = tools_of(agent.as_deref()).await?;
+            let (set, project) = tools_of(&project).await?;
             let shown = show(&set, &name, format.as_deref(), json_out);
             shutdown(project).await;
             shown
         }
         ToolsCommand::Run(args) => {
-            let (set, project) = tools_of(args.agent.as_deref()).await?;
-            let agent_id = project
-                .as_ref()
-                .map(|p| p.agent.file.name.clone())
-                .unwrap_or_else(|| "cli".into());
-            let ran = run_tool(args, set, &agent_id, db, json_out).await;
+            let (set, project) = tools_of(&args.project).await?;
+            let ran = run_tool(args, set, project.as_ref(), db, json_out).await;
             shutdown(project).await;
             ran
         }
-        ToolsCommand::Export { format } => {
+        ToolsCommand::Export { format, project } => {
             let vendor: Vendor = format
                 .parse()
                 .map_err(|e| Failure::bad_input(anyhow!("--format: {e}")))?;
-            let set = toolset()?;
+            let (set, project) = tools_of(&project).await?;
             print_json(&export(vendor, set.iter()));
+            shutdown(project).await;
             Ok(())
         }
         ToolsCommand::Validate { files } => validate(&files, json_out),
@@ -284,20 +280,31 @@ pub(crate) fn read_args(raw: &str) -> Result<Value, Failure> {
 async fn run_tool(
     args: RunArgs,
     set: ToolSet,
-    agent_id: &str,
+    project: Option<&crate::agent::Project>,
     db: &Db,
     json_out: bool,
 ) -> Result<(), Failure> {
     find(&set, &args.name)?;
     let call_args = read_args(&args.args)?;
-    let runtime = db.runtime_with(set).await?;
     let driver = Driver::Direct {
         tool: args.name.clone(),
         args: call_args,
     };
-    let new = NewRunBuilder::new(agent_id)
-        .driver(serde_json::to_value(&driver).unwrap_or_default())
-        .build();
+    // A project's run records the project (its folder, each tool's revision), so a
+    // resume finds it and can tell whether its code changed.
+    let (runtime, agent_id, driver_value) = match project {
+        Some(p) => (
+            p.runtime(db).await?,
+            p.agent.file.name.clone(),
+            p.driver_value(&driver),
+        ),
+        None => (
+            db.runtime_with(set).await?,
+            "cli".to_owned(),
+            serde_json::to_value(&driver).unwrap_or_default(),
+        ),
+    };
+    let new = NewRunBuilder::new(&agent_id).driver(driver_value).build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
     let outcome = toolshed_runtime::drive(&handle, &driver)
         .await
@@ -305,11 +312,12 @@ async fn run_tool(
     let run_id = outcome.run.id.clone();
     if !outcome.parked.is_empty() {
         crate::runs::report_parked(&outcome, json_out);
-        if let (Some(dir), false) = (&args.agent, json_out) {
-            // A plain resume would not have the agent's tools.
+        if let (Some(p), false) = (project, json_out) {
+            // The resume finds the project by itself; say which one it will load.
             eprintln!(
-                "(the run calls the tools of the agent in {0}: `toolshed runs resume {run_id} --agent {0}`)",
-                dir.display()
+                "(the run calls the tools of the agent `{}` in {}; the resume loads that project again and checks that its tools did not change)",
+                p.agent.file.name,
+                p.identity.dir.display()
             );
         }
         return Err(Failure::Reported(EXIT_PARKED));

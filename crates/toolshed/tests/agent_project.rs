@@ -1,0 +1,591 @@
+//! An agent project used from the CLI run in its folder, as a new user works: the
+//! fixture `tests/fixtures/agent_project` (a Python tool, inline tools, two built-ins,
+//! `sandbox: true`, an approval-gated tool) listed, shown, exported, run and planned
+//! with no `--agent`; a keyed call cut off by SIGKILL of the CLI and resumed under the
+//! same key; a gated call parked, approved and resumed; a changed tool file makes the
+//! resume refuse, naming the tool and the file, until `--accept-changes`; the declared
+//! env reaches Python and Node tools as `ctx.env` and never as their process env; and a
+//! broken agent.yaml in the working folder is an error naming the file, which
+//! `--no-agent` gets past.
+//!
+//! Every command is its own process of the real `toolshed` binary, over a real SQLite
+//! journal, its tools running in the real sandbox.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The tools of the fixture, sorted. Add a tool to the fixture: add its name here.
+const FIXTURE_TOOLS: &[&str] = &[
+    "bash",
+    "edit_file",
+    "env_probe",
+    "env_probe_js",
+    "get_current_time",
+    "list_files",
+    "markdown_writer",
+    "order_lookup",
+    "read_file",
+    "refund_order",
+    "search_files",
+    "ship_order",
+    "write_file",
+];
+
+/// A copy of the fixture project in a temp folder (so a test may change its files),
+/// also the working folder of the commands and the home of their journal.
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agent_project");
+        copy_dir(&fixture, dir.path());
+        Project { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let path = self.path();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolshed"));
+        cmd.args(args)
+            .current_dir(path)
+            .env(
+                "TOOLSHED_DATABASE_URL",
+                format!("sqlite://{}/journal.db", path.display()),
+            )
+            .env("TOOLSHED_CONFIG_DIR", path.join("config"))
+            .env("TOOLSHED_OUTPUT_DIR", path.join("output"))
+            .env("TOOLSHED_USER", "tester")
+            // The agent declares ORDER_API_BASE; the other is the CLI's own and must
+            // not reach any tool.
+            .env("ORDER_API_BASE", "https://orders.example.test")
+            .env("TOOLSHED_TEST_UNDECLARED", "must-not-leak")
+            .env_remove("TOOLSHED_URL")
+            .env_remove("TOOLSHED_API_TOKEN")
+            .env_remove("TOOLSHED_MCP_UNSANDBOXED");
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.path().join(name), text).unwrap();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            stdout(o),
+            stderr(o)
+        )
+    })
+}
+
+/// Wait until `done` holds, asking again every 50 ms for at most a minute.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
+    let p = Project::new();
+    // Listed with no --agent: the agent's whole toolset, each from where it came.
+    let o = p.run(&["tools", "list", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let listed = json_of(&o);
+    let mut names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, FIXTURE_TOOLS);
+    // The CLI's own example tools are not the agent's.
+    assert!(!names.contains(&"transfer_funds"), "{names:?}");
+
+    // Shown: the inline definition's policy over the file's code.
+    let o = p.run(&["tools", "show", "refund_order", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let shown = json_of(&o);
+    assert_eq!(shown["approval"], "always", "{shown}");
+    assert_eq!(shown["idempotency"], "keyed", "{shown}");
+    let o = p.run(&["tools", "show", "order_lookup", "--format", "anthropic"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let anthropic = json_of(&o);
+    assert_eq!(anthropic["name"], "order_lookup");
+    assert_eq!(
+        anthropic["input_schema"]["required"],
+        json!(["order_id"]),
+        "{anthropic}"
+    );
+
+    // Exported: the agent's tools, not the CLI's.
+    let o = p.run(&["tools", "export", "--format", "openai"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let exported = json_of(&o);
+    let mut exported: Vec<&str> = exported
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    exported.sort_unstable();
+    assert_eq!(exported, FIXTURE_TOOLS);
+
+    // Run: the Python tool, as a run of the agent that records the project.
+    let o = p.run(&[
+        "tools",
+        "run",
+        "order_lookup",
+        "--json",
+        "--args",
+        r#"{"order_id": "ORD-000042", "include_tracking": true}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let ran = json_of(&o);
+    assert_eq!(ran["result"]["order_id"], "ORD-000042", "{ran}");
+    assert_eq!(ran["result"]["tracking"], "1Z999AA10123456784", "{ran}");
+    let run_id = ran["run_id"].as_str().unwrap().to_owned();
+    let o = p.run(&["runs", "show", &run_id, "--json"]);
+    let run = json_of(&o)["run"].clone();
+    assert_eq!(run["agent_id"], "support-agent");
+    let project = &run["driver"]["agent_project"];
+    assert_eq!(
+        project["dir"],
+        p.path().canonicalize().unwrap().display().to_string()
+    );
+    assert_eq!(project["agent"], "support-agent");
+    let lookup = &project["tools"]["order_lookup"];
+    assert_eq!(lookup["origin"], "tools/order_lookup.py", "{project}");
+    let file_hash = lookup["files"]["tools/order_lookup.py"].as_str().unwrap();
+    assert!(file_hash.starts_with("sha256:"), "{lookup}");
+    // The inline tool's revision covers the file that is its code.
+    assert!(
+        project["tools"]["refund_order"]["files"]["tools/refund_order.py"].is_string(),
+        "{project}"
+    );
+    // `runs show` prints the project and the revisions.
+    let o = p.run(&["runs", "show", &run_id]);
+    let text = stdout(&o);
+    assert!(text.contains("(agent support-agent)"), "{text}");
+    assert!(
+        text.contains(&format!("tools/order_lookup.py {file_hash}")),
+        "{text}"
+    );
+
+    // A built-in of the agent runs too.
+    let o = p.run(&["tools", "run", "get_current_time", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    // Planned: the agent's own tool and its built-ins, one run.
+    p.write(
+        "plan.json",
+        r##"[
+            {"tool": "order_lookup", "args": {"order_id": "ORD-000001"}},
+            {"parallel": [
+                {"tool": "get_current_time", "args": {}},
+                {"tool": "markdown_writer", "args": {"filename": "note.md", "content": "# shipped"}}
+            ]}
+        ]"##,
+    );
+    let o = p.run(&["runs", "start", "--plan", "plan.json", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let planned = json_of(&o);
+    assert_eq!(planned["status"], "completed", "{planned}");
+    let calls = planned["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 3, "{planned}");
+    assert!(calls.iter().all(|c| c["ok"] == true), "{planned}");
+    assert_eq!(calls[0]["result"]["order_id"], "ORD-000001");
+    // A plan naming a tool the agent lacks is refused before any run, with the
+    // nearest name; the CLI's own tools are not the agent's.
+    p.write(
+        "bad_plan.json",
+        r#"[{"tool": "order_lookpu", "args": {}}, {"tool": "transfer_funds", "args": {}}]"#,
+    );
+    let o = p.run(&["runs", "start", "--plan", "bad_plan.json"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("order_lookup"), "{}", stderr(&o));
+}
+
+#[test]
+fn another_folder_is_picked_with_agent_dir_and_the_cli_tools_with_no_agent() {
+    let p = Project::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let dir = p.path().display().to_string();
+    let mut cmd = p.command(&["tools", "list", "--json", "--agent", &dir]);
+    let o = cmd.current_dir(elsewhere.path()).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o).as_array().unwrap().len(), FIXTURE_TOOLS.len());
+    // Without a project the CLI works as it did: its own tools.
+    let mut cmd = p.command(&["tools", "list", "--json"]);
+    let o = cmd.current_dir(elsewhere.path()).output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let names: Vec<String> = json_of(&o)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(names.iter().any(|n| n == "transfer_funds"), "{names:?}");
+    // --no-agent in the project's folder: the CLI's own tools too.
+    let o = p.run(&["tools", "list", "--json", "--no-agent"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("transfer_funds"));
+    // --agent and --no-agent contradict each other.
+    let o = p.run(&["tools", "list", "--no-agent", "--agent", "."]);
+    assert_eq!(code(&o), 2);
+}
+
+#[test]
+fn a_broken_agent_yaml_in_the_working_folder_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(args)
+            .current_dir(dir.path())
+            .env(
+                "TOOLSHED_DATABASE_URL",
+                format!("sqlite://{}/journal.db", dir.path().display()),
+            )
+            .env("TOOLSHED_CONFIG_DIR", dir.path().join("config"))
+            .env_remove("TOOLSHED_URL")
+            .output()
+            .unwrap()
+    };
+    for (text, problem) in [
+        ("name: [not, a, name\n", "agent.yaml"),
+        ("name: a\ntools: 7\n", "tools"),
+        (
+            "name: a\ntools:\n  - ref: tools/nowhere\n",
+            "ref tools/nowhere: not found",
+        ),
+    ] {
+        std::fs::write(dir.path().join("agent.yaml"), text).unwrap();
+        for args in [
+            &["tools", "list"][..],
+            &["tools", "run", "roll_dice", "--args", "{}"],
+            &["tools", "export"],
+        ] {
+            let o = run(args);
+            assert_eq!(code(&o), 2, "{args:?} {text}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.contains("./agent.yaml"), "{args:?} {text}: {e}");
+            assert!(e.contains(problem), "{args:?} {text}: {e}");
+            assert!(e.contains("--no-agent"), "{args:?} {text}: {e}");
+        }
+        let o = run(&["tools", "run", "get_current_time", "--no-agent"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    // An agent.yaml that is a dangling link is reported, not skipped.
+    std::fs::remove_file(dir.path().join("agent.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("gone.yaml"), dir.path().join("agent.yaml"))
+        .unwrap();
+    let o = run(&["tools", "list"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("agent.yaml"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_declared_env_reaches_python_and_node_tools_as_ctx_env_only() {
+    let p = Project::new();
+    for tool in ["env_probe", "env_probe_js"] {
+        let o = p.run(&["tools", "run", tool, "--json"]);
+        assert_eq!(code(&o), 0, "{tool}: {}", stderr(&o));
+        let result = &json_of(&o)["result"];
+        assert_eq!(
+            result["ctx_env"],
+            json!({"ORDER_API_BASE": "https://orders.example.test"}),
+            "{tool}: {result}"
+        );
+        let environ = result["environ"].as_object().unwrap();
+        assert!(
+            !environ.contains_key("TOOLSHED_TEST_UNDECLARED"),
+            "{tool}: the CLI's undeclared variable leaked: {result}"
+        );
+        assert!(
+            !environ.contains_key("ORDER_API_BASE"),
+            "{tool}: the declared value must be ctx.env, not process env: {result}"
+        );
+        // Nor the CLI's own settings (TOOLSHED_SYS_PATH is the runner's, set by us).
+        for name in [
+            "TOOLSHED_DATABASE_URL",
+            "TOOLSHED_CONFIG_DIR",
+            "TOOLSHED_OUTPUT_DIR",
+            "TOOLSHED_USER",
+        ] {
+            assert!(!environ.contains_key(name), "{tool}: {name} leaked: {result}");
+        }
+        assert!(
+            !environ
+                .values()
+                .any(|v| v.as_str() == Some("must-not-leak")),
+            "{tool}: {result}"
+        );
+    }
+    // A declared variable missing at start-up stops the agent, naming it.
+    let o = p
+        .command(&["tools", "list"])
+        .env_remove("ORDER_API_BASE")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("ORDER_API_BASE"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_keyed_call_cut_off_by_sigkill_is_resumed_under_the_same_key() {
+    let p = Project::new();
+    p.write("hold", "");
+    let mut child = p
+        .command(&[
+            "tools",
+            "run",
+            "ship_order",
+            "--json",
+            "--args",
+            r#"{"order_id": "ORD-000007"}"#,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The call is recorded as started (durably, before its handler runs) and holds.
+    let mut run_id = String::new();
+    wait_until("the keyed call to be started", || {
+        let o = p.run(&["runs", "list", "--json", "--status", "running"]);
+        let Some(id) = serde_json::from_slice::<Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v[0]["id"].as_str().map(str::to_owned))
+        else {
+            return false;
+        };
+        let shown: Value =
+            serde_json::from_slice(&p.run(&["runs", "show", &id, "--json"]).stdout)
+                .unwrap_or(Value::Null);
+        run_id = id;
+        shown["calls"][0]["status"] == "started"
+    });
+    child.kill().unwrap(); // SIGKILL: nothing of the CLI runs after this
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    std::fs::remove_file(p.path().join("hold")).unwrap();
+
+    // Resumed with no flags: the recorded project, the call run again under its key.
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["calls"][0]["result"]["shipped"], true, "{done}");
+    assert_eq!(
+        done["calls"][0]["result"]["idempotency_key"],
+        json!(format!("{run_id}:0")),
+        "{done}"
+    );
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["calls"][0]["attempts"], 2, "{shown}");
+    assert_eq!(shown["calls"][0]["status"], "completed", "{shown}");
+}
+
+#[test]
+fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
+    let p = Project::new();
+    let park = || {
+        let o = p.run(&[
+            "tools",
+            "run",
+            "refund_order",
+            "--json",
+            "--args",
+            r#"{"order_id": "ORD-000009", "amount": 12.5}"#,
+        ]);
+        assert_eq!(code(&o), 4, "{}", stderr(&o));
+        let parked = json_of(&o);
+        assert_eq!(parked["status"], "parked", "{parked}");
+        (
+            parked["run_id"].as_str().unwrap().to_owned(),
+            parked["waiting_for"][0]["call_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        )
+    };
+
+    // Parked, approved in another process, resumed in a third: the refund runs.
+    let (run_id, call_id) = park();
+    let o = p.run(&["approvals", "list", "--json"]);
+    assert!(stdout(&o).contains(&call_id), "{}", stdout(&o));
+    let o = p.run(&["approvals", "approve", &call_id, "--reason", "receipt checked"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["calls"][0]["result"]["refunded"], 12.5, "{done}");
+
+    // Parked and approved again, then the tool's code changes: the resume refuses,
+    // naming the tool and the file, and nothing runs.
+    let (run_id, call_id) = park();
+    let o = p.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let code_file = p.path().join("tools/refund_order.py");
+    let original = std::fs::read_to_string(&code_file).unwrap();
+    std::fs::write(
+        &code_file,
+        original.replace("\"refunded\": amount", "\"refunded\": amount * 2"),
+    )
+    .unwrap();
+    let o = p.run(&["runs", "resume", &run_id]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("[AGENT_PROJECT_CHANGED]"), "{e}");
+    assert!(e.contains("tool `refund_order`"), "{e}");
+    assert!(e.contains("tools/refund_order.py sha256:"), "{e}");
+    assert!(e.contains("--accept-changes"), "{e}");
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["run"]["status"], "parked", "{shown}");
+    assert!(shown["calls"][0]["result"].is_null(), "{shown}");
+    // The same with --agent naming the folder.
+    let dir = p.path().display().to_string();
+    let o = p.run(&["runs", "resume", &run_id, "--agent", &dir]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("[AGENT_PROJECT_CHANGED]"));
+
+    // Restored, the resume goes on as recorded.
+    std::fs::write(&code_file, &original).unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 12.5);
+
+    // Changed again on a third parked run: --accept-changes runs the new code and
+    // says what it accepted.
+    let (run_id, call_id) = park();
+    let o = p.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::write(
+        &code_file,
+        original.replace("\"refunded\": amount", "\"refunded\": amount * 2"),
+    )
+    .unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--json", "--accept-changes"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 25.0);
+    assert!(
+        stderr(&o).contains("tool `refund_order`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_change_to_a_tool_the_run_no_longer_calls_does_not_stop_its_resume() {
+    let p = Project::new();
+    // A plan whose first call finishes and whose second parks.
+    p.write(
+        "plan.json",
+        r#"[
+            {"tool": "order_lookup", "args": {"order_id": "ORD-000003"}},
+            {"tool": "refund_order", "args": {"order_id": "ORD-000003", "amount": 1}}
+        ]"#,
+    );
+    let o = p.run(&["runs", "start", "--plan", "plan.json", "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = p.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // order_lookup already ran: its change does not matter (its result replays).
+    let lookup = p.path().join("tools/order_lookup.py");
+    let text = std::fs::read_to_string(&lookup).unwrap();
+    std::fs::write(&lookup, text.replace("\"shipped\"", "\"lost\"")).unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["calls"][0]["result"]["status"], "shipped", "{done}");
+    assert_eq!(done["calls"][1]["result"]["refunded"], 1.0, "{done}");
+}
+
+#[test]
+fn a_project_that_moved_is_resumed_with_agent_dir() {
+    let p = Project::new();
+    let (run_id, call_id) = {
+        let o = p.run(&[
+            "tools",
+            "run",
+            "refund_order",
+            "--json",
+            "--args",
+            r#"{"order_id": "ORD-000010", "amount": 3}"#,
+        ]);
+        assert_eq!(code(&o), 4, "{}", stderr(&o));
+        let v = json_of(&o);
+        (
+            v["run_id"].as_str().unwrap().to_owned(),
+            v["waiting_for"][0]["call_id"].as_str().unwrap().to_owned(),
+        )
+    };
+    let o = p.run(&["approvals", "approve", &call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The project moves; the journal stays where it was.
+    let moved: PathBuf = p.path().join("moved");
+    std::fs::create_dir(&moved).unwrap();
+    std::fs::rename(p.path().join("agent.yaml"), moved.join("agent.yaml")).unwrap();
+    std::fs::rename(p.path().join("tools"), moved.join("tools")).unwrap();
+    // Its recorded folder no longer holds it: the error says how to go on.
+    let o = p.run(&["runs", "resume", &run_id]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--agent DIR"), "{}", stderr(&o));
+    // Named where it is now, with the same code, it resumes.
+    let o = p.run(&["runs", "resume", &run_id, "--json", "--agent", "moved"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 3.0);
+}
