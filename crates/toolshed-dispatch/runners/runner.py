@@ -225,7 +225,7 @@ def _converter(hint, cache):
         return lambda v, hint=hint: cache[hint](v) if cache[hint] is not None else v
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin is typing.Annotated:
+    if origin is typing.Annotated or getattr(origin, "_name", None) in ("Required", "NotRequired", "ReadOnly"):
         return _converter(args[0], cache)
     if origin is typing.Union or (origin is not None and type(hint).__name__ == "UnionType"):
         members = [(a, _converter(a, cache)) for a in args]
@@ -295,7 +295,9 @@ def _converter(hint, cache):
         return model
     if hasattr(hint, "__dataclass_fields__"):
         return _dataclass(hint, cache)
-    if typing.is_typeddict(hint):
+    if issubclass(hint, dict) and hasattr(hint, "__total__") and isinstance(getattr(hint, "__annotations__", None), dict):
+        # A TypedDict, from `typing` or `typing_extensions` (whose classes `typing`
+        # does not recognise before 3.13): it stays a dict, its fields converted.
         cache[hint] = None
         fields = {k: _converter(v, cache) for k, v in _hints(hint, hint.__annotations__).items()}
         fields = {k: c for k, c in fields.items() if c is not None}
