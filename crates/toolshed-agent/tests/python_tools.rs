@@ -157,3 +157,42 @@ async fn two_public_functions_are_a_start_up_error_naming_both() {
         "{p}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_definition_finds_the_file_whose_function_it_names() {
+    let dir = project(
+        "name: shop\nframework: langgraph\ntools:\n  - name: count_items\n    type: function\n    description: \"Count what an order holds.\"\n    schema:\n      type: object\n      properties:\n        lines: {type: array, minItems: 1}\n      required: [lines]\n",
+        &[("tools/order_tools.py", ORDERS_PY)],
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let implementations = implementations(&cache, dir.path());
+    let a = load_agent(dir.path(), &implementations, None, &no_env)
+        .await
+        .unwrap();
+    assert_eq!(a.origins["count_items"], "inline");
+    let t = a.toolset.get("count_items").unwrap();
+    assert_eq!(t.spec().description, "Count what an order holds.");
+    let pipeline = toolshed_core::Pipeline::builder(a.toolset.clone()).build();
+    let run = toolshed_core::RunContext::ephemeral();
+    let out = pipeline
+        .call(
+            &run,
+            toolshed_core::ToolCall::new("count_items", json!({"lines": [{"sku": "A"}]})),
+        )
+        .await;
+    // The file's function ran, and still got its dataclasses.
+    assert_eq!(
+        out.result.unwrap(),
+        json!({"kind": "Line", "total": 1, "note": ""})
+    );
+    let out = pipeline
+        .call(
+            &run,
+            toolshed_core::ToolCall::new("count_items", json!({"lines": []})),
+        )
+        .await;
+    assert_eq!(
+        out.result.unwrap_err().code,
+        toolshed_core::ErrorCode::InvalidArgs
+    );
+}

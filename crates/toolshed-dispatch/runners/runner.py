@@ -180,7 +180,11 @@ def _converters(fn):
     convert = {}
     cache = {}
     for name, hint in hints.items():
-        c = _converter(hint, cache)
+        try:
+            c = _converter(hint, cache)
+        except Exception:  # noqa: BLE001 - an odd annotation: this argument passes as it came
+            _print_traceback()
+            continue
         if c is not None:
             convert[name] = c
     return convert or None
@@ -218,8 +222,11 @@ def _converter(hint, cache):
     """A function JSON value -> declared type, or None where the value is used as is."""
     import typing
 
-    if hint in _PLAIN or hint is typing.Any:
-        return None
+    try:
+        if hint in _PLAIN or hint is typing.Any:
+            return None
+    except TypeError:  # an unhashable annotation (e.g. Annotated metadata): look closer
+        pass
     if isinstance(hint, type) and hint in cache:
         # A class seen before, or being built (a self-reference): look it up at call time.
         return lambda v, hint=hint: cache[hint](v) if cache[hint] is not None else v
