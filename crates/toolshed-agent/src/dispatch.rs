@@ -48,9 +48,17 @@ impl Implementations for DispatchImplementations {
     async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
         let abs = std::fs::canonicalize(path).map_err(ImplementationError::Path)?;
         let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let prefix = if ext == "py" { "python" } else { "node" };
-        let endpoint = Endpoint::parse(&format!("{prefix}:{}", abs.display()))?;
-        let inferred = self.dispatcher.infer_schema(&endpoint).await?;
+        let (endpoint, inferred) = if ext == "py" {
+            // The file says which function is its tool (the one named like it, else its
+            // only public one), so the file need not be named after the function.
+            let inferred = self.dispatcher.infer_python_file(&abs, None).await?;
+            let endpoint = Endpoint::parse(&format!("python:{}:{}", abs.display(), inferred.name))?;
+            (endpoint, inferred)
+        } else {
+            let endpoint = Endpoint::parse(&format!("node:{}", abs.display()))?;
+            let inferred = self.dispatcher.infer_schema(&endpoint).await?;
+            (endpoint, inferred)
+        };
         let handler =
             self.dispatcher
                 .handler_with(endpoint.clone(), &inferred.name, self.policy.clone());

@@ -587,9 +587,16 @@ fn inline_tool(
     let text = Value::Object(file).to_string();
     let spec = parse_tool_file(&text, FileFormat::Json, None).map_err(|e| e.to_string())?;
     let snake = snake_name(name);
+    // The local file named like the tool, else the one whose function is the tool (a
+    // Python file need not be named after its function).
+    let own_file = local.get(&snake).or_else(|| {
+        local
+            .values()
+            .find(|(t, _)| t.name() == name || t.name() == snake)
+    });
     let handler = match (
         &spec.meta.endpoint,
-        local.get(&snake),
+        own_file,
         toolshed_stdlib::get(&snake),
     ) {
         (Some(ep), _, _) => implementations

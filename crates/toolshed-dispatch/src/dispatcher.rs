@@ -290,6 +290,16 @@ impl Dispatcher {
         path: &Path,
         function: &str,
     ) -> Result<InferredTool, DispatchError> {
+        infer::python(&self.launcher, path, Some(function)).await
+    }
+
+    /// [`infer::infer_python_file`] with this dispatcher's settings: `None` lets the
+    /// file say which function is its tool.
+    pub async fn infer_python_file(
+        &self,
+        path: &Path,
+        function: Option<&str>,
+    ) -> Result<InferredTool, DispatchError> {
         infer::python(&self.launcher, path, function).await
     }
 

@@ -204,11 +204,11 @@ pub enum DispatchError {
         message: String,
     },
     /// A schema could not be inferred from a Python function.
-    #[error("cannot infer a schema for `{function}` in {path}: {message}")]
+    #[error("cannot infer a schema {} in {}: {message}", inferred_function(.function), .path.display())]
     Inference {
         /// The module.
         path: PathBuf,
-        /// The function.
+        /// The function; empty when none was named (the file's tool function is chosen).
         function: String,
         /// Why.
         message: String,
@@ -378,6 +378,15 @@ toolshed_core::wire_enum! {
 impl From<DispatchError> for ToolError {
     fn from(e: DispatchError) -> Self {
         e.to_tool_error()
+    }
+}
+
+/// "for `f`", or "for the file's tool function" when none was named.
+fn inferred_function(function: &str) -> String {
+    if function.is_empty() {
+        "for the file's tool function".into()
+    } else {
+        format!("for `{function}`")
     }
 }
 

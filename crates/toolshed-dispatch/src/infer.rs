@@ -1,7 +1,8 @@
-//! Schema inference for the registry's `push`: a Python function's schema from its
-//! signature and Google-style docstring (parsed, never imported, on the host), and a
-//! Node module's schema from what it exports beside the function (imported, so in the
-//! sandbox like a call, unless the dispatcher is unsandboxed).
+//! Schema inference for the registry's `push` and the tools folder: a Python function's
+//! schema from its signature, the dataclasses, `TypedDict`s and pydantic models of its
+//! file, a module-level `SCHEMA` and its Google-style docstring (parsed, never imported,
+//! on the host), and a Node module's schema from what it exports beside the function
+//! (imported, so in the sandbox like a call, unless the dispatcher is unsandboxed).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -17,7 +18,8 @@ use crate::launcher::{HelperError, Launcher};
 /// What inference found: enough to register the tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InferredTool {
-    /// The function (Python) or export (Node) name; the file stem for a default export.
+    /// The function (Python: the one named, or the one the file's tool is) or export
+    /// (Node) name; the file stem for a default export.
     pub name: String,
     /// The tool description: the docstring's first paragraph, or the declared one.
     pub description: String,
@@ -38,10 +40,28 @@ pub struct InferredTool {
 /// `dict`→object, `Optional[T]`/`T | None`→nullable, `Literal[...]`→enum; a default
 /// becomes `default` and makes the parameter optional; the docstring's `Args:` section
 /// describes parameters and its first paragraph the tool. A parameter named `ctx`
-/// (where the runner passes the call's context) is left out.
+/// (where the runner passes the call's context) is left out. A dataclass, `TypedDict`
+/// or pydantic model defined in the same file becomes an object schema under `$defs`
+/// (its fields' types, defaults, `Field(...)` constraints and docs), and the runner
+/// builds the declared type from the call's args. A module-level `SCHEMA` (or `schema`)
+/// dict literal replaces the schema inferred from the signature. `docs/tool-files.md`
+/// has the whole list.
 pub async fn infer_python_schema(
     path: &Path,
     function: &str,
+) -> Result<InferredTool, DispatchError> {
+    let launcher = Launcher::new(DispatcherConfig::default());
+    python(&launcher, path, Some(function)).await
+}
+
+/// [`infer_python_schema`] for a file whose tool function may go unnamed (`None`): it
+/// is then the function named like the file, else the file's only public (not
+/// `_`-prefixed) top-level function; a file with several and none named like it is a
+/// `SCHEMA_INFERENCE_FAILED` error listing them. [`InferredTool::name`] is the
+/// function chosen, to put in the endpoint (`python:/abs/file.py:<name>`).
+pub async fn infer_python_file(
+    path: &Path,
+    function: Option<&str>,
 ) -> Result<InferredTool, DispatchError> {
     let launcher = Launcher::new(DispatcherConfig::default());
     python(&launcher, path, function).await
@@ -64,11 +84,11 @@ pub async fn infer_node_schema(
 pub(crate) async fn python(
     launcher: &Launcher,
     path: &Path,
-    function: &str,
+    function: Option<&str>,
 ) -> Result<InferredTool, DispatchError> {
     let fail = |message: String| DispatchError::Inference {
         path: path.to_path_buf(),
-        function: function.to_owned(),
+        function: function.unwrap_or_default().to_owned(),
         message,
     };
     if !path.is_absolute() {
@@ -79,19 +99,21 @@ pub(crate) async fn python(
     }
     let assets = launcher.assets().await?;
     let program = launcher.config.python.clone();
-    let args: Vec<OsString> = vec![
+    let mut args: Vec<OsString> = vec![
         "-S".into(),
         "-E".into(),
         assets.infer_py().into(),
         path.into(),
-        function.into(),
     ];
+    if let Some(function) = function {
+        args.push(function.into());
+    }
     let value = launcher
         .run_helper(&program, &args, path.parent())
         .await
         .map_err(|e| match e {
             HelperError::Spawn(source) => DispatchError::Spawn {
-                tool: function.to_owned(),
+                tool: function.map_or_else(|| file_stem(path), str::to_owned),
                 program: program.display().to_string(),
                 source,
             },
@@ -105,7 +127,12 @@ pub(crate) async fn python(
                 .to_owned(),
         ));
     }
-    serde_json::from_value(value).map_err(|e| fail(format!("unexpected answer from infer.py: {e}")))
+    let tool: InferredTool = serde_json::from_value(value)
+        .map_err(|e| fail(format!("unexpected answer from infer.py: {e}")))?;
+    if !tool.input_schema.is_object() {
+        return Err(fail("infer.py answered an input schema that is not an object".into()));
+    }
+    Ok(tool)
 }
 
 pub(crate) async fn node(

@@ -93,6 +93,6 @@ pub use dispatcher::{Dispatcher, Execution, Request};
 pub use endpoint::Endpoint;
 pub use error::{DispatchCode, DispatchError};
 pub use guard::{HttpAllow, HttpAllowError, HttpPolicy};
-pub use infer::{InferredTool, infer_node_schema, infer_python_schema};
+pub use infer::{InferredTool, infer_node_schema, infer_python_file, infer_python_schema};
 pub use pool::PoolStats;
 pub use protocol::CallContext;

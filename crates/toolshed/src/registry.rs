@@ -320,6 +320,18 @@ async fn infer(endpoint: &Endpoint) -> Result<InferredTool, Failure> {
     Ok(inferred)
 }
 
+/// [`infer`] for a Python file whose tool function is not named: the file's own.
+async fn infer_file(path: &Path) -> Result<InferredTool, Failure> {
+    let dispatcher = Dispatcher::new(DispatcherConfig::default());
+    let inferred = dispatcher.infer_python_file(path, None).await;
+    dispatcher.shutdown();
+    let inferred = inferred.map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
+    for w in &inferred.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(inferred)
+}
+
 fn read_schema(path: &Path) -> Result<Value, Failure> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --schema {}", path.display()))
@@ -351,18 +363,35 @@ async fn code_body(
     function: Option<String>,
     args: &PushArgs,
 ) -> Result<Map<String, Value>, Failure> {
+    let given_schema = args.schema.as_deref().map(read_schema).transpose()?;
+    let mut function = function;
+    let mut found = None;
+    if kind == "python" && function.is_none() {
+        // The file says which function is its tool: the one named like it, else its
+        // only public one; the endpoint then names it.
+        match infer_file(path).await {
+            Ok(i) => {
+                function = Some(i.name.clone());
+                found = Some(i);
+            }
+            Err(_) if given_schema.is_some() => {}
+            Err(e) => return Err(e),
+        }
+    }
     let mut endpoint_text = format!("{kind}:{}", path.display());
     if let Some(f) = &function {
         endpoint_text.push(':');
         endpoint_text.push_str(f);
     }
     let endpoint = parse_endpoint(&endpoint_text)?;
-    let given_schema = args.schema.as_deref().map(read_schema).transpose()?;
-    let inferred = match infer(&endpoint).await {
-        Ok(i) => Some(i),
-        // With --schema, a module that declares no schema is fine.
-        Err(_) if given_schema.is_some() => None,
-        Err(e) => return Err(e),
+    let inferred = match found {
+        Some(i) => Some(i),
+        None => match infer(&endpoint).await {
+            Ok(i) => Some(i),
+            // With --schema, a module that declares no schema is fine.
+            Err(_) if given_schema.is_some() => None,
+            Err(e) => return Err(e),
+        },
     };
     let default_name = inferred
         .as_ref()
