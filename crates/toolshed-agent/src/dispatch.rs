@@ -1,5 +1,6 @@
 //! [`Implementations`] over the dispatch layer: code files become subprocess tools with
-//! inferred schemas, endpoint strings become dispatch handlers.
+//! inferred schemas (bread and Toren tool files with the rest of their definition),
+//! endpoint strings become dispatch handlers.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -51,22 +52,10 @@ impl Implementations for DispatchImplementations {
         let prefix = if ext == "py" { "python" } else { "node" };
         let endpoint = Endpoint::parse(&format!("{prefix}:{}", abs.display()))?;
         let inferred = self.dispatcher.infer_schema(&endpoint).await?;
-        let handler =
-            self.dispatcher
-                .handler_with(endpoint.clone(), &inferred.name, self.policy.clone());
-        let mut b = Tool::builder(&inferred.name)
-            .description(inferred.description)
-            .input_schema(inferred.input_schema)
-            .meta(toolshed_core::ToolMeta {
-                endpoint: Some(endpoint.to_string()),
-                tool_type: Some("function".into()),
-                ..Default::default()
-            })
-            .raw_handler(handler);
-        if let Some(out) = inferred.output_schema {
-            b = b.output_schema(out);
-        }
-        Ok(b.build()?)
+        // A bread or Toren file's effects, approval, hooks, … come with its schemas.
+        Ok(self
+            .dispatcher
+            .tool_from_inferred(endpoint, inferred, self.policy.clone())?)
     }
 
     fn handler_for(

@@ -126,6 +126,10 @@ impl RunContext {
     pub fn env(&self, name: &str) -> Option<&str> {
         self.inner.env.get(name).map(String::as_str)
     }
+    /// Every declared env value (what a subprocess tool receives as `ctx.env`).
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
+        &self.inner.env
+    }
     /// The run-wide default credential provider.
     pub fn credential_provider(&self) -> Option<&Arc<dyn CredentialProvider>> {
         self.inner.credentials.as_ref()

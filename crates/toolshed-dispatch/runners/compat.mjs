@@ -72,7 +72,8 @@ export function onlyKnown(framework, tool, prefix, object, known, hint) {
         framework,
         tool,
         prefix ? `${prefix}.${key}` : key,
-        `cannot be mapped onto a toolshed tool${hint?.[key] ? `: ${hint[key]}` : `; the fields toolshed reads are ${known.map((k) => `\`${k}\``).join(', ')}`}`,
+        hint?.[key] ??
+          `cannot be mapped onto a toolshed tool; the fields toolshed reads are ${known.map((k) => `\`${k}\``).join(', ')}`,
       );
     }
   }
