@@ -9,7 +9,8 @@ use toolshed_agent::{DispatchImplementations, load_agent};
 use toolshed_core::{Effects, Idempotency, Pipeline, RunContext, ToolCall};
 use toolshed_dispatch::{Dispatcher, DispatcherConfig};
 
-const WEB_SEARCH: &str = include_str!("../../toolshed-dispatch/tests/fixtures/compat/web_search.ts");
+const WEB_SEARCH: &str =
+    include_str!("../../toolshed-dispatch/tests/fixtures/compat/web_search.ts");
 const SEARCH_TICKETS: &str =
     include_str!("../../toolshed-dispatch/tests/fixtures/compat/search_tickets.ts");
 const FETCH_REPORT: &str =
@@ -82,7 +83,10 @@ async fn an_unmappable_tool_file_stops_the_agent_naming_the_file_and_field() {
         credentials: ['K'], credentialProvider: {}, async execute() { return 1 } })\n";
     let dir = project(
         "name: a\nframework: custom\n",
-        &[("tools/vaulted.ts", bad), ("tools/search-tickets.ts", SEARCH_TICKETS)],
+        &[
+            ("tools/vaulted.ts", bad),
+            ("tools/search-tickets.ts", SEARCH_TICKETS),
+        ],
     );
     let cache = tempfile::tempdir().unwrap();
     let imps = implementations(cache.path(), dir.path());
@@ -91,6 +95,9 @@ async fn an_unmappable_tool_file_stops_the_agent_naming_the_file_and_field() {
         .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("tools/vaulted.ts"), "{text}");
-    assert!(text.contains("`credentialProvider` cannot be mapped"), "{text}");
+    assert!(
+        text.contains("`credentialProvider` cannot be mapped"),
+        "{text}"
+    );
     assert!(!text.contains("search-tickets"), "{text}");
 }

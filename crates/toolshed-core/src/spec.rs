@@ -181,7 +181,9 @@ impl Approval {
             Approval::Cel(p) => p.evaluate(args),
             Approval::Check(_, what) => Err(ToolError::new(
                 ErrorCode::ApprovalPredicateError,
-                format!("the approval predicate ({what}) is asynchronous: evaluate it with `Approval::decide`"),
+                format!(
+                    "the approval predicate ({what}) is asynchronous: evaluate it with `Approval::decide`"
+                ),
             )),
         }
     }

@@ -71,7 +71,10 @@ async fn each_seed_example_loads_with_the_spec_it_declares() {
     let web = load(&d, "web_search.ts").await;
     let spec = web.spec();
     assert_eq!(spec.name.as_str(), "web_search");
-    assert_eq!(spec.description, "Search the web and return the top results.");
+    assert_eq!(
+        spec.description,
+        "Search the web and return the top results."
+    );
     assert_eq!(
         spec.input_schema,
         json!({"type": "object", "properties": {"query": {"type": "string"},
@@ -283,7 +286,10 @@ async fn runtime(tools: Vec<Tool>) -> (Runtime, tempfile::TempDir) {
 async fn the_approval_predicate_runs_in_the_tools_worker_and_parks_only_big_calls() {
     let d = dispatcher(Mode::Pool);
     let (rt, _dir) = runtime(vec![load(&d, "fetch_report.ts").await]).await;
-    let run = rt.start(NewRunBuilder::new("finance").build()).await.unwrap();
+    let run = rt
+        .start(NewRunBuilder::new("finance").build())
+        .await
+        .unwrap();
 
     let small = ToolCall::new("fetch_report", json!({"report": "q1", "amount": 5}));
     let CallStep::Done(out) = run.call(small).await.unwrap() else {
@@ -373,8 +379,14 @@ export default defineTool({
 async fn a_human_tool_parks_the_run_until_a_person_answers() {
     let d = dispatcher(Mode::OneShot);
     let (rt, _dir) = runtime(vec![load(&d, "approve.ts").await]).await;
-    let run = rt.start(NewRunBuilder::new("publisher").build()).await.unwrap();
-    let ask = ToolCall::new("approve_publish", json!({"url": "https://example.com/post"}));
+    let run = rt
+        .start(NewRunBuilder::new("publisher").build())
+        .await
+        .unwrap();
+    let ask = ToolCall::new(
+        "approve_publish",
+        json!({"url": "https://example.com/post"}),
+    );
     let CallStep::Parked(gate) = run.call(ask.clone()).await.unwrap() else {
         panic!("a human tool parks");
     };
@@ -416,7 +428,8 @@ async fn every_construct_we_cannot_map_is_a_load_time_error_naming_its_field() {
     let bread = "import { defineTool, defineHumanTool, vaultProvider } from '@breadai/core';\nimport { z } from 'zod';\n";
     let toren = "import { defineTool } from '@toren-run/core';\nimport { z } from 'zod';\n";
     let ok_bread = "name: 't', description: 'd', schema: z.object({ q: z.string() }), async execute() { return 1 }";
-    let ok_toren = "name: 't', description: 'd', input: z.object({ q: z.string() }), handler: async () => 'x'";
+    let ok_toren =
+        "name: 't', description: 'd', input: z.object({ q: z.string() }), handler: async () => 'x'";
     let cases: Vec<(String, &str)> = vec![
         (
             format!(
