@@ -532,3 +532,71 @@ async fn every_construct_we_cannot_map_is_a_load_time_error_naming_its_field() {
     assert!(err.to_string().contains("export const SCHEMA"), "{err}");
     let _ = dispatch_code;
 }
+
+#[tokio::test]
+async fn bread_hooks_run_in_the_hook_chain_with_every_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hooked.mjs");
+    std::fs::write(
+        &file,
+        r#"import { defineTool } from '@breadai/core';
+import { z } from 'zod';
+export default defineTool({
+  name: 'hooked', description: 'x', schema: z.object({ n: z.number() }),
+  errorHandling: { retry: { attempts: 1 } },
+  hooks: {
+    beforeRun: ({ args }) => {
+      if (args.n === 0) return { action: 'shortCircuit', output: 'cached' };
+      if (args.n === 1) return { args: { n: 2 } };
+      if (args.n === 9) throw new Error('no nines');
+    },
+    afterRun: ({ result }) => (result > 100 ? { action: 'replace', output: 100 } : undefined),
+    onError: ({ error, attempt }) =>
+      error.message.includes('flaky') && attempt === 1
+        ? { action: 'retry' }
+        : { action: 'fail', error: new Error(`gave up: ${error.message}`) },
+  },
+  async execute({ n }) {
+    if (n === 7) throw new Error('flaky');
+    if (n === 8) throw new Error('broken');
+    return n * 10;
+  },
+});
+"#,
+    )
+    .unwrap();
+    let d = dispatcher(Mode::Pool);
+    let ep = Endpoint::parse(&format!("node:{}", file.display())).unwrap();
+    let inferred = d.infer_schema(&ep).await.unwrap();
+    let p = pipeline(vec![
+        d.tool_from_inferred(ep, inferred, SandboxPolicy::default())
+            .unwrap(),
+    ]);
+    let run = RunContext::ephemeral();
+    let call = |n: i64| p.call(&run, ToolCall::new("hooked", json!({ "n": n })));
+
+    let out = call(0).await;
+    assert_eq!(out.result.unwrap(), json!("cached"));
+    assert_eq!(out.attempts, 0, "a short-circuit runs no execute");
+    assert_eq!(call(1).await.result.unwrap(), json!(20), "args replaced");
+    assert_eq!(call(3).await.result.unwrap(), json!(30));
+    assert_eq!(call(20).await.result.unwrap(), json!(100), "result replaced");
+
+    let err = call(9).await.result.unwrap_err();
+    assert!(err.message.contains("beforeRun hook"), "{err}");
+    assert!(err.message.contains("no nines"), "{err}");
+
+    let out = call(7).await;
+    assert_eq!(out.attempts, 2, "one retry asked by onError");
+    let err = out.result.unwrap_err();
+    assert!(err.message.contains("gave up: Error: flaky"), "{err}");
+
+    let out = call(8).await;
+    assert_eq!(out.attempts, 1);
+    assert!(
+        out.result
+            .unwrap_err()
+            .message
+            .contains("gave up: Error: broken")
+    );
+}
