@@ -1,5 +1,6 @@
 //! [`Implementations`] over the dispatch layer: code files become subprocess tools with
-//! inferred schemas, endpoint strings become dispatch handlers.
+//! inferred schemas (bread and Toren tool files with the rest of their definition),
+//! endpoint strings become dispatch handlers.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -48,33 +49,22 @@ impl Implementations for DispatchImplementations {
     async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
         let abs = std::fs::canonicalize(path).map_err(ImplementationError::Path)?;
         let ext = abs.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let (endpoint, inferred) = if ext == "py" {
+        if ext == "py" {
             // The file says which function is its tool (the one named like it, else its
             // only public one), so the file need not be named after the function.
             let inferred = self.dispatcher.infer_python_file(&abs, None).await?;
-            let endpoint = Endpoint::parse(&format!("python:{}:{}", abs.display(), inferred.name))?;
-            (endpoint, inferred)
-        } else {
-            let endpoint = Endpoint::parse(&format!("node:{}", abs.display()))?;
-            let inferred = self.dispatcher.infer_schema(&endpoint).await?;
-            (endpoint, inferred)
-        };
-        let handler =
-            self.dispatcher
-                .handler_with(endpoint.clone(), &inferred.name, self.policy.clone());
-        let mut b = Tool::builder(&inferred.name)
-            .description(inferred.description)
-            .input_schema(inferred.input_schema)
-            .meta(toolshed_core::ToolMeta {
-                endpoint: Some(endpoint.to_string()),
-                tool_type: Some("function".into()),
-                ..Default::default()
-            })
-            .raw_handler(handler);
-        if let Some(out) = inferred.output_schema {
-            b = b.output_schema(out);
+            let endpoint =
+                Endpoint::parse(&format!("python:{}:{}", abs.display(), inferred.name))?;
+            return Ok(self
+                .dispatcher
+                .tool_from_inferred(endpoint, inferred, self.policy.clone())?);
         }
-        Ok(b.build()?)
+        let endpoint = Endpoint::parse(&format!("node:{}", abs.display()))?;
+        let inferred = self.dispatcher.infer_schema(&endpoint).await?;
+        // A bread or Toren file's effects, approval, hooks, … come with its schemas.
+        Ok(self
+            .dispatcher
+            .tool_from_inferred(endpoint, inferred, self.policy.clone())?)
     }
 
     fn handler_for(

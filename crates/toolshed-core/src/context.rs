@@ -128,8 +128,8 @@ impl RunContext {
     pub fn env(&self, name: &str) -> Option<&str> {
         self.inner.env.get(name).map(String::as_str)
     }
-    /// Every declared env value, by name.
-    pub fn env_values(&self) -> &BTreeMap<String, String> {
+    /// Every declared env value (what a subprocess tool receives as `ctx.env`).
+    pub fn env_vars(&self) -> &BTreeMap<String, String> {
         &self.inner.env
     }
     /// The run-wide default credential provider.
@@ -326,11 +326,6 @@ impl ToolContext {
     /// A value the agent declared under `env:`.
     pub fn env(&self, name: &str) -> Option<&str> {
         self.run.env(name)
-    }
-    /// Every value the agent declared under `env:`, by name (what a subprocess tool
-    /// gets as `ctx.env`).
-    pub fn env_values(&self) -> &BTreeMap<String, String> {
-        self.run.env_values()
     }
     /// The blob store, when one is configured.
     pub fn blob_store(&self) -> Option<&Arc<dyn BlobStore>> {

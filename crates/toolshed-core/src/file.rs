@@ -372,6 +372,9 @@ impl ToolFile {
                 (Approval::Cel(p), four_eyes) => {
                     with_four_eyes(serde_json::json!({"when": p.source()}), four_eyes)
                 }
+                (Approval::Check(_, what), four_eyes) => {
+                    with_four_eyes(serde_json::json!({"when": format!("<{what}>")}), four_eyes)
+                }
             }),
             max_attempts: spec.max_attempts,
             retry: (spec.retry.attempts > 0).then_some(spec.retry),

@@ -22,6 +22,8 @@ pub struct HookCall<'a> {
     pub tool_call_id: &'a str,
     /// The run id.
     pub run_id: &'a str,
+    /// The run (its agent, session and principal).
+    pub run: &'a crate::context::RunContext,
     /// The attempt, from 1 (for `on_error`, the attempt that failed).
     pub attempt: u32,
 }
@@ -35,6 +37,9 @@ pub enum BeforeRun {
     ReplaceArgs(Value),
     /// Skip the handler and use this result (e.g. a cache hit).
     ShortCircuit(Value),
+    /// End the call with this error, without running the handler (a hook that could
+    /// not decide, e.g. one in a tool's worker that threw).
+    Fail(ToolError),
 }
 
 /// What `after_run` decides.
@@ -44,6 +49,8 @@ pub enum AfterRun {
     Keep,
     /// Use this result instead (validated against the output schema, if any).
     Replace(Value),
+    /// End the call with this error instead of the result.
+    Fail(ToolError),
 }
 
 /// What `on_error` decides.

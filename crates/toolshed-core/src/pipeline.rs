@@ -134,9 +134,14 @@ impl PreparedCall {
     pub fn id(&self) -> &str {
         &self.id
     }
-    /// Whether the tool's approval gate applies to these args.
-    pub fn needs_approval(&self) -> Result<bool, ToolError> {
-        self.tool.spec().approval.applies(&self.args)
+    /// Whether the tool's approval gate applies to these args (an asynchronous
+    /// predicate, e.g. one in the tool's worker, is evaluated for `run`).
+    pub async fn needs_approval(&self, run: &RunContext) -> Result<bool, ToolError> {
+        self.tool
+            .spec()
+            .approval
+            .decide(&self.args, run, &self.id)
+            .await
     }
 }
 
@@ -250,7 +255,7 @@ impl Pipeline {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
-        match prepared.needs_approval() {
+        match prepared.needs_approval(run).await {
             Ok(false) => self.execute(run, prepared, ExecuteOptions::default()).await,
             Ok(true) => {
                 let err = ToolError::new(
@@ -422,6 +427,7 @@ impl Pipeline {
             spec,
             tool_call_id: &id,
             run_id: run.run_id(),
+            run,
             attempt,
         };
 
@@ -442,6 +448,9 @@ impl Pipeline {
                 Ok(BeforeRun::ShortCircuit(v)) => {
                     short_circuit = Some(v);
                     break;
+                }
+                Ok(BeforeRun::Fail(err)) => {
+                    return self.finish_unrun(run, &id, name, started, err);
                 }
                 Err(err) => {
                     return self.finish_unrun(run, &id, name, started, err);
@@ -514,6 +523,10 @@ impl Pipeline {
                         .await
                     {
                         Ok(AfterRun::Keep) => {}
+                        Ok(AfterRun::Fail(e)) => {
+                            failed = Some(e);
+                            break;
+                        }
                         Ok(AfterRun::Replace(v)) => {
                             match validate_output(&tool, v, "an after_run hook's replacement") {
                                 Ok(v) => value = v,

@@ -108,6 +108,18 @@ pub enum Idempotency {
 /// A predicate deciding whether a call needs approval, given its validated args.
 pub type ApprovalFn = dyn Fn(&Value) -> bool + Send + Sync;
 
+/// An asynchronous approval predicate, given the validated args, the run and the tool
+/// call id: for a predicate that lives elsewhere, e.g. a Toren tool's `approval`
+/// function, evaluated in the tool's own worker process. An error fails the call
+/// (failing open would skip the gate).
+pub type ApprovalCheckFn = dyn for<'a> Fn(
+        &'a Value,
+        &'a crate::context::RunContext,
+        &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<bool, ToolError>>
+    + Send
+    + Sync;
+
 /// Whether a call waits for a human before it runs.
 #[derive(Clone, Default)]
 pub enum Approval {
@@ -120,6 +132,9 @@ pub enum Approval {
     When(Arc<ApprovalFn>),
     /// Gated when the CEL expression holds for `args` (specs from files).
     Cel(CelPredicate),
+    /// Gated when an asynchronous predicate holds (see [`ApprovalCheckFn`]); the
+    /// string describes it for listings (e.g. `predicate (node worker)`).
+    Check(Arc<ApprovalCheckFn>, Arc<str>),
 }
 
 impl fmt::Debug for Approval {
@@ -129,6 +144,7 @@ impl fmt::Debug for Approval {
             Approval::Always => f.write_str("Always"),
             Approval::When(_) => f.write_str("When(<closure>)"),
             Approval::Cel(p) => write!(f, "Cel({:?})", p.source()),
+            Approval::Check(_, what) => write!(f, "Check({what:?})"),
         }
     }
 }
@@ -139,6 +155,22 @@ impl Approval {
         Approval::When(Arc::new(predicate))
     }
 
+    /// A gate given by an asynchronous predicate (see [`ApprovalCheckFn`]), described
+    /// as `what` in listings.
+    pub fn check<F>(what: impl Into<Arc<str>>, predicate: F) -> Self
+    where
+        F: for<'a> Fn(
+                &'a Value,
+                &'a crate::context::RunContext,
+                &'a str,
+            ) -> futures_util::future::BoxFuture<'a, Result<bool, ToolError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        Approval::Check(Arc::new(predicate), what.into())
+    }
+
     /// Whether a call with these args needs approval. A CEL expression that fails to
     /// evaluate or yields a non-boolean is an error: failing open would skip the gate.
     pub fn applies(&self, args: &Value) -> Result<bool, ToolError> {
@@ -147,6 +179,27 @@ impl Approval {
             Approval::Always => Ok(true),
             Approval::When(f) => Ok(f(args)),
             Approval::Cel(p) => p.evaluate(args),
+            Approval::Check(_, what) => Err(ToolError::new(
+                ErrorCode::ApprovalPredicateError,
+                format!(
+                    "the approval predicate ({what}) is asynchronous: evaluate it with `Approval::decide`"
+                ),
+            )),
+        }
+    }
+
+    /// Whether a call with these args needs approval, evaluating an asynchronous
+    /// predicate ([`Approval::Check`]) too; the other kinds answer as
+    /// [`Approval::applies`].
+    pub async fn decide(
+        &self,
+        args: &Value,
+        run: &crate::context::RunContext,
+        tool_call_id: &str,
+    ) -> Result<bool, ToolError> {
+        match self {
+            Approval::Check(check, _) => check(args, run, tool_call_id).await,
+            other => other.applies(args),
         }
     }
 
@@ -157,6 +210,7 @@ impl Approval {
             Approval::Always => "always".into(),
             Approval::When(_) => "predicate (rust)".into(),
             Approval::Cel(p) => format!("when {}", p.source()),
+            Approval::Check(_, what) => what.to_string(),
         }
     }
 }

@@ -11,9 +11,20 @@
 // falling back to the export named like the file (STEM, or its camelCase form).
 //
 // With --schema it prints the tool's declared schema as one JSON line instead.
+//
+// A request may carry `"op"`: absent (or "call") runs the tool; "approval" evaluates a
+// Toren tool's approval predicate over `args` and answers {"result": true|false};
+// "hook" runs one of a bread tool's hooks (`hook`: beforeRun, afterRun or onError,
+// with `args`, `result`, `error`, `attempt`) and answers {"result": {"decision", …}}.
+// Tool files written for bread (`@breadai/core`) or Toren (`@toren-run/core`) get our
+// compatibility modules (bread.mjs, toren.mjs) and zod 4 from TOOLSHED_NODE_DEPS,
+// through resolve-hooks.mjs, registered only when the file imports one of them.
 
 import { readFileSync, writeSync } from 'node:fs';
+import { register } from 'node:module';
 import { pathToFileURL } from 'node:url';
+
+import { COMPAT, CompatError, makeContext, parseArgs } from './compat.mjs';
 
 // Keep fd 1 for the protocol: process.stdout (and so console.log) is stderr for the
 // tool. fd 1 is never wrapped in a stream, so it stays a blocking pipe and a write is
@@ -61,6 +72,27 @@ function camel(stem) {
   return stem.replace(/[-_.\s]+([a-zA-Z0-9])/g, (_, c) => c.toUpperCase());
 }
 
+function isCompat(value) {
+  return value !== null && typeof value === 'object' && value[COMPAT] !== undefined;
+}
+
+// The packages resolve-hooks.mjs provides. Hooks cost a loader thread, so they are
+// registered only for a module that names one of them.
+const COMPAT_IMPORT = /(['"])(?:@breadai\/core|@toren-run\/core|zod)(?:\/[^'"]*)?\1/;
+
+function registerCompat(modulePath) {
+  let text;
+  try {
+    text = readFileSync(modulePath, 'utf8');
+  } catch {
+    return; // load() reports the unreadable module
+  }
+  if (!COMPAT_IMPORT.test(text)) return;
+  register(new URL('./resolve-hooks.mjs', import.meta.url), {
+    data: { deps: process.env.TOOLSHED_NODE_DEPS || undefined },
+  });
+}
+
 function pick(mod, exportName, stem) {
   const candidates = exportName ? [exportName] : ['default', stem, camel(stem)];
   for (const name of candidates) {
@@ -87,9 +119,15 @@ async function load(modulePath, exportName, stem) {
     mod = await import(pathToFileURL(modulePath).href);
   } catch (err) {
     process.stderr.write(`${err?.stack ?? describe(err)}\n`);
-    return { error: { message: `cannot load ${modulePath}: ${describe(err)}`, code: 'LoadError' } };
+    // A bread or Toren definition we cannot map keeps its own code.
+    const code = err?.code === 'COMPAT_UNMAPPABLE' ? err.code : 'LoadError';
+    return { error: { message: `cannot load ${modulePath}: ${describe(err)}`, code } };
   }
   const [name, fn] = pick(mod, exportName, stem);
+  if (isCompat(fn)) {
+    // A bread or Toren definition: the runner calls its execute/handler itself.
+    return { mod, def: fn, fn: fn.run, name };
+  }
   if (typeof fn !== 'function') {
     const what = exportName
       ? `has no exported function \`${exportName}\``
@@ -148,10 +186,28 @@ async function handle(tool, raw) {
     send({ id, error: tool.error });
     return;
   }
-  const args = request.args ?? {};
-  // ctx.env: the agent's declared env, never in process.env.
-  const ctx = { ...(request.context ?? {}), tool: request.tool, credentials: request.credentials ?? {}, env: request.context?.env ?? {} };
+  const op = request.op ?? 'call';
+  if (op !== 'call') {
+    await answerOp(tool, request, id, op);
+    return;
+  }
+  let args = request.args ?? {};
+  let ctx;
+  if (tool.def) {
+    ctx = makeContext(tool.def, request);
+  } else {
+    ctx = {
+      ...(request.context ?? {}),
+      tool: request.tool,
+      credentials: request.credentials ?? {},
+      env: request.env ?? {},
+    };
+  }
   try {
+    if (tool.def) {
+      if (tool.def.human) throw Object.assign(new Error('a human tool is answered by a person, not run'), { code: 'HumanTool' });
+      args = parseArgs(tool.def, args);
+    }
     let value = await tool.fn(args, ctx);
     if (isGenerator(value)) {
       let last;
@@ -174,21 +230,165 @@ async function handle(tool, raw) {
   }
 }
 
+// What a hook's return value means, as the dispatcher reads it.
+function decision(hook, value) {
+  const bad = (what) => {
+    throw Object.assign(new Error(`the ${hook} hook returned ${what}`), { code: 'BadHookResult' });
+  };
+  if (value === undefined || value === null) {
+    return { decision: hook === 'beforeRun' ? 'continue' : hook === 'afterRun' ? 'keep' : 'propagate' };
+  }
+  if (typeof value !== 'object') bad(`${typeof value} ${JSON.stringify(value)}; return nothing or an object {action, …}`);
+  const action = value.action;
+  if (hook === 'beforeRun') {
+    if (action === 'continue') return { decision: 'continue' };
+    if (action === 'override' || action === 'replace' || (action === undefined && 'args' in value)) {
+      return { decision: 'replace_args', args: value.args ?? null };
+    }
+    if (['skip', 'shortCircuit', 'short_circuit', 'return'].includes(action) || (action === undefined && 'output' in value)) {
+      return { decision: 'short_circuit', output: value.output ?? value.result ?? null };
+    }
+    bad(`${JSON.stringify(value)}; return nothing, {args} to override them, or {action: 'shortCircuit', output}`);
+  }
+  if (hook === 'afterRun') {
+    if (action === 'keep' || action === 'continue') return { decision: 'keep' };
+    if (action === 'replace' || (action === undefined && ('output' in value || 'result' in value))) {
+      return { decision: 'replace', output: value.output ?? value.result ?? null };
+    }
+    bad(`${JSON.stringify(value)}; return nothing or {action: 'replace', output}`);
+  }
+  if (action === 'recover') return { decision: 'recover', output: value.output ?? null };
+  if (action === 'retry') return { decision: 'retry' };
+  if (action === 'propagate' || action === 'rethrow') return { decision: 'propagate' };
+  if (action === 'fail') {
+    const e = value.error;
+    const message = e instanceof Error ? describe(e) : typeof e === 'string' ? e : 'failed by the onError hook';
+    return { decision: 'fail', message, code: e && typeof e.code === 'string' ? e.code : null };
+  }
+  return bad(`${JSON.stringify(value)}; return nothing, {action: 'recover', output}, {action: 'retry'} or {action: 'fail', error}`);
+}
+
+// An `approval` or `hook` request for a bread or Toren tool.
+async function answerOp(tool, request, id, op) {
+  const def = tool.def;
+  if (!def) {
+    send({ id, error: { message: `\`${op}\` requests are for bread and Toren tools only`, code: 'BadRequest' } });
+    return;
+  }
+  try {
+    if (op === 'approval') {
+      if (typeof def.predicate !== 'function') throw new Error(`tool \`${def.name}\` has no approval predicate`);
+      const verdict = await def.predicate(parseArgs(def, request.args ?? {}));
+      if (typeof verdict !== 'boolean') {
+        throw Object.assign(new Error(`the approval predicate of \`${def.name}\` returned ${JSON.stringify(verdict) ?? typeof verdict}, not a boolean`), {
+          code: 'ApprovalNotBoolean',
+        });
+      }
+      send({ id, result: verdict });
+    } else if (op === 'hook') {
+      const hook = request.hook;
+      const fn = def.hooks[hook];
+      if (typeof fn !== 'function') throw new Error(`tool \`${def.name}\` has no ${hook} hook`);
+      const ctx = makeContext(def, request);
+      let error;
+      if (request.error) {
+        error = new Error(request.error.message);
+        error.code = request.error.code;
+      }
+      const value = await fn(
+        {
+          toolName: def.name,
+          toolCallId: request.context?.tool_call_id,
+          args: request.args ?? {},
+          result: request.result,
+          error,
+          attempt: request.attempt ?? 1,
+        },
+        ctx,
+      );
+      send({ id, result: decision(hook, value) });
+    } else {
+      send({ id, error: { message: `unknown request op ${JSON.stringify(op)}`, code: 'BadRequest' } });
+    }
+  } catch (err) {
+    process.stderr.write(`${err?.stack ?? describe(err)}\n`);
+    send({ id, error: { message: describe(err), code: errorCode(err) } });
+  }
+}
+
+// JSON Schema of a bread/Toren schema field: zod 4 converts its own; a plain object is
+// already one. Anything zod cannot express (dates, transforms, …) is a load-time error.
+async function jsonSchemaOf(def, field, schema, io) {
+  if (schema === undefined) return null;
+  if (typeof schema?._zod !== 'object') return schema;
+  const { z } = await import('zod');
+  let out;
+  try {
+    out = z.toJSONSchema(schema, { io, unrepresentable: 'throw' });
+  } catch (err) {
+    throw new CompatError(
+      def[COMPAT],
+      def.name,
+      field,
+      `cannot be expressed as JSON Schema (${err?.message ?? err}); use types JSON can carry (no dates, transforms, functions)`,
+    );
+  }
+  delete out.$schema;
+  return out;
+}
+
+async function compatSchema(def) {
+  const field = def[COMPAT] === 'Toren' ? 'input' : 'schema';
+  const input = await jsonSchemaOf(def, field, def.input, 'input');
+  if (input.type !== 'object') {
+    throw new CompatError(def[COMPAT], def.name, field, 'must describe an object of named arguments: use z.object({...})');
+  }
+  const output = await jsonSchemaOf(def, 'outputSchema', def.output, 'output');
+  const hooks = Object.keys(def.hooks);
+  return {
+    name: def.name,
+    description: def.description,
+    input_schema: input,
+    output_schema: output,
+    compat: {
+      framework: def[COMPAT] === 'Toren' ? 'toren' : 'bread',
+      effects: def.effects ?? null,
+      idempotency: def.idempotency ?? null,
+      approval: def.approval ?? null,
+      timeout_ms: def.timeoutMs ?? null,
+      max_attempts: def.maxAttempts ?? null,
+      credentials: def.credentials,
+      human: def.human,
+      streaming: def.streaming,
+      hooks,
+      retry: def.retry,
+    },
+  };
+}
+
 async function schema(tool, modulePath, exportName, stem) {
   if (tool.error && !tool.mod) {
     return { error: tool.error };
   }
+  if (tool.def) {
+    try {
+      return await compatSchema(tool.def);
+    } catch (err) {
+      return { error: { message: describe(err), code: errorCode(err) } };
+    }
+  }
   const mod = tool.mod;
   const fn = tool.fn;
-  const ownSchema = fn?.schema ?? (tool.name ? mod[`${tool.name}Schema`] : undefined);
-  const declared = ownSchema ?? mod.schema ?? mod.default?.schema;
+  const ownSchema = fn?.schema ?? fn?.SCHEMA ?? (tool.name ? mod[`${tool.name}Schema`] : undefined);
+  // AgentBreeder's convention is a module-level SCHEMA; a lowercase `schema` works too.
+  const declared = ownSchema ?? mod.schema ?? mod.SCHEMA ?? mod.default?.schema ?? mod.default?.SCHEMA;
   if (declared === undefined || declared === null || typeof declared !== 'object') {
     const where = exportName || 'default';
     return {
       error: {
         message:
           `${modulePath} declares no schema: export one beside the function ` +
-          `(\`export const schema = {...}\`) or set \`${where}.schema = {...}\``,
+          `(\`export const SCHEMA = {...}\` or \`export const schema = {...}\`) or set \`${where}.schema = {...}\``,
         code: 'SchemaNotFound',
       },
     };
@@ -216,6 +416,7 @@ async function main() {
     process.exit(2);
   }
   const [modulePath, exportName, stem] = argv;
+  registerCompat(modulePath);
   if (mode === '--once') {
     // A one-shot call: the request is written and stdin closed at once, so read it
     // whole without setting up a stdin stream (which costs start-up time).

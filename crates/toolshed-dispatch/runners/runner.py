@@ -509,7 +509,7 @@ class _Runner:
             context["tool"] = request.get("tool")
             context["credentials"] = dict(request.get("credentials") or {})
             # The agent's declared env: here, never in os.environ.
-            context["env"] = dict(context.get("env") or {})
+            context["env"] = dict(request.get("env") or {})
             kwargs["ctx"] = types.SimpleNamespace(**context)
         value = self.fn(**kwargs)
         kind = type(value)

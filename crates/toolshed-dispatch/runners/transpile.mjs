@@ -6,7 +6,8 @@
 // OUT_DIR, and points every import back where the source would have found it: relative
 // imports at the source's folder (a sibling `.ts`, also written as `./x.js` the way
 // TypeScript wants, is transpiled too), bare imports at the package the source's folder
-// resolves to, and `import.meta.url` / `dirname` / `filename` at the source file.
+// resolves to (but `@breadai/core`, `@toren-run/core` and `zod`, which the runner
+// resolves), and `import.meta.url` / `dirname` / `filename` at the source file.
 // Prints one JSON line: {"entry": OUT_PATH, "sources": [{"path", "sha256"}]} or
 // {"error": {"message", "code"}}.
 //
@@ -89,6 +90,9 @@ function resolveSpecifier(spec, from) {
     for (const e of ['.js', '.mjs', '.json']) if (isFile(path + e)) return pathToFileURL(path + e).href;
     return pathToFileURL(path).href;
   }
+  // The runner resolves these itself (resolve-hooks.mjs): our compatibility modules
+  // and our zod 4, in the sandbox, where the host's paths may not exist.
+  if (/^(?:@breadai\/core|@toren-run\/core|zod)(?:\/|$)/.test(spec)) return spec;
   try {
     return import.meta.resolve(spec, fromUrl);
   } catch {

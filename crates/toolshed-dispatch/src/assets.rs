@@ -15,12 +15,24 @@ pub(crate) const RUNNER_MJS: &str = include_str!("../runners/runner.mjs");
 pub(crate) const INFER_PY: &str = include_str!("../runners/infer.py");
 /// The TypeScript transpile step.
 pub(crate) const TRANSPILE_MJS: &str = include_str!("../runners/transpile.mjs");
+/// What the bread and Toren compatibility modules share (imported by the Node runner).
+pub(crate) const COMPAT_MJS: &str = include_str!("../runners/compat.mjs");
+/// `@breadai/core` as the Node runner resolves it.
+pub(crate) const BREAD_MJS: &str = include_str!("../runners/bread.mjs");
+/// `@toren-run/core` as the Node runner resolves it.
+pub(crate) const TOREN_MJS: &str = include_str!("../runners/toren.mjs");
+/// The Node runner's module resolve hooks (the two above, and toolshed's zod 4).
+pub(crate) const RESOLVE_HOOKS_MJS: &str = include_str!("../runners/resolve-hooks.mjs");
 
 const FILES: &[(&str, &str)] = &[
     ("runner.py", RUNNER_PY),
     ("runner.mjs", RUNNER_MJS),
     ("infer.py", INFER_PY),
     ("transpile.mjs", TRANSPILE_MJS),
+    ("compat.mjs", COMPAT_MJS),
+    ("bread.mjs", BREAD_MJS),
+    ("toren.mjs", TOREN_MJS),
+    ("resolve-hooks.mjs", RESOLVE_HOOKS_MJS),
 ];
 
 /// Where the runners were written.

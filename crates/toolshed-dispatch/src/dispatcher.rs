@@ -25,7 +25,7 @@ use crate::http;
 use crate::infer::{self, InferredTool};
 use crate::launcher::Launcher;
 use crate::pool::{PoolKey, PoolStats, Pools};
-use crate::protocol::{CallContext, encode_request};
+use crate::protocol::{CallContext, Op, encode_request_with};
 
 /// Runs tools at any endpoint: built-in Rust tools, Python and Node functions (one-shot
 /// or from warm worker pools), TypeScript, any executable speaking the wire protocol,
@@ -492,8 +492,38 @@ impl Dispatcher {
         policy: &SandboxPolicy,
         sink: Option<DiagnosticsSink>,
     ) -> Result<Conversation, DispatchError> {
+        self.open_with(
+            endpoint,
+            mode,
+            tool,
+            None,
+            args,
+            context,
+            credentials,
+            &BTreeMap::new(),
+            policy,
+            sink,
+        )
+        .await
+    }
+
+    /// [`Dispatcher::open`] for a call with the run's env, or for an [`Op`].
+    #[allow(clippy::too_many_arguments)]
+    async fn open_with(
+        &self,
+        endpoint: &Endpoint,
+        mode: Mode,
+        tool: &Arc<str>,
+        op: Option<&Op>,
+        args: &Value,
+        context: &CallContext,
+        credentials: &BTreeMap<String, Secret>,
+        env: &BTreeMap<String, String>,
+        policy: &SandboxPolicy,
+        sink: Option<DiagnosticsSink>,
+    ) -> Result<Conversation, DispatchError> {
         let id = next_request_id();
-        let request = encode_request(&id, tool, args, context, credentials);
+        let request = encode_request_with(&id, tool, op, args, context, credentials, env);
         let config = &self.launcher.config;
         let opening = || Opening {
             tool: tool.clone(),
@@ -569,18 +599,21 @@ impl Dispatcher {
                     Err(e) => return Reply::new(Err(e)),
                 };
                 let secrets: Arc<[Secret]> = credentials.values().cloned().collect();
-                // The declared env reaches the tool as `ctx.env`, never as its process env.
-                let context = CallContext::from_tool_context(&ctx).with_env(&ctx);
+                // The declared env reaches the tool as `ctx.env` (the request's `env`),
+                // never as its process env.
+                let context = CallContext::from_tool_context(&ctx);
                 let mode = mode.unwrap_or_else(|| self.default_mode(endpoint));
                 let sink = Some(ctx.diagnostics().clone());
                 let conv = match self
-                    .open(
+                    .open_with(
                         endpoint,
                         mode,
                         &tool,
+                        None,
                         &args,
                         &context,
                         &credentials,
+                        ctx.run().env_vars(),
                         policy,
                         sink,
                     )
@@ -602,6 +635,49 @@ impl Dispatcher {
                     None => Reply::new(Err(ended_without_answer(&tool).to_tool_error())),
                 }
             }
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Ask a subprocess tool's worker (from its own pool, in pool mode) something other
+    /// than a call: an [`Op`] of the compatibility layer. The answer is its one result
+    /// line; a partial result, an error line or a broken worker is an error.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn ask(
+        &self,
+        endpoint: &Endpoint,
+        tool: &Arc<str>,
+        policy: &SandboxPolicy,
+        op: &Op,
+        args: &Value,
+        context: &CallContext,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Value, DispatchError> {
+        let mode = self.default_mode(endpoint);
+        let conv = self
+            .open_with(
+                endpoint,
+                mode,
+                tool,
+                Some(op),
+                args,
+                context,
+                &BTreeMap::new(),
+                env,
+                policy,
+                None,
+            )
+            .await?;
+        let mut events = std::pin::pin!(conv.events(None, Arc::from(Vec::new())));
+        match events.next().await {
+            Some(Event::End(result, _)) => result,
+            Some(Event::Partial(_)) => Err(DispatchError::Protocol {
+                tool: tool.to_string(),
+                problem: "a worker answered a compatibility request with a partial result".into(),
+                excerpt: String::new(),
+            }),
+            None => Err(ended_without_answer(tool)),
         }
     }
 }

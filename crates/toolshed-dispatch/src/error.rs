@@ -221,6 +221,15 @@ pub enum DispatchError {
         /// What was looked for and how to declare it.
         message: String,
     },
+    /// A bread or Toren tool file says something toolshed cannot map onto a tool
+    /// spec; the message names the field and what to do.
+    #[error("{message}")]
+    CompatUnmappable {
+        /// The tool file.
+        path: PathBuf,
+        /// The field and the fix.
+        message: String,
+    },
     /// A declared credential could not be read.
     #[error(transparent)]
     Credential(#[from] CredentialError),
@@ -261,6 +270,7 @@ impl DispatchError {
             DispatchError::SchemaNotFound { .. } => DispatchCode::SchemaNotFound,
             DispatchError::Credential(_) => DispatchCode::CredentialFailed,
             DispatchError::Io { .. } => DispatchCode::IoError,
+            DispatchError::CompatUnmappable { .. } => DispatchCode::CompatUnmappable,
         }
     }
 
@@ -372,6 +382,9 @@ toolshed_core::wire_enum! {
         CredentialFailed,
         /// A local file operation failed.
         IoError,
+        /// A bread or Toren tool file uses a field toolshed cannot map (named in the
+        /// message).
+        CompatUnmappable,
     }
 }
 

@@ -31,6 +31,9 @@ pub struct InferredTool {
     /// Annotations or defaults that could not be expressed, each a sentence.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// For a tool file written for bread or Toren, the rest of its definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<crate::compat::CompatSpec>,
 }
 
 /// Infer a Python function's tool schema, with the default [`DispatcherConfig`].
@@ -68,8 +71,10 @@ pub async fn infer_python_file(
 }
 
 /// Read a Node module's declared schema, with the default [`DispatcherConfig`]: the
-/// function's `.schema` property, else `export const <export>Schema`, else
-/// `export const schema`. The schema is either an input schema or a definition
+/// function's `.schema` (or `.SCHEMA`) property, else `export const <export>Schema`,
+/// else `export const schema`, else AgentBreeder's `export const SCHEMA`; for a
+/// bread or Toren `defineTool` default export, its zod schemas converted by zod 4 and
+/// the rest of its definition in [`InferredTool::compat`]. The schema is either an input schema or a definition
 /// `{name?, description?, input_schema | inputSchema | parameters, output_schema?}`;
 /// the description may also be exported as `description`. The module is imported
 /// (TypeScript transpiled first), so its top-level code runs.
@@ -173,8 +178,12 @@ pub(crate) async fn node(
         export.unwrap_or_default().into(),
         stem.clone().into(),
     ];
+    let mut extra_env = Vec::new();
+    if let Some(deps) = launcher.node_deps_in(&mut view) {
+        extra_env.push(("TOOLSHED_NODE_DEPS".into(), deps.into_os_string()));
+    }
     let value = launcher
-        .run_tool_helper(&stem, view, program, args)
+        .run_tool_helper(&stem, view, program, args, extra_env)
         .await
         .map_err(|e| match e {
             HelperError::Spawn(source) => DispatchError::Spawn {
@@ -192,6 +201,12 @@ pub(crate) async fn node(
         } else {
             message
         };
+        if err["code"] == "COMPAT_UNMAPPABLE" {
+            return Err(DispatchError::CompatUnmappable {
+                path: path.to_path_buf(),
+                message,
+            });
+        }
         return Err(not_found(message));
     }
     let mut tool: InferredTool = serde_json::from_value(value)

@@ -267,6 +267,10 @@ impl Launcher {
                 {
                     spec.extra_env.push(("NODE_PATH".into(), node_path));
                 }
+                if let Some(deps) = self.node_deps_in(&mut view) {
+                    spec.extra_env
+                        .push(("TOOLSHED_NODE_DEPS".into(), deps.into_os_string()));
+                }
                 spec.args.extend([
                     view.file_in_folder(&module, false).into(),
                     export.clone().unwrap_or_default().into(),
@@ -433,16 +437,20 @@ impl Launcher {
         view: View,
         program: PathBuf,
         args: Vec<OsString>,
+        extra_env: Vec<(OsString, OsString)>,
     ) -> Result<Value, HelperError> {
         let sandbox = self
             .sandbox(tool)
             .await
             .map_err(|e| HelperError::Failed(e.message()))?;
         let Some(sandbox) = sandbox else {
-            return self.run_helper(&program, &args, None).await;
+            return self
+                .run_helper_with_env(&program, &args, None, extra_env)
+                .await;
         };
         let mut run = RunSpec::new(program.clone(), args);
         run.env = sandbox_env(self.env.clone());
+        run.env.extend(extra_env);
         run.binds = view.into_binds();
         run.limits.timeout_ms = Some(u64::try_from(HELPER_TIMEOUT.as_millis()).unwrap_or(60_000));
         run.limits.stdout_bytes = Some(HELPER_CAP as u64);
@@ -488,6 +496,18 @@ impl Launcher {
         view.path(&node)
     }
 
+    /// toolshed-dispatch's own `node/` folder ([`DispatcherConfig::typescript_deps`]),
+    /// shown read-only in `view`, and where it appears there: the zod 4 that bread and
+    /// Toren tool files import comes from it (see runners/resolve-hooks.mjs). `None`
+    /// when zod is not installed there (`npm ci --prefix crates/toolshed-dispatch/node`).
+    pub fn node_deps_in(&self, view: &mut View) -> Option<PathBuf> {
+        let deps = std::fs::canonicalize(&self.config.typescript_deps).ok()?;
+        if !deps.join("node_modules/zod/package.json").is_file() {
+            return None;
+        }
+        Some(view.folder(&deps, false))
+    }
+
     /// Run a short helper that prints one JSON line on stdout, with the child
     /// environment, a timeout and an output cap.
     pub async fn run_helper(
@@ -496,12 +516,24 @@ impl Launcher {
         args: &[OsString],
         cwd: Option<&Path>,
     ) -> Result<Value, HelperError> {
+        self.run_helper_with_env(program, args, cwd, Vec::new())
+            .await
+    }
+
+    /// [`Launcher::run_helper`] with more environment variables.
+    async fn run_helper_with_env(
+        &self,
+        program: &Path,
+        args: &[OsString],
+        cwd: Option<&Path>,
+        extra_env: Vec<(OsString, OsString)>,
+    ) -> Result<Value, HelperError> {
         let spec = SpawnSpec {
             program: program.to_path_buf(),
             args: args.to_vec(),
             cwd: cwd.map(Path::to_path_buf),
             env: self.env.clone(),
-            extra_env: Vec::new(),
+            extra_env,
             watch: None,
             marks_calls: false,
             binds: Vec::new(),

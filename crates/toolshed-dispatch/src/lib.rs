@@ -41,6 +41,11 @@
 //!   TypeScript is transpiled with sucrase once per source version (npm packages in
 //!   [`DispatcherConfig::typescript_deps`]), relative imports of other `.ts` files
 //!   included, then runs like `.mjs`.
+//! - **bread and Toren tool files**, unchanged: `import { defineTool } from
+//!   '@breadai/core'` (or `defineHumanTool`) and `'@toren-run/core'` resolve to
+//!   toolshed's compatibility modules, `zod` to toolshed's zod 4, whose schemas become
+//!   JSON Schema; [`Dispatcher::tool_from_inferred`] maps the rest of the definition
+//!   ([`CompatSpec`]) onto the tool. See `docs/compat.md`.
 //! - **exec**: anything that reads request lines on stdin and writes protocol lines
 //!   on stdout ([`protocol`]).
 //!
@@ -75,6 +80,7 @@
 //! ```
 
 mod assets;
+pub mod compat;
 pub mod config;
 mod conversation;
 mod dispatcher;
@@ -88,6 +94,7 @@ mod pool;
 mod process;
 pub mod protocol;
 
+pub use compat::{CompatSpec, Framework};
 pub use config::{ChildEnv, DispatcherConfig, Isolation, Mode, PoolConfig, SandboxPolicy};
 pub use dispatcher::{Dispatcher, Execution, Request};
 pub use endpoint::Endpoint;

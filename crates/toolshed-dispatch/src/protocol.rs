@@ -8,10 +8,15 @@
 //!                 {"id", "error": {"message", "code"?}}
 //! ```
 //!
+//! A request may also carry `env` (the run's declared env, Toren's `ctx.env`), and
+//! `op` for what the Node runner's compatibility layer answers besides calls: `approval`
+//! (a Toren tool's approval predicate over `args`: `{"result": true|false}`) and `hook`
+//! (a bread tool's `hook` with `result`, `error` and `attempt`: `{"result":
+//! {"decision", …}}`). Those carry no credentials.
+//!
 //! One JSON object per line, UTF-8, `\n`-terminated. `context` holds `agent_id`,
 //! `run_id`, `session_id`, `tool_call_id`, `idempotency_key` (or null) and `principal`
-//! (or null), and `env`, the agent's declared env values (left out when there are none);
-//! `credentials` maps each declared credential the provider has to its
+//! (or null); `credentials` maps each declared credential the provider has to its
 //! value. Unknown keys in a tool's line are ignored, so the protocol can grow.
 
 use std::collections::BTreeMap;
@@ -37,11 +42,6 @@ pub struct CallContext {
     pub idempotency_key: Option<String>,
     /// Who the run acts for.
     pub principal: Option<Principal>,
-    /// The agent's declared env values (`ctx.env` in Python and JavaScript): sent to
-    /// subprocess tools only ([`CallContext::with_env`]), never to an HTTP endpoint,
-    /// and never set in the tool process's own environment.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
 }
 
 impl CallContext {
@@ -55,7 +55,18 @@ impl CallContext {
             tool_call_id: format!("call_{}", uuid::Uuid::now_v7().simple()),
             idempotency_key: None,
             principal: None,
-            env: BTreeMap::new(),
+        }
+    }
+
+    /// The context of a call of `run` that has not started yet (its approval gate).
+    pub fn from_run(run: &toolshed_core::RunContext, tool_call_id: &str) -> Self {
+        CallContext {
+            agent_id: run.agent_id().to_owned(),
+            run_id: run.run_id().to_owned(),
+            session_id: run.session_id().to_owned(),
+            tool_call_id: tool_call_id.to_owned(),
+            idempotency_key: None,
+            principal: run.principal().cloned(),
         }
     }
 
@@ -68,15 +79,7 @@ impl CallContext {
             tool_call_id: ctx.tool_call_id().to_owned(),
             idempotency_key: ctx.idempotency_key().map(str::to_owned),
             principal: ctx.principal().cloned(),
-            env: BTreeMap::new(),
         }
-    }
-
-    /// This context with the run's declared env values, for a tool running as a
-    /// process of ours (the agent declared them for its own tools).
-    pub fn with_env(mut self, ctx: &ToolContext) -> Self {
-        self.env = ctx.env_values().clone();
-        self
     }
 }
 
@@ -85,12 +88,68 @@ impl CallContext {
 struct WireRequest<'a> {
     id: &'a str,
     tool: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    op: Option<&'a str>,
     args: &'a Value,
     context: &'a CallContext,
     credentials: BTreeMap<&'a str, &'a str>,
+    /// The run's declared env (Toren's `ctx.env`), left out when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: &'a BTreeMap<String, String>,
+    /// An op's own fields (`hook`, `result`, `error`, `attempt`).
+    #[serde(flatten)]
+    fields: &'a serde_json::Map<String, Value>,
 }
 
-/// Encode one request line, `\n` included.
+/// What a request asks of a Node worker besides a call: the compatibility layer's
+/// requests for bread and Toren tools (runners/runner.mjs), each answered by one
+/// `result` or `error` line. They carry no credentials.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    /// Evaluate the tool's approval predicate over `args`; the result is a boolean.
+    Approval,
+    /// Run the tool's `hook` (beforeRun, afterRun, onError) with these fields
+    /// (`result`, `error`, `attempt`); the result is `{"decision", …}`.
+    Hook(serde_json::Map<String, Value>),
+}
+
+/// Encode one request line, `\n` included: a call, or an [`Op`].
+pub(crate) fn encode_request_with(
+    id: &str,
+    tool: &str,
+    op: Option<&Op>,
+    args: &Value,
+    context: &CallContext,
+    credentials: &BTreeMap<String, Secret>,
+    env: &BTreeMap<String, String>,
+) -> Vec<u8> {
+    let empty = serde_json::Map::new();
+    let (op, fields) = match op {
+        None => (None, &empty),
+        Some(Op::Approval) => (Some("approval"), &empty),
+        Some(Op::Hook(fields)) => (Some("hook"), fields),
+    };
+    let wire = WireRequest {
+        id,
+        tool,
+        op,
+        args,
+        context,
+        credentials: credentials
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.expose()))
+            .collect(),
+        env,
+        fields,
+    };
+    // Serializing a struct of strings and `Value`s cannot fail.
+    let mut line = serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
+/// Encode one call's request line, `\n` included.
+#[cfg(test)]
 pub(crate) fn encode_request(
     id: &str,
     tool: &str,
@@ -98,20 +157,7 @@ pub(crate) fn encode_request(
     context: &CallContext,
     credentials: &BTreeMap<String, Secret>,
 ) -> Vec<u8> {
-    let wire = WireRequest {
-        id,
-        tool,
-        args,
-        context,
-        credentials: credentials
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.expose()))
-            .collect(),
-    };
-    // Serializing a struct of strings and a `Value` cannot fail.
-    let mut line = serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec());
-    line.push(b'\n');
-    line
+    encode_request_with(id, tool, None, args, context, credentials, &BTreeMap::new())
 }
 
 /// One valid line from a tool.

@@ -364,7 +364,7 @@ impl RunHandle {
                     schema: spec.output_schema.clone().unwrap_or(json!({})),
                 })
             } else {
-                match prepared.needs_approval() {
+                match prepared.needs_approval(&state.ctx).await {
                     Ok(false) => None,
                     Ok(true) => Some(Gate::Approval {
                         reason: spec.approval.describe(),
