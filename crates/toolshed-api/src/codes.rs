@@ -97,6 +97,10 @@ toolshed_core::wire_enum! {
         /// 409: the MCP server entry is disabled (entries from project-scoped config files
         /// are registered disabled): an admin enables it first.
         McpServerDisabled,
+        /// 403: a changing request authenticated by the console's session cookie came
+        /// without the session's CSRF token in `X-CSRF-Token`, with a wrong one, or from
+        /// another origin (the message says which).
+        CsrfRejected,
     }
 }
 
@@ -107,7 +111,10 @@ impl ApiCode {
         Some(match self {
             ApiCode::InvalidJson | ApiCode::InvalidQuery => 400,
             ApiCode::Unauthenticated => 401,
-            ApiCode::Forbidden | ApiCode::NotOwner | ApiCode::SelfApproval => 403,
+            ApiCode::Forbidden
+            | ApiCode::NotOwner
+            | ApiCode::SelfApproval
+            | ApiCode::CsrfRejected => 403,
             ApiCode::NotFound => 404,
             ApiCode::MethodNotAllowed => 405,
             ApiCode::Conflict

@@ -164,6 +164,13 @@ pub struct ToolFilter {
     pub source: Option<String>,
     /// Only names starting with this text.
     pub name_prefix: Option<String>,
+    /// Only tools whose name or description contains this text, ignoring ASCII case.
+    pub search: Option<String>,
+    /// Only tools owned by this tenant.
+    pub tenant: Option<String>,
+    /// Only tools in this state (default: [`ToolStatus::Active`]; deleted tools are
+    /// listed only when asked for).
+    pub status: Option<ToolStatus>,
     /// The page, from 1 (0 is read as 1).
     pub page: u32,
     /// Items per page (0 means 20; at most [`MAX_PER_PAGE`]).

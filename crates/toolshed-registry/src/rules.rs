@@ -359,7 +359,13 @@ pub(crate) async fn list_tools(
     filter: &ToolFilter,
 ) -> Result<Page<ToolRecord>> {
     let paging = Paging::new(filter.page, filter.per_page);
-    let mut cond = Query::new("status = 'active'");
+    // The status is one of the enum's own names, never the caller's text.
+    let status = filter.status.unwrap_or(ToolStatus::Active);
+    let mut cond = Query::new(if status == ToolStatus::Active {
+        "status = 'active'"
+    } else {
+        "status = 'deleted'"
+    });
     if let Some(tool_type) = &filter.tool_type {
         cond.push(" AND tool_type = ").bind(tool_type);
     }
@@ -371,6 +377,19 @@ pub(crate) async fn list_tools(
         if let Some(upper) = prefix_upper_bound(prefix) {
             cond.push(" AND name < ").bind(upper);
         }
+    }
+    if let Some(tenant) = &filter.tenant {
+        cond.push(" AND tenant = ").bind(tenant);
+    }
+    if let Some(search) = filter.search.as_deref().filter(|s| !s.is_empty()) {
+        // A substring match, `%` and `_` in the text taken literally: a scan of the
+        // filtered rows, a few milliseconds at 10,000 tools.
+        let pattern = format!("%{}%", escape_like(&search.to_lowercase()));
+        cond.push(" AND (LOWER(name) LIKE ")
+            .bind(pattern.clone())
+            .push(" ESCAPE '\\' OR LOWER(description) LIKE ")
+            .bind(pattern)
+            .push(" ESCAPE '\\')");
     }
     let n = cond.bound();
     let (cond_sql, cond_params) = cond.parts();
@@ -394,6 +413,19 @@ pub(crate) async fn list_tools(
         }
     }
     Ok(paging.page_of(items, total))
+}
+
+/// `text` with the `LIKE` wildcards (`%`, `_`) and the escape character (`\`)
+/// escaped, so it matches only itself.
+fn escape_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A tool row (id and the tool fields, in `sql::TOOL_FIELDS` order).

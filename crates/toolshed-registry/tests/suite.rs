@@ -426,6 +426,7 @@ async fn list_tools_pages_and_filters(store: Arc<dyn RegistryStore>) {
             name_prefix: Some("alpha".into()),
             page: 2,
             per_page: 1,
+            ..filter()
         })
         .await
         .unwrap();
@@ -467,6 +468,63 @@ async fn list_tools_pages_and_filters(store: Arc<dyn RegistryStore>) {
     let after = store.list_tools(&filter()).await.unwrap();
     assert_eq!(after.total, 44);
     assert_eq!(names(&after)[0], "alpha-05");
+    // ... unless asked for.
+    let deleted = store
+        .list_tools(&ToolFilter {
+            status: Some(ToolStatus::Deleted),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&deleted), ["alpha-00"]);
+
+    // Search: name or description contains the text, ASCII case ignored, wildcards
+    // literal.
+    let mut other = tool_of("gamma-odd_name", "function", "manual");
+    other.description = "Finds 100% of the ORDERS".into();
+    other.tenant = "globex".into();
+    store.create_tool(other).await.unwrap();
+    for (text, expected) in [
+        ("-4", 5),
+        ("ALPHA-1", 2),
+        ("orders", 1),
+        ("100%", 1),
+        ("%", 1),
+        ("_", 1),
+        ("d_n", 1),
+        ("tool", 44),
+        ("\\", 0),
+        ("nothing like it", 0),
+    ] {
+        let page = store
+            .list_tools(&ToolFilter {
+                search: Some(text.into()),
+                ..filter()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.total, expected, "search `{text}`");
+    }
+    // Tenant, with the others.
+    let globex = store
+        .list_tools(&ToolFilter {
+            tenant: Some("globex".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    assert_eq!(names(&globex), ["gamma-odd_name"]);
+    let home_mcp = store
+        .list_tools(&ToolFilter {
+            tenant: Some(HOME.into()),
+            tool_type: Some("mcp".into()),
+            search: Some("beta-1".into()),
+            ..filter()
+        })
+        .await
+        .unwrap();
+    // beta-1x with i % 3 == 1: 13, 16, 19 (10 is alpha).
+    assert_eq!(names(&home_mcp), ["beta-13", "beta-16", "beta-19"]);
 }
 
 async fn update_keeps_every_revision(store: Arc<dyn RegistryStore>) {

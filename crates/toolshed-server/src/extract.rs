@@ -13,7 +13,8 @@ use toolshed_auth::{Claims, Role, TokenKind};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The caller, from `Authorization: Bearer TOKEN`. Missing, malformed, tampered,
+/// The caller, from `Authorization: Bearer TOKEN` or the console's session cookie
+/// (a changing request with the cookie must pass the CSRF check: 403 `CSRF_REJECTED`). Missing, malformed, tampered,
 /// expired, a refresh token, or withdrawn (its user removed or changed since) → 401.
 #[derive(Debug, Clone)]
 pub struct Auth(pub Claims);
@@ -37,24 +38,35 @@ impl FromRequestParts<AppState> for Auth {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let unauthenticated =
             |message: &str| ApiError::new(ApiCode::Unauthenticated, message.to_owned());
-        let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
-            return Err(unauthenticated(
-                "no token: log in with POST /api/v1/auth/login and send `Authorization: Bearer TOKEN`",
-            ));
-        };
-        let Some(token) = header
-            .to_str()
-            .ok()
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        else {
-            return Err(unauthenticated(
-                "the Authorization header must be `Bearer TOKEN`",
-            ));
+        let token = match parts.headers.get(axum::http::header::AUTHORIZATION) {
+            Some(header) => header
+                .to_str()
+                .ok()
+                .and_then(|h| {
+                    h.strip_prefix("Bearer ")
+                        .or_else(|| h.strip_prefix("bearer "))
+                })
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    unauthenticated("the Authorization header must be `Bearer TOKEN`")
+                })?,
+            // The console's session cookie: a browser sends it on its own, so a
+            // changing request must also prove it comes from the console (CSRF).
+            None => {
+                let Some(token) = crate::console::session::cookie(
+                    &parts.headers,
+                    crate::console::session::SESSION_COOKIE,
+                ) else {
+                    return Err(unauthenticated(
+                        "no token: log in with POST /api/v1/auth/login and send `Authorization: Bearer TOKEN`",
+                    ));
+                };
+                if crate::console::session::is_changing(&parts.method) {
+                    crate::console::session::check_csrf(&parts.headers, token)?;
+                }
+                token
+            }
         };
         let claims = state.verify_token(token)?;
         if claims.kind != TokenKind::Access {

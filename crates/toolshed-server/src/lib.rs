@@ -38,6 +38,7 @@ use tower_http::timeout::TimeoutLayer;
 pub use axum::Json;
 
 pub mod code;
+pub mod console;
 pub mod credentials;
 mod error;
 pub mod execute;
@@ -552,6 +553,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let (routes, _) = routes::api().split_for_parts();
     routes
         .merge(extra)
+        .merge(console::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

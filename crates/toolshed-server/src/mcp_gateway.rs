@@ -149,6 +149,7 @@ impl Gateway for RegistryGateway {
                     name_prefix: None,
                     page,
                     per_page,
+                    ..ToolFilter::default()
                 })
                 .await
                 .map_err(|e| gateway_error(e.into()))?;

@@ -402,6 +402,7 @@ async fn server_tools(
                 name_prefix: Some(format!("{}__", record.server.name)),
                 page,
                 per_page: toolshed_registry::MAX_PER_PAGE,
+                ..ToolFilter::default()
             })
             .await?;
         let done = u64::from(page) * u64::from(got.per_page) >= got.total || got.items.is_empty();

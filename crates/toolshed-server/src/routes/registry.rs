@@ -42,6 +42,12 @@ pub struct ToolQuery {
     pub source: Option<String>,
     /// Only names starting with this.
     pub q: Option<String>,
+    /// Only tools whose name or description contains this text (ASCII case ignored).
+    pub search: Option<String>,
+    /// Only tools owned by this tenant.
+    pub tenant: Option<String>,
+    /// `active` (the default) or `deleted`: deleted tools are listed only when asked.
+    pub status: Option<String>,
     /// The page, from 1 (default 1).
     #[param(minimum = 1)]
     pub page: Option<u32>,
@@ -130,6 +136,19 @@ pub async fn list_tools(
             tool_type: q.tool_type,
             source: q.source,
             name_prefix: q.q,
+            search: q.search,
+            tenant: q.tenant,
+            status: q
+                .status
+                .as_deref()
+                .map(|s| {
+                    s.parse::<toolshed_registry::ToolStatus>().map_err(|_| {
+                        ApiError::invalid_query(format!(
+                            "`status={s}` is not a tool status; use active (the default) or deleted"
+                        ))
+                    })
+                })
+                .transpose()?,
             page: page_of(q.page)?,
             per_page: per_page_of(q.per_page)?,
         })
