@@ -8,6 +8,8 @@
 //! Running it twice is harmless: it only reads.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
@@ -50,7 +52,24 @@ const SETTING_PRAGMAS: &[&str] = &[
 
 pub(super) struct Pool {
     path: PathBuf,
-    slots: Slots<Connection>,
+    slots: Slots<Lite>,
+}
+
+/// An open connection and the instant its progress handler stops the VM at, in
+/// nanoseconds since [`start`]: set per statement without re-registering the handler.
+struct Lite {
+    conn: Connection,
+    stop: Arc<AtomicU64>,
+}
+
+/// The clock the progress handlers read.
+fn start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+fn nanos_at(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(start()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 enum Ran {
@@ -114,7 +133,7 @@ impl Pool {
     }
 }
 
-fn open(path: &std::path::Path) -> Result<Connection, Fail> {
+fn open(path: &std::path::Path) -> Result<Lite, Fail> {
     let cannot = |e: rusqlite::Error| {
         Fail::new(
             "unavailable",
@@ -137,7 +156,15 @@ fn open(path: &std::path::Path) -> Result<Connection, Fail> {
     conn.busy_timeout(Duration::from_secs(2)).map_err(cannot)?;
     conn.set_prepared_statement_cache_capacity(super::STATEMENT_CACHE);
     conn.authorizer(Some(authorize)).map_err(cannot)?;
-    Ok(conn)
+    // The VM checks the clock every 1000 instructions: cheap, and fine-grained enough.
+    let stop = Arc::new(AtomicU64::new(0));
+    let seen = stop.clone();
+    conn.progress_handler(
+        1000,
+        Some(move || nanos_at(Instant::now()) >= seen.load(Ordering::Relaxed)),
+    )
+    .map_err(cannot)?;
+    Ok(Lite { conn, stop })
 }
 
 /// What a statement may do: read tables, call functions, recurse, and read the schema
@@ -172,13 +199,10 @@ fn authorize(ctx: AuthContext<'_>) -> Authorization {
     }
 }
 
-fn run(conn: &mut Connection, args: &SqlQueryArgs, budget: Instant, hard: Instant) -> Ran {
-    // The VM checks the clock every 1000 instructions: cheap, and fine-grained enough.
-    let stop = budget.min(hard);
-    if let Err(e) = conn.progress_handler(1000, Some(move || Instant::now() >= stop)) {
-        return Ran::Done(Err(failed(e, &args.query)));
-    }
-    let result = execute(conn, args);
+fn run(lite: &mut Lite, args: &SqlQueryArgs, budget: Instant, hard: Instant) -> Ran {
+    lite.stop
+        .store(nanos_at(budget.min(hard)), Ordering::Relaxed);
+    let result = execute(&lite.conn, args);
     match result {
         Err(e) if is_interrupt(&e) => {
             if Instant::now() >= hard {
