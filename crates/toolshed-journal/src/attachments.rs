@@ -1,5 +1,5 @@
 //! [`Attachments`]: the metadata and parsed pages of attached files, in the journal's
-//! database (migration 5), beside the runs they belong to. The files themselves live in
+//! database (migration 4), beside the runs they belong to. The files themselves live in
 //! the blob store; this store keeps what a read needs, one row per page, so reading a
 //! page is one indexed lookup and never parses the file again.
 //!

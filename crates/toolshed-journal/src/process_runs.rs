@@ -1,5 +1,5 @@
 //! Background runs of agents' named processes (`run_process` / `check_run`): the
-//! record of each one, in the journal's database (migration 6, `process_runs`).
+//! record of each one, in the journal's database (migration 5, `process_runs`).
 //!
 //! Writes are rare (a start, a status change), so the store is a
 //! [`toolshed_store::Db`] of its own beside the journal's group-commit writer, in the

@@ -41,16 +41,15 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
             sqlite: include_str!("../migrations/sqlite/0003_retention.sql"),
             postgres: include_str!("../migrations/postgres/0003_retention.sql"),
         },
-        // Version 4 is taken by another branch's step; versions need only be in order.
         Migration {
-            version: 5,
-            sqlite: include_str!("../migrations/sqlite/0005_attachments.sql"),
-            postgres: include_str!("../migrations/postgres/0005_attachments.sql"),
+            version: 4,
+            sqlite: include_str!("../migrations/sqlite/0004_attachments.sql"),
+            postgres: include_str!("../migrations/postgres/0004_attachments.sql"),
         },
         Migration {
-            version: 6,
-            sqlite: include_str!("../migrations/sqlite/0006_process_runs.sql"),
-            postgres: include_str!("../migrations/postgres/0006_process_runs.sql"),
+            version: 5,
+            sqlite: include_str!("../migrations/sqlite/0005_process_runs.sql"),
+            postgres: include_str!("../migrations/postgres/0005_process_runs.sql"),
         },
     ],
 };

@@ -1,4 +1,4 @@
-//! The background runs' store (`process_runs`, migration 6), one behavioural suite on
+//! The background runs' store (`process_runs`, migration 5), one behavioural suite on
 //! SQLite and on PostgreSQL: a start recorded once, the transitions the table allows,
 //! a final status never changed, and a run read only by its own tenant and agent.
 #![allow(clippy::unwrap_used)]

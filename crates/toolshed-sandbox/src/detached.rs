@@ -493,7 +493,8 @@ pub fn supervise(dir: &Path) -> ExitCode {
             eprintln!("toolshed-sandbox-exec: cannot write {STATUS_FILE}: {e}");
         }
         eprintln!("toolshed-sandbox-exec: {message} [{code}]");
-        println!("failed {code}");
+        // The starter may be gone: a closed pipe is not a reason to panic.
+        let _ = writeln!(std::io::stdout(), "failed {code}");
         ExitCode::from(125)
     };
     let spec: DetachedSpec = match read_no_follow(&dir.join(SPEC_FILE), 16 * 1024 * 1024)
@@ -561,7 +562,9 @@ pub fn supervise(dir: &Path) -> ExitCode {
             child.kill().await;
             return fail(SandboxCode::Io, format!("cannot write {STATUS_FILE}: {e}"));
         }
-        println!("started {}", child.id());
+        // The starter may have been killed meanwhile: `println!` would panic on the
+        // closed pipe (and take the sandbox with it); the run goes on without an answer.
+        let _ = writeln!(std::io::stdout(), "started {}", child.id());
         let _ = std::io::stdout().flush();
         // The starter has its answer; nothing more goes to its pipe (it may be gone).
         if let Ok(null) = File::options().write(true).open("/dev/null") {

@@ -201,6 +201,76 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     assert_eq!(short["output_truncated"], true);
 }
 
+/// The only entry of `dir`, once there is one.
+fn only_entry(dir: &Path, what: &str) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            let entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            assert!(entries.len() <= 1, "{entries:?}");
+            if let Some(e) = entries.into_iter().next() {
+                return e;
+            }
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_run_whose_starting_cli_is_sigkilled_is_still_found_running_then_exited() {
+    let env = Env::new();
+    let agent = env.dir.path().join("agent");
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args([
+            "tools",
+            "run",
+            "run_process",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--json",
+        ])
+        .args([
+            "--args",
+            &json!({"name": "wait_for_go", "args": {"label": "orphan"}}).to_string(),
+        ])
+        .current_dir(env.dir.path())
+        .env("TOOLSHED_DATABASE_URL", &env.url)
+        .env("TOOLSHED_WORKSPACES", env.dir.path().join("workspaces"))
+        .env("TOOLSHED_PROCESSES", env.dir.path().join("processes"))
+        .env_remove("TOOLSHED_SANDBOX_EXEC")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // SIGKILL the CLI as soon as the supervisor says the sandbox runs: the CLI may or may
+    // not have recorded that yet; either way the run must be found.
+    let state = only_entry(&env.dir.path().join("processes"), "the run's state folder");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !state.join("status.json").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor never wrote its status"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    let id = state.file_name().unwrap().to_str().unwrap().to_owned();
+    let running = env.check_until(&id, "the orphan's output", |v| {
+        v["output_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("label=orphan")
+    });
+    assert_eq!(running["status"], "running", "{running}");
+    let workspace = only_entry(&env.dir.path().join("workspaces"), "the run's workspace");
+    std::fs::write(workspace.join("go"), "").unwrap();
+    let exited = env.check_until(&id, "the run to exit", |v| v["status"] != "running");
+    assert_eq!(exited["status"], "exited", "{exited}");
+    assert_eq!(exited["exit_code"], 7);
+}
+
 #[test]
 fn a_sigkilled_supervisor_makes_the_run_lost_with_a_clear_message() {
     let env = Env::new();

@@ -510,6 +510,17 @@ async fn settle(
         },
     };
     if alive {
+        // Its starter died after the supervisor answered but before recording it: the
+        // status file names the supervisor, which runs; record it as the starter would.
+        if r.status == ProcessStatus::Starting
+            && let Some(s) = &status
+            && let Some(start) = detached::process_start_time(s.supervisor_pid)
+        {
+            return store
+                .mark_running(&r.id, s.supervisor_pid, start, s.started_at_ms)
+                .await
+                .map_err(journal);
+        }
         return Ok(r);
     }
     // It may have written its end just before it exited: read once more.
