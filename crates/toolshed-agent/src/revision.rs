@@ -254,8 +254,8 @@ fn tool_revision(dir: &Path, tool: &Tool, origin: String) -> ToolRevision {
     let spec = tool.spec();
     let mut files = BTreeMap::new();
     let mut hash_file = |path: &Path| {
-        if let Ok(bytes) = std::fs::read(path) {
-            files.insert(shown_path(dir, path), short_hash(&bytes));
+        if let Some(hash) = file_hash(path) {
+            files.insert(shown_path(dir, path), hash);
         }
     };
     if let Some(rel) = origin.strip_prefix("tools/") {
@@ -330,6 +330,15 @@ fn shown_path(dir: &Path, path: &Path) -> String {
         Ok(rel) => rel.display().to_string(),
         Err(_) => abs.display().to_string(),
     }
+}
+
+/// The hash of a file's bytes, streamed (an `exec:` endpoint may name a large
+/// program); `None` when it cannot be read, which then shows as a change of its own.
+fn file_hash(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    Some(short(&hex::encode(hasher.finalize())))
 }
 
 fn short_hash(bytes: &[u8]) -> String {
