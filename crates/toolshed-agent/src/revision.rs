@@ -130,7 +130,11 @@ impl ToolChange {
                 if parts.is_empty() {
                     parts.push(format!("{} → {}", was.hash, now.hash));
                 }
-                format!("tool `{tool}` ({}) changed: {}", was.origin, parts.join(", "))
+                format!(
+                    "tool `{tool}` ({}) changed: {}",
+                    was.origin,
+                    parts.join(", ")
+                )
             }
         }
     }
@@ -261,7 +265,12 @@ fn tool_revision(dir: &Path, tool: &Tool, origin: String) -> ToolRevision {
     if let Some(rel) = origin.strip_prefix("tools/") {
         hash_file(&dir.join("tools").join(rel));
     }
-    if let Some(path) = spec.meta.endpoint.as_deref().and_then(|e| endpoint_file(dir, e)) {
+    if let Some(path) = spec
+        .meta
+        .endpoint
+        .as_deref()
+        .and_then(|e| endpoint_file(dir, e))
+    {
         hash_file(&path);
     }
     if origin == "inline" && spec.meta.endpoint.is_none() {
@@ -399,10 +408,7 @@ mod tests {
             now,
         }
         .describe();
-        assert!(
-            text.contains("tools/x.py sha256:aa → sha256:bb"),
-            "{text}"
-        );
+        assert!(text.contains("tools/x.py sha256:aa → sha256:bb"), "{text}");
     }
 
     #[test]
@@ -411,8 +417,14 @@ mod tests {
         std::fs::write(dir.path().join("t.py"), "def t(): pass").unwrap();
         let path = dir.path().join("t.py");
         let shown = path.display().to_string();
-        assert_eq!(endpoint_file(dir.path(), &format!("python:{shown}")), Some(path.clone()));
-        assert_eq!(endpoint_file(dir.path(), &format!("python:{shown}:t")), Some(path.clone()));
+        assert_eq!(
+            endpoint_file(dir.path(), &format!("python:{shown}")),
+            Some(path.clone())
+        );
+        assert_eq!(
+            endpoint_file(dir.path(), &format!("python:{shown}:t")),
+            Some(path.clone())
+        );
         assert_eq!(endpoint_file(dir.path(), "python:t.py:t"), Some(path));
         assert_eq!(endpoint_file(dir.path(), "builtin:echo"), None);
         assert_eq!(endpoint_file(dir.path(), "python:missing.py"), None);
