@@ -130,7 +130,11 @@ impl ToolChange {
                 if parts.is_empty() {
                     parts.push(format!("{} → {}", was.hash, now.hash));
                 }
-                format!("tool `{tool}` ({}) changed: {}", was.origin, parts.join(", "))
+                format!(
+                    "tool `{tool}` ({}) changed: {}",
+                    was.origin,
+                    parts.join(", ")
+                )
             }
         }
     }
@@ -254,14 +258,19 @@ fn tool_revision(dir: &Path, tool: &Tool, origin: String) -> ToolRevision {
     let spec = tool.spec();
     let mut files = BTreeMap::new();
     let mut hash_file = |path: &Path| {
-        if let Ok(bytes) = std::fs::read(path) {
-            files.insert(shown_path(dir, path), short_hash(&bytes));
+        if let Some(hash) = file_hash(path) {
+            files.insert(shown_path(dir, path), hash);
         }
     };
     if let Some(rel) = origin.strip_prefix("tools/") {
         hash_file(&dir.join("tools").join(rel));
     }
-    if let Some(path) = spec.meta.endpoint.as_deref().and_then(|e| endpoint_file(dir, e)) {
+    if let Some(path) = spec
+        .meta
+        .endpoint
+        .as_deref()
+        .and_then(|e| endpoint_file(dir, e))
+    {
         hash_file(&path);
     }
     if origin == "inline" && spec.meta.endpoint.is_none() {
@@ -332,6 +341,15 @@ fn shown_path(dir: &Path, path: &Path) -> String {
     }
 }
 
+/// The hash of a file's bytes, streamed (an `exec:` endpoint may name a large
+/// program); `None` when it cannot be read, which then shows as a change of its own.
+fn file_hash(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    Some(short(&hex::encode(hasher.finalize())))
+}
+
 fn short_hash(bytes: &[u8]) -> String {
     short(&hex::encode(Sha256::digest(bytes)))
 }
@@ -390,10 +408,7 @@ mod tests {
             now,
         }
         .describe();
-        assert!(
-            text.contains("tools/x.py sha256:aa → sha256:bb"),
-            "{text}"
-        );
+        assert!(text.contains("tools/x.py sha256:aa → sha256:bb"), "{text}");
     }
 
     #[test]
@@ -402,8 +417,14 @@ mod tests {
         std::fs::write(dir.path().join("t.py"), "def t(): pass").unwrap();
         let path = dir.path().join("t.py");
         let shown = path.display().to_string();
-        assert_eq!(endpoint_file(dir.path(), &format!("python:{shown}")), Some(path.clone()));
-        assert_eq!(endpoint_file(dir.path(), &format!("python:{shown}:t")), Some(path.clone()));
+        assert_eq!(
+            endpoint_file(dir.path(), &format!("python:{shown}")),
+            Some(path.clone())
+        );
+        assert_eq!(
+            endpoint_file(dir.path(), &format!("python:{shown}:t")),
+            Some(path.clone())
+        );
         assert_eq!(endpoint_file(dir.path(), "python:t.py:t"), Some(path));
         assert_eq!(endpoint_file(dir.path(), "builtin:echo"), None);
         assert_eq!(endpoint_file(dir.path(), "python:missing.py"), None);

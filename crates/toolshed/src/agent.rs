@@ -174,7 +174,10 @@ pub(crate) const DRIVER_PROJECT_KEY: &str = "agent_project";
 
 /// The agent project recorded with a run (`None` for a run of the CLI's own tools, or
 /// one started before runs recorded it).
-pub(crate) fn recorded_project(run_id: &str, driver: &Value) -> Result<Option<ProjectIdentity>, Failure> {
+pub(crate) fn recorded_project(
+    run_id: &str,
+    driver: &Value,
+) -> Result<Option<ProjectIdentity>, Failure> {
     match driver.get(DRIVER_PROJECT_KEY) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {

@@ -225,7 +225,9 @@ async fn resume_command(args: ResumeArgs, db: &Db, json_out: bool) -> Result<(),
     };
     let project = match crate::agent::load_picked(&dir).await {
         Ok(p) => p,
-        Err(Failure::Error { code, error }) if recorded.is_some() && args.project.agent.is_none() => {
+        Err(Failure::Error { code, error })
+            if recorded.is_some() && args.project.agent.is_none() =>
+        {
             return Err(Failure::Error {
                 code,
                 error: error.context(format!(
@@ -240,15 +242,26 @@ async fn resume_command(args: ResumeArgs, db: &Db, json_out: bool) -> Result<(),
     let resumed = async {
         if let Some(was) = &recorded {
             let driver: Driver = serde_json::from_value(run.driver.clone()).map_err(|e| {
-                Failure::bad_input(anyhow!("run {} has a driver this CLI cannot read: {e}", run.id))
+                Failure::bad_input(anyhow!(
+                    "run {} has a driver this CLI cannot read: {e}",
+                    run.id
+                ))
             })?;
-            let calls = journal.calls_of_run(&run.id).await.map_err(journal_failure)?;
+            let calls = journal
+                .calls_of_run(&run.id)
+                .await
+                .map_err(journal_failure)?;
             let pending = pending_tools(&driver, &calls);
-            if let Err(changed) =
-                was.check_resume(&run.id, &project.identity, pending.iter().map(String::as_str))
-            {
+            if let Err(changed) = was.check_resume(
+                &run.id,
+                &project.identity,
+                pending.iter().map(String::as_str),
+            ) {
                 if !args.accept_changes {
-                    return Err(Failure::bad_input(anyhow!("{changed} [{}]", changed.code())));
+                    return Err(Failure::bad_input(anyhow!(
+                        "{changed} [{}]",
+                        changed.code()
+                    )));
                 }
                 // Said once, on stderr, so a script's log shows what it accepted.
                 eprintln!(

@@ -356,7 +356,10 @@ fn the_declared_env_reaches_python_and_node_tools_as_ctx_env_only() {
             "TOOLSHED_OUTPUT_DIR",
             "TOOLSHED_USER",
         ] {
-            assert!(!environ.contains_key(name), "{tool}: {name} leaked: {result}");
+            assert!(
+                !environ.contains_key(name),
+                "{tool}: {name} leaked: {result}"
+            );
         }
         assert!(
             !environ
@@ -402,9 +405,8 @@ fn a_keyed_call_cut_off_by_sigkill_is_resumed_under_the_same_key() {
         else {
             return false;
         };
-        let shown: Value =
-            serde_json::from_slice(&p.run(&["runs", "show", &id, "--json"]).stdout)
-                .unwrap_or(Value::Null);
+        let shown: Value = serde_json::from_slice(&p.run(&["runs", "show", &id, "--json"]).stdout)
+            .unwrap_or(Value::Null);
         run_id = id;
         shown["calls"][0]["status"] == "started"
     });
@@ -460,7 +462,13 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     let (run_id, call_id) = park();
     let o = p.run(&["approvals", "list", "--json"]);
     assert!(stdout(&o).contains(&call_id), "{}", stdout(&o));
-    let o = p.run(&["approvals", "approve", &call_id, "--reason", "receipt checked"]);
+    let o = p.run(&[
+        "approvals",
+        "approve",
+        &call_id,
+        "--reason",
+        "receipt checked",
+    ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = p.run(&["runs", "resume", &run_id, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -515,11 +523,7 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     let o = p.run(&["runs", "resume", &run_id, "--json", "--accept-changes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 25.0);
-    assert!(
-        stderr(&o).contains("tool `refund_order`"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("tool `refund_order`"), "{}", stderr(&o));
 }
 
 #[test]
