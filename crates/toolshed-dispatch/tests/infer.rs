@@ -153,6 +153,40 @@ async fn the_function_receives_real_dataclass_and_model_instances() {
 }
 
 #[tokio::test]
+async fn a_returned_dataclass_is_json_and_matches_its_output_schema() {
+    let path = fixture("orders.py");
+    let dispatcher = dispatcher(Mode::OneShot);
+    let inferred = dispatcher
+        .infer_python_schema(&path, "echo_order")
+        .await
+        .unwrap();
+    assert_eq!(
+        inferred.output_schema.as_ref().unwrap()["$ref"],
+        json!("#/$defs/Order")
+    );
+    // The pipeline validates the result against the output schema, `$defs` and all.
+    let pipeline = pipeline(vec![tool_from(&dispatcher, &path, &inferred)]);
+    let outcome = pipeline
+        .call(
+            &RunContext::ephemeral(),
+            ToolCall::new(
+                "echo_order",
+                json!({"order": {"id": "o", "lines": [{"sku": "a", "size": "s", "tags": ["x"]}]}}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        outcome.result.unwrap(),
+        json!({
+            "id": "o",
+            "lines": [{"sku": "a", "qty": 1, "size": "s", "tags": ["x"]}],
+            "note": null,
+            "parent": null
+        })
+    );
+}
+
+#[tokio::test]
 async fn wrong_args_are_refused_naming_the_field() {
     let path = fixture("orders.py");
     let dispatcher = dispatcher(Mode::OneShot);
