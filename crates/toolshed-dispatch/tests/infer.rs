@@ -356,7 +356,8 @@ def computed(x: int) -> int:
     let err = infer_python_file(&path, None).await.unwrap_err();
     assert_eq!(err.code(), "SCHEMA_INFERENCE_FAILED");
     assert!(
-        err.to_string().contains("SCHEMA (line 6) is not a dict literal")
+        err.to_string()
+            .contains("SCHEMA (line 6) is not a dict literal")
             && err.to_string().contains("remove it to infer the schema"),
         "{err}"
     );
@@ -436,7 +437,10 @@ async fn a_module_level_schema_is_used_and_the_tool_runs() {
     let outcome = pipeline
         .call(
             &RunContext::ephemeral(),
-            ToolCall::new("search_the_web", json!({"query": "rust", "max_results": 50})),
+            ToolCall::new(
+                "search_the_web",
+                json!({"query": "rust", "max_results": 50}),
+            ),
         )
         .await;
     let err = outcome.result.unwrap_err();
@@ -487,7 +491,9 @@ def lower(n):
         json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     );
     assert!(
-        t.warnings.join("\n").contains("`schema` (line 2) is not a dict literal"),
+        t.warnings
+            .join("\n")
+            .contains("`schema` (line 2) is not a dict literal"),
         "{:?}",
         t.warnings
     );
@@ -574,7 +580,8 @@ async fn which_function_is_the_tool() {
     let path = write(dir.path(), "nothing.py", "def _private():\n    pass\n");
     let err = infer_python_file(&path, None).await.unwrap_err();
     assert!(
-        err.to_string().contains("defines no public top-level function"),
+        err.to_string()
+            .contains("defines no public top-level function"),
         "{err}"
     );
 }
