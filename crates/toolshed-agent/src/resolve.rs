@@ -594,11 +594,7 @@ fn inline_tool(
             .values()
             .find(|(t, _)| t.name() == name || t.name() == snake)
     });
-    let handler = match (
-        &spec.meta.endpoint,
-        own_file,
-        toolshed_stdlib::get(&snake),
-    ) {
+    let handler = match (&spec.meta.endpoint, own_file, toolshed_stdlib::get(&snake)) {
         (Some(ep), _, _) => implementations
             .handler_for(ep, name)
             .map_err(|e| e.to_string())?,

@@ -23,7 +23,10 @@ fn no_env(_: &str) -> Option<String> {
     None
 }
 
-fn implementations(cache: &tempfile::TempDir, project: &std::path::Path) -> DispatchImplementations {
+fn implementations(
+    cache: &tempfile::TempDir,
+    project: &std::path::Path,
+) -> DispatchImplementations {
     DispatchImplementations::new(Dispatcher::new(DispatcherConfig {
         cache_dir: cache.path().to_path_buf(),
         ..Default::default()

@@ -9,6 +9,8 @@ use crate::error::DispatchError;
 
 /// The Python runner.
 pub(crate) const RUNNER_PY: &str = include_str!("../runners/runner.py");
+/// The Python runner's argument conversion, loaded by it only when a tool needs it.
+pub(crate) const CONVERT_PY: &str = include_str!("../runners/convert.py");
 /// The Node runner (also reads a module's declared schema).
 pub(crate) const RUNNER_MJS: &str = include_str!("../runners/runner.mjs");
 /// Python schema inference.
@@ -26,6 +28,7 @@ pub(crate) const RESOLVE_HOOKS_MJS: &str = include_str!("../runners/resolve-hook
 
 const FILES: &[(&str, &str)] = &[
     ("runner.py", RUNNER_PY),
+    ("convert.py", CONVERT_PY),
     ("runner.mjs", RUNNER_MJS),
     ("infer.py", INFER_PY),
     ("transpile.mjs", TRANSPILE_MJS),

@@ -135,7 +135,9 @@ pub(crate) async fn python(
     let tool: InferredTool = serde_json::from_value(value)
         .map_err(|e| fail(format!("unexpected answer from infer.py: {e}")))?;
     if !tool.input_schema.is_object() {
-        return Err(fail("infer.py answered an input schema that is not an object".into()));
+        return Err(fail(
+            "infer.py answered an input schema that is not an object".into(),
+        ));
     }
     Ok(tool)
 }

@@ -153,6 +153,40 @@ async fn the_function_receives_real_dataclass_and_model_instances() {
 }
 
 #[tokio::test]
+async fn a_returned_dataclass_is_json_and_matches_its_output_schema() {
+    let path = fixture("orders.py");
+    let dispatcher = dispatcher(Mode::OneShot);
+    let inferred = dispatcher
+        .infer_python_schema(&path, "echo_order")
+        .await
+        .unwrap();
+    assert_eq!(
+        inferred.output_schema.as_ref().unwrap()["$ref"],
+        json!("#/$defs/Order")
+    );
+    // The pipeline validates the result against the output schema, `$defs` and all.
+    let pipeline = pipeline(vec![tool_from(&dispatcher, &path, &inferred)]);
+    let outcome = pipeline
+        .call(
+            &RunContext::ephemeral(),
+            ToolCall::new(
+                "echo_order",
+                json!({"order": {"id": "o", "lines": [{"sku": "a", "size": "s", "tags": ["x"]}]}}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        outcome.result.unwrap(),
+        json!({
+            "id": "o",
+            "lines": [{"sku": "a", "qty": 1, "size": "s", "tags": ["x"]}],
+            "note": null,
+            "parent": null
+        })
+    );
+}
+
+#[tokio::test]
 async fn wrong_args_are_refused_naming_the_field() {
     let path = fixture("orders.py");
     let dispatcher = dispatcher(Mode::OneShot);
@@ -322,7 +356,8 @@ def computed(x: int) -> int:
     let err = infer_python_file(&path, None).await.unwrap_err();
     assert_eq!(err.code(), "SCHEMA_INFERENCE_FAILED");
     assert!(
-        err.to_string().contains("SCHEMA (line 6) is not a dict literal")
+        err.to_string()
+            .contains("SCHEMA (line 6) is not a dict literal")
             && err.to_string().contains("remove it to infer the schema"),
         "{err}"
     );
@@ -402,7 +437,10 @@ async fn a_module_level_schema_is_used_and_the_tool_runs() {
     let outcome = pipeline
         .call(
             &RunContext::ephemeral(),
-            ToolCall::new("search_the_web", json!({"query": "rust", "max_results": 50})),
+            ToolCall::new(
+                "search_the_web",
+                json!({"query": "rust", "max_results": 50}),
+            ),
         )
         .await;
     let err = outcome.result.unwrap_err();
@@ -453,7 +491,9 @@ def lower(n):
         json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     );
     assert!(
-        t.warnings.join("\n").contains("`schema` (line 2) is not a dict literal"),
+        t.warnings
+            .join("\n")
+            .contains("`schema` (line 2) is not a dict literal"),
         "{:?}",
         t.warnings
     );
@@ -540,7 +580,8 @@ async fn which_function_is_the_tool() {
     let path = write(dir.path(), "nothing.py", "def _private():\n    pass\n");
     let err = infer_python_file(&path, None).await.unwrap_err();
     assert!(
-        err.to_string().contains("defines no public top-level function"),
+        err.to_string()
+            .contains("defines no public top-level function"),
         "{err}"
     );
 }

@@ -368,10 +368,12 @@ async fn code_body(
     let mut found = None;
     if kind == "python" && function.is_none() {
         // The file says which function is its tool: the one named like it, else its
-        // only public one; the endpoint then names it.
+        // only public one, which the endpoint then names.
         match infer_file(path).await {
             Ok(i) => {
-                function = Some(i.name.clone());
+                if i.name != file_stem(path) {
+                    function = Some(i.name.clone());
+                }
                 found = Some(i);
             }
             Err(_) if given_schema.is_some() => {}

@@ -1148,3 +1148,49 @@ fn a_package_folder_with_a_manifest_and_a_pypi_dependency_is_pushed_run_and_pull
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("symlink"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_python_file_named_unlike_its_one_function_is_pushed_and_run() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let src = sh.home.path().join("src");
+    let py = write(
+        &src,
+        "orders.py",
+        "from dataclasses import dataclass\n\n@dataclass\nclass Line:\n    sku: str\n    qty: int = 1\n\ndef _fmt(n):\n    return n\n\ndef count_lines(lines: list[Line]) -> dict:\n    \"\"\"Count an order's items.\"\"\"\n    return {\"kind\": type(lines[0]).__name__, \"total\": _fmt(sum(l.qty for l in lines))}\n",
+    );
+    let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let tool = sh.json(&["registry", "tool", "show", "count-lines", "--json"]);
+    assert_eq!(tool["endpoint"], "python:orders.py:count_lines");
+    assert_eq!(
+        tool["schema_definition"]["properties"]["lines"]["items"],
+        json!({"$ref": "#/$defs/Line"})
+    );
+    let run = sh.json(&[
+        "registry",
+        "tool",
+        "run",
+        "count-lines",
+        "--args",
+        r#"{"lines": [{"sku": "A", "qty": 2}, {"sku": "B"}]}"#,
+        "--json",
+    ]);
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["output"], json!({"kind": "Line", "total": 3}));
+
+    // Two public functions and none named like the file: refused, both named.
+    let two = write(
+        &src,
+        "helpers.py",
+        "def alpha(x: int) -> int:\n    \"\"\"A.\"\"\"\n    return x\n\ndef beta(y: str) -> str:\n    \"\"\"B.\"\"\"\n    return y\n",
+    );
+    let o = sh.run(&["registry", "tool", "push", two.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("defines 2 public functions (`alpha`, `beta`)"),
+        "{}",
+        stderr(&o)
+    );
+}
