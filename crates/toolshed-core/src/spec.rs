@@ -606,6 +606,45 @@ mod tests {
     }
 
     #[test]
+    fn an_async_predicate_is_decided_not_applied() {
+        let gate = Approval::check("predicate (test)", |args, run, call_id| {
+            let big = args["n"].as_i64().unwrap_or(0) > 1;
+            let seen = format!("{}:{call_id}", run.run_id());
+            Box::pin(async move {
+                if seen.ends_with(":boom") {
+                    return Err(ToolError::new(ErrorCode::ApprovalPredicateError, "boom"));
+                }
+                Ok(big)
+            })
+        });
+        assert_eq!(gate.describe(), "predicate (test)");
+        // The synchronous path cannot evaluate it, and says so instead of failing open.
+        let err = gate.applies(&json!({"n": 5})).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ApprovalPredicateError);
+        let run = crate::context::RunContext::ephemeral();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(
+            rt.block_on(gate.decide(&json!({"n": 5}), &run, "c1"))
+                .unwrap()
+        );
+        assert!(
+            !rt.block_on(gate.decide(&json!({"n": 1}), &run, "c1"))
+                .unwrap()
+        );
+        assert!(
+            rt.block_on(gate.decide(&json!({"n": 5}), &run, "boom"))
+                .is_err()
+        );
+        // The other kinds decide as they apply.
+        assert!(
+            rt.block_on(Approval::Always.decide(&json!({}), &run, "c"))
+                .unwrap()
+        );
+    }
+
+    #[test]
     fn hostile_cel_predicates_are_refused_at_compile() {
         let nested3 = "args.l.all(a, args.l.all(b, args.l.all(c, a == b && b == c)))";
         let built = "args.l.map(x, args.l.map(y, x)).exists(z, size(z) > 0)";

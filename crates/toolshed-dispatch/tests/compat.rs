@@ -580,7 +580,11 @@ export default defineTool({
     assert_eq!(out.attempts, 0, "a short-circuit runs no execute");
     assert_eq!(call(1).await.result.unwrap(), json!(20), "args replaced");
     assert_eq!(call(3).await.result.unwrap(), json!(30));
-    assert_eq!(call(20).await.result.unwrap(), json!(100), "result replaced");
+    assert_eq!(
+        call(20).await.result.unwrap(),
+        json!(100),
+        "result replaced"
+    );
 
     let err = call(9).await.result.unwrap_err();
     assert!(err.message.contains("beforeRun hook"), "{err}");
