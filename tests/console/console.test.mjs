@@ -98,7 +98,7 @@ r = await call(admin, 'PUT', '/api/v1/registry/tools/ship-order', {
 });
 assert.equal(r.status, 200, JSON.stringify(r.json));
 r = await call(dee, 'POST', '/api/v1/registry/tools', {
-  name: 'wire-money', description: 'Send money: every call needs an approval.', endpoint: 'builtin:get_current_time', approval: 'always',
+  name: 'wire-money', description: 'Send money: every call needs another user\'s approval.', endpoint: 'builtin:get_current_time', approval: { always: true, four_eyes: true },
 });
 assert.equal(r.status, 201, JSON.stringify(r.json));
 r = await call(dee, 'POST', '/api/v1/registry/agents', {
@@ -300,6 +300,28 @@ try {
   await ann.locator('#runs table').waitFor();
   await labelled(ann, 'runs');
   await shot(ann, '10-runs');
+
+  step('four-eyes: whoever asked may not approve');
+  await page.goto('/approvals');
+  const own = page.locator(`article[data-call="${second.call_id}"]`);
+  await own.waitFor();
+  assert.equal(await own.getByRole('button', { name: 'Approve wire-money' }).isDisabled(), true);
+  assert.match(await own.textContent(), /Four-eyes: you asked for this call/);
+  // The API says so too, whatever the page shows.
+  const selfApproval = await page.evaluate(async (callId) => {
+    const csrf = document.cookie.split('; ').find((c) => c.startsWith('toolshed_csrf=')).split('=')[1];
+    const res = await fetch(`/api/v1/approvals/${callId}/approve`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': csrf }, body: '{}' });
+    return (await res.json()).error.code;
+  }, second.call_id);
+  assert.equal(selfApproval, 'SELF_APPROVAL');
+
+  step('a run page: cancel a parked run');
+  const third = await park();
+  await page.goto(`/runs/${third.run_id}`);
+  await page.locator('#run-status').filter({ hasText: 'parked' }).waitFor();
+  await page.getByRole('button', { name: 'Cancel' }).click();
+  await page.locator('#run-status').filter({ hasText: 'cancelled' }).waitFor();
+  assert.equal(await page.getByRole('button', { name: 'Resume' }).count(), 0);
 
   step('a viewer sees no approve button, and a forged request is refused');
   const { context: vicContext, page: vic } = await session('vic');

@@ -2,8 +2,9 @@
 //! over a database seeded with 10,000 tools, and `tests/console/console.test.mjs`
 //! (playwright-core driving Debian's `/usr/bin/chromium`) logging in, searching,
 //! running a tool from its generated form, testing code in the sandbox, approving a
-//! parked call, checking a viewer's page and a forged request, and saving a screenshot
-//! of each page under `target/console-screenshots/`.
+//! parked call (four-eyes: by another user), cancelling a run, checking a viewer's
+//! page and forged requests, and saving a screenshot of each page under
+//! `target/console-screenshots/`.
 //!
 //! Needs Chromium (`apt-get install -y chromium`, or `CHROMIUM=/path`) and the script's
 //! packages (`npm ci --prefix tests/console`); without them it fails saying so.
