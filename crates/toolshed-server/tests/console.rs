@@ -1,6 +1,7 @@
 //! The console's server side: its embedded files (types, CSP, caching), the cookie
 //! session (flags, refresh, logout, expiry) and the attacks on it: a forged changing
 //! request without or with a wrong CSRF token, from another origin, a forged login.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

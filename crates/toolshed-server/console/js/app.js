@@ -73,9 +73,12 @@ whenSessionEnds((message) => {
   showLogin(booting && !readCookie('toolshed_csrf') ? '' : message);
 });
 
+let rendered = '';
+
 async function render() {
   leave();
   const path = location.pathname;
+  rendered = path + location.search;
   for (const a of document.querySelectorAll('nav a')) {
     const current = path === a.getAttribute('href') || path.startsWith(`${a.getAttribute('href')}/`);
     if (current) a.setAttribute('aria-current', 'page');
@@ -116,12 +119,24 @@ document.addEventListener('click', (ev) => {
   if (!a || a.target || ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin || url.pathname.startsWith('/api/') || url.pathname.startsWith('/assets/')) return;
-  if (url.hash && url.pathname === location.pathname) return;
+  if (url.hash && url.pathname === location.pathname) {
+    // An in-page link (the skip link): move focus there, nothing to render.
+    const target = document.getElementById(url.hash.slice(1));
+    if (target) {
+      ev.preventDefault();
+      target.focus();
+    }
+    return;
+  }
   ev.preventDefault();
   navigate(url.pathname + url.search);
 });
 
-window.addEventListener('popstate', () => render());
+window.addEventListener('popstate', () => {
+  // A change of the fragment alone is no new page.
+  if (location.pathname + location.search === rendered) return;
+  render();
+});
 
 document.getElementById('logout').addEventListener('click', async () => {
   try {

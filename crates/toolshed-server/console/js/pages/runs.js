@@ -125,7 +125,7 @@ export async function runsPage(main, ctx) {
       fill(results, runs.length
         ? table('Runs, newest first', ['Run', 'Status', 'Agent', 'Started', 'Updated', 'By'], runs.map((r) => [
           link(`/runs/${encodeURIComponent(r.id)}`, r.id.slice(0, 13)), pill(r.status), r.agent_id, when(r.created_at), when(r.updated_at),
-          (r.principal && r.principal.subject) || '']))
+          (r.principal && r.principal.sub) || '']))
         : h('p', { class: 'muted' }, 'No runs.'));
     } catch (e) {
       fill(results, errorBox(e));
@@ -148,6 +148,14 @@ function callItem(c) {
     c.result !== undefined && c.result !== null ? h('details', { open: true }, h('summary', {}, 'Result'), json(c.result, 'Result')) : null,
     c.error ? h('p', { class: 'error' }, `${c.error.code}: ${c.error.message}`) : null,
     Object.keys(d).length ? h('details', {}, h('summary', {}, 'Diagnostics'), json(d, 'Diagnostics')) : null);
+}
+
+/** A crumb's time: RFC 3339 text, epoch milliseconds, or serde's SystemTime object. */
+function crumbTime(at) {
+  if (at && typeof at === 'object' && 'secs_since_epoch' in at) {
+    return when(at.secs_since_epoch * 1000 + Math.floor((at.nanos_since_epoch || 0) / 1e6));
+  }
+  return when(at);
 }
 
 /** A run's page: its facts, the call timeline, crumbs, resume and cancel; polled while not finished. */
@@ -186,7 +194,7 @@ export async function runPage(main, ctx, id) {
       h('p', {}, 'Status ', h('span', { id: 'run-status' }, pill(run.status))),
       h('dl', { class: 'facts' },
         h('dt', {}, 'Agent'), h('dd', {}, run.agent_id),
-        h('dt', {}, 'By'), h('dd', {}, (run.principal && run.principal.subject) || ''),
+        h('dt', {}, 'By'), h('dd', {}, (run.principal && run.principal.sub) || ''),
         h('dt', {}, 'Started'), h('dd', {}, when(run.created_at)),
         h('dt', {}, 'Updated'), h('dd', {}, when(run.updated_at)),
         h('dt', {}, 'Resumes'), h('dd', {}, String(run.resumes)),
@@ -195,7 +203,7 @@ export async function runPage(main, ctx, id) {
       h('h2', {}, 'Calls'),
       (run.calls || []).length ? h('ol', { class: 'timeline' }, run.calls.map(callItem)) : h('p', { class: 'muted' }, 'No calls yet.'),
       h('h2', {}, 'Crumbs'),
-      (run.crumbs || []).length ? h('ol', { class: 'crumbs' }, run.crumbs.map((c) => h('li', {}, h('code', {}, c.kind || c.type || c.event || 'crumb'), ' ', when(c.at_ms || c.ts_ms || c.time), ' ', h('details', {}, h('summary', {}, 'data'), json(c, 'Crumb'))))) : h('p', { class: 'muted' }, 'No crumbs.'));
+      (run.crumbs || []).length ? h('ol', { class: 'crumbs' }, run.crumbs.map((c) => h('li', {}, h('code', {}, c.kind || 'crumb'), ' ', c.tool_name || '', ' ', crumbTime(c.at), ' ', h('details', {}, h('summary', {}, 'data'), json(c, 'Crumb'))))) : h('p', { class: 'muted' }, 'No crumbs.'));
   };
   await load();
   poll(ctx, async () => { if (!finished) await load(); });
