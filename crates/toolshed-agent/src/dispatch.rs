@@ -53,11 +53,12 @@ impl Implementations for DispatchImplementations {
             // The file says which function is its tool (the one named like it, else its
             // only public one), so the file need not be named after the function.
             let inferred = self.dispatcher.infer_python_file(&abs, None).await?;
-            let endpoint =
-                Endpoint::parse(&format!("python:{}:{}", abs.display(), inferred.name))?;
-            return Ok(self
-                .dispatcher
-                .tool_from_inferred(endpoint, inferred, self.policy.clone())?);
+            let endpoint = Endpoint::parse(&format!("python:{}:{}", abs.display(), inferred.name))?;
+            return Ok(self.dispatcher.tool_from_inferred(
+                endpoint,
+                inferred,
+                self.policy.clone(),
+            )?);
         }
         let endpoint = Endpoint::parse(&format!("node:{}", abs.display()))?;
         let inferred = self.dispatcher.infer_schema(&endpoint).await?;

@@ -355,16 +355,17 @@ mod tests {
         assert_eq!(v["context"]["idempotency_key"], Value::Null);
         assert_eq!(v["context"]["principal"], Value::Null);
         assert_eq!(v["args"], json!({"a": 1}));
-        // No declared env: no `env` key, so an HTTP body keeps its shape.
-        assert!(v["context"].get("env").is_none(), "{v}");
+        // No declared env: no `env` key.
+        assert!(v.get("env").is_none(), "{v}");
     }
 
     #[test]
-    fn the_declared_env_travels_in_the_context() {
-        let mut ctx = CallContext::ephemeral();
-        ctx.env.insert("REGION".into(), "eu".into());
-        let line = encode_request("r1", "t", &json!({}), &ctx, &BTreeMap::new());
+    fn the_declared_env_travels_beside_the_context() {
+        let ctx = CallContext::ephemeral();
+        let env = BTreeMap::from([("REGION".to_owned(), "eu".to_owned())]);
+        let line = encode_request_with("r1", "t", None, &json!({}), &ctx, &BTreeMap::new(), &env);
         let v: Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(v["context"]["env"], json!({"REGION": "eu"}));
+        assert_eq!(v["env"], json!({"REGION": "eu"}));
+        assert!(v["context"].get("env").is_none(), "{v}");
     }
 }

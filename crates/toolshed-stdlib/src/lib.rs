@@ -17,8 +17,8 @@ use toolshed_core::Tool;
 
 mod common;
 mod markdown;
-pub mod sql_query;
 mod read_attachment;
+pub mod sql_query;
 mod time;
 pub mod web_search;
 
