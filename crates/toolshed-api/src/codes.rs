@@ -97,6 +97,16 @@ toolshed_core::wire_enum! {
         /// 409: the MCP server entry is disabled (entries from project-scoped config files
         /// are registered disabled): an admin enables it first.
         McpServerDisabled,
+        /// 422: an attachment is not a kind toolshed reads (PDF, docx, xlsx, CSV, text,
+        /// Markdown).
+        AttachmentUnsupported,
+        /// 422: an attachment is encrypted or password-protected.
+        AttachmentEncrypted,
+        /// 422: an attachment is damaged, or not what its name says.
+        AttachmentCorrupt,
+        /// 422: parsing an attachment passed a cap (pages, characters, rows, inflated
+        /// bytes, XML nesting, time).
+        AttachmentLimitExceeded,
     }
 }
 
@@ -127,7 +137,11 @@ impl ApiCode {
             | ApiCode::InvalidAnswer
             | ApiCode::NotSandboxable
             | ApiCode::DependencyInstallFailed
-            | ApiCode::CredentialNotAllowed => 422,
+            | ApiCode::CredentialNotAllowed
+            | ApiCode::AttachmentUnsupported
+            | ApiCode::AttachmentEncrypted
+            | ApiCode::AttachmentCorrupt
+            | ApiCode::AttachmentLimitExceeded => 422,
             ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
             ApiCode::McpServerUnreachable => 502,

@@ -15,6 +15,7 @@
 //!   registration (each printed; the rest was scanned).
 
 mod agent;
+mod attach;
 mod approvals;
 mod client;
 mod db;
@@ -91,6 +92,8 @@ enum Command {
     /// Cursor, VS Code), start each in the sandbox and list its tools; `--register`
     /// registers them.
     Scan(scan::ScanArgs),
+    /// Attach a file to a run or a session (parsed once now); `read_attachment` reads it.
+    Attach(attach::AttachArgs),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -169,6 +172,7 @@ fn main() -> ExitCode {
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
             Command::Mcp { command } => mcp::run(command, &db).await,
             Command::Scan(args) => scan::run(args).await,
+            Command::Attach(args) => attach::run(args, &db).await,
         }
     });
     match result {
