@@ -40,14 +40,21 @@ fn main() {
             (0..10)
                 .map(|_| {
                     let t = Instant::now();
-                    let out = Command::new("pdftotext").arg(&path).arg("-").output().unwrap();
+                    let out = Command::new("pdftotext")
+                        .arg(&path)
+                        .arg("-")
+                        .output()
+                        .unwrap();
                     assert!(out.status.success());
                     t.elapsed()
                 })
                 .collect(),
         )
     });
-    println!("parse long-200.pdf (200 pages): toolshed {:.1} ms", ours.as_secs_f64() * 1e3);
+    println!(
+        "parse long-200.pdf (200 pages): toolshed {:.1} ms",
+        ours.as_secs_f64() * 1e3
+    );
     match poppler {
         Some(p) => println!(
             "pdftotext on the same file: {:.1} ms (process start included); ratio toolshed/pdftotext {:.2}",

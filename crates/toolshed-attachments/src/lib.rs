@@ -318,7 +318,10 @@ pub fn detect(filename: &str, bytes: &[u8]) -> Result<Kind, AttachmentError> {
         };
         return Err(AttachmentError::corrupt(
             kind,
-            format!("its name ends in .{ext} but its first bytes are not a {}", kind.label()),
+            format!(
+                "its name ends in .{ext} but its first bytes are not a {}",
+                kind.label()
+            ),
         ));
     }
     let textual = std::str::from_utf8(bytes).is_ok() && !bytes.contains(&0);
@@ -329,7 +332,9 @@ pub fn detect(filename: &str, bytes: &[u8]) -> Result<Kind, AttachmentError> {
         (_, true) => Ok(Kind::Text),
         ("csv" | "md" | "markdown" | "txt" | "text", false) => Err(AttachmentError::new(
             AttachmentCode::AttachmentCorrupt,
-            format!("the file's name ends in .{ext} but it is not UTF-8 text; save it as UTF-8 and attach it again"),
+            format!(
+                "the file's name ends in .{ext} but it is not UTF-8 text; save it as UTF-8 and attach it again"
+            ),
         )),
         _ => Err(AttachmentError::new(
             AttachmentCode::AttachmentUnsupported,
@@ -341,7 +346,9 @@ pub fn detect(filename: &str, bytes: &[u8]) -> Result<Kind, AttachmentError> {
 /// Whether `needle` appears UTF-16LE encoded in `bytes` (OLE stream names).
 fn utf16_contains(bytes: &[u8], needle: &str) -> bool {
     let pattern: Vec<u8> = needle.encode_utf16().flat_map(u16::to_le_bytes).collect();
-    bytes.windows(pattern.len()).any(|w| w == pattern.as_slice())
+    bytes
+        .windows(pattern.len())
+        .any(|w| w == pattern.as_slice())
 }
 
 /// What parsing has used of its limits so far.
@@ -478,7 +485,11 @@ mod tests {
         assert_eq!(e.code, AttachmentCode::AttachmentUnsupported);
         let e = detect("a.pdf", b"hello").unwrap_err();
         assert_eq!(e.code, AttachmentCode::AttachmentCorrupt);
-        let e = detect("a.doc", &[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1, 0]).unwrap_err();
+        let e = detect(
+            "a.doc",
+            &[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1, 0],
+        )
+        .unwrap_err();
         assert_eq!(e.code, AttachmentCode::AttachmentUnsupported);
         let mut ole = vec![0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1];
         ole.extend("EncryptedPackage".encode_utf16().flat_map(u16::to_le_bytes));

@@ -42,7 +42,10 @@ fn a_pdf_libreoffice_wrote_is_read_page_by_page() {
     assert_eq!(parsed.pages.len(), 3, "{parsed:#?}");
     let first = text(&parsed, 0);
     assert!(first.contains("Quarterly report"), "{first:?}");
-    assert!(first.contains("Zürich") && first.contains("Kraków"), "{first:?}");
+    assert!(
+        first.contains("Zürich") && first.contains("Kraków"),
+        "{first:?}"
+    );
     assert!(text(&parsed, 1).contains("cost review"), "{parsed:#?}");
     assert!(!text(&parsed, 1).contains("outlook"), "{parsed:#?}");
     assert!(text(&parsed, 2).contains("outlook"), "{parsed:#?}");
@@ -117,7 +120,11 @@ fn text_and_markdown_are_paged_at_line_ends() {
         let PageContent::Text(t) = &page.content else {
             panic!()
         };
-        assert!(t.ends_with('\n') && t.chars().count() <= 4000, "{}", t.len());
+        assert!(
+            t.ends_with('\n') && t.chars().count() <= 4000,
+            "{}",
+            t.len()
+        );
     }
     let joined: String = (0..3).map(|i| text(&parsed, i)).collect();
     assert_eq!(joined, body);
@@ -149,7 +156,11 @@ fn damaged_and_mislabelled_files_are_refused_as_corrupt() {
 
 #[test]
 fn unknown_kinds_are_refused_as_unsupported() {
-    let (code, message) = refused("logo.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", &Limits::default());
+    let (code, message) = refused(
+        "logo.png",
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR",
+        &Limits::default(),
+    );
     assert_eq!(code, AttachmentCode::AttachmentUnsupported, "{message}");
     assert!(message.contains("PDF, docx, xlsx"), "{message}");
     // A zip that is not an Office document.
@@ -171,7 +182,10 @@ fn a_file_over_the_size_limit_is_refused_before_parsing() {
     };
     let (code, message) = refused("big.txt", &[b'a'; 1001], &limits);
     assert_eq!(code, AttachmentCode::AttachmentTooLarge);
-    assert!(message.contains("1001") && message.contains("1000"), "{message}");
+    assert!(
+        message.contains("1001") && message.contains("1000"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -179,7 +193,11 @@ fn zip_bombs_in_docx_and_xlsx_stop_at_the_inflated_cap() {
     // 256 MiB inside 256 KiB: refused at the default 64 MiB.
     for name in ["bomb.docx", "bomb.xlsx"] {
         let (code, message) = refused(name, &fixture(name), &Limits::default());
-        assert_eq!(code, AttachmentCode::AttachmentLimitExceeded, "{name}: {message}");
+        assert_eq!(
+            code,
+            AttachmentCode::AttachmentLimitExceeded,
+            "{name}: {message}"
+        );
         assert!(message.contains("zip bomb"), "{message}");
     }
 }
@@ -260,7 +278,11 @@ fn caps_on_text_rows_and_time_are_refusals() {
 fn the_200_page_pdf_has_200_pages_of_text() {
     let parsed = parse("long.pdf", &fixture("long-200.pdf"), &Limits::default()).unwrap();
     assert_eq!(parsed.pages.len(), 200);
-    assert!(text(&parsed, 0).contains("Page 1 of the long report"), "{:?}", text(&parsed, 0));
+    assert!(
+        text(&parsed, 0).contains("Page 1 of the long report"),
+        "{:?}",
+        text(&parsed, 0)
+    );
     assert!(text(&parsed, 199).contains("Page 200 of the long report"));
 }
 

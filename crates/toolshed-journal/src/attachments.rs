@@ -145,7 +145,11 @@ impl Attachments {
 
     /// Store an attachment's metadata and its pages, in one transaction; returns the
     /// record. At least one of `run_id` and `session_id` must be given.
-    pub async fn insert(&self, new: NewAttachment, pages: Vec<NewPage>) -> Result<AttachmentRecord> {
+    pub async fn insert(
+        &self,
+        new: NewAttachment,
+        pages: Vec<NewPage>,
+    ) -> Result<AttachmentRecord> {
         if new.run_id.is_none() && new.session_id.is_none() {
             return Err(JournalError::Conflict(
                 "an attachment belongs to a run or a session: give run_id or session_id".into(),
@@ -255,11 +259,7 @@ const PAGE_AT: Sql = Sql::same(
 
 // ---- rules ----
 
-async fn insert_rule(
-    tx: &mut dyn Executor,
-    a: &AttachmentRecord,
-    pages: &[NewPage],
-) -> Result<()> {
+async fn insert_rule(tx: &mut dyn Executor, a: &AttachmentRecord, pages: &[NewPage]) -> Result<()> {
     let int = |n: u64| Param::Int(i64::try_from(n).unwrap_or(i64::MAX));
     tx.run(
         &INSERT,
@@ -345,7 +345,9 @@ async fn read_rule(
         )
         .await?
     else {
-        return Err(ReadFailure(AttachmentReadError::NotFound { id: id.to_owned() }));
+        return Err(ReadFailure(AttachmentReadError::NotFound {
+            id: id.to_owned(),
+        }));
     };
     let filename: String = meta.get(0)?;
     let kind: String = meta.get(1)?;
@@ -394,8 +396,11 @@ async fn read_rule(
         }
     };
     let (text, rows) = if unit == "rows" {
-        let all: Vec<Vec<String>> = serde_json::from_str(&content)
-            .map_err(|e| ReadFailure(AttachmentReadError::Unavailable(format!("stored rows: {e}"))))?;
+        let all: Vec<Vec<String>> = serde_json::from_str(&content).map_err(|e| {
+            ReadFailure(AttachmentReadError::Unavailable(format!(
+                "stored rows: {e}"
+            )))
+        })?;
         let part = all
             .into_iter()
             .skip(usize::try_from(skip).unwrap_or(usize::MAX))

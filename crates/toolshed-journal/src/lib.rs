@@ -71,9 +71,7 @@ mod rules;
 mod sqlite;
 mod store;
 
-pub use attachments::{
-    AttachmentRecord, Attachments, NewAttachment, NewPage, NewPageContent,
-};
+pub use attachments::{AttachmentRecord, Attachments, NewAttachment, NewPage, NewPageContent};
 pub use records::*;
 pub use retention::{
     PrunableStatus, PruneOptions, PruneReport, PruneRule, Pruned, PrunedBatch, Space, SpaceMode,

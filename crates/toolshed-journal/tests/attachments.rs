@@ -90,19 +90,32 @@ async fn pages_are_read_by_number_and_by_offset(store: Scratch) {
     assert_eq!(a.get(Some("acme"), "att_1").await.unwrap(), record);
 
     let s = scope(Some("acme"), "run-1", "any");
-    let p = a.read_page(&s, "att_1", PageRequest::Page(2)).await.unwrap();
+    let p = a
+        .read_page(&s, "att_1", PageRequest::Page(2))
+        .await
+        .unwrap();
     assert_eq!(p.page, 2);
     assert_eq!(p.page_count, 3);
     assert_eq!(p.text.as_deref(), Some("second pägé\n"));
     assert_eq!((p.offset, p.length), (11, 12));
     let next = p.next.unwrap();
     assert_eq!((next.page, next.offset), (3, 23));
-    let last = a.read_page(&s, "att_1", PageRequest::Page(3)).await.unwrap();
+    let last = a
+        .read_page(&s, "att_1", PageRequest::Page(3))
+        .await
+        .unwrap();
     assert!(last.next.is_none());
 
     // By offset: characters, not bytes; a read stops at its page's end.
     let p = a
-        .read_page(&s, "att_1", PageRequest::Range { offset: 18, length: 100 })
+        .read_page(
+            &s,
+            "att_1",
+            PageRequest::Range {
+                offset: 18,
+                length: 100,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(p.page, 2);
@@ -110,7 +123,14 @@ async fn pages_are_read_by_number_and_by_offset(store: Scratch) {
     assert_eq!((p.offset, p.length), (18, 5));
     assert_eq!(p.next.unwrap().offset, 23);
     let p = a
-        .read_page(&s, "att_1", PageRequest::Range { offset: 2, length: 3 })
+        .read_page(
+            &s,
+            "att_1",
+            PageRequest::Range {
+                offset: 2,
+                length: 3,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(p.text.as_deref(), Some("rst"));
@@ -125,10 +145,20 @@ async fn pages_are_read_by_number_and_by_offset(store: Scratch) {
         );
     }
     let e = a
-        .read_page(&s, "att_1", PageRequest::Range { offset: 29, length: 1 })
+        .read_page(
+            &s,
+            "att_1",
+            PageRequest::Range {
+                offset: 29,
+                length: 1,
+            },
+        )
         .await
         .unwrap_err();
-    assert!(matches!(&e, AttachmentReadError::OutOfRange(m) if m.contains("past the end")), "{e}");
+    assert!(
+        matches!(&e, AttachmentReadError::OutOfRange(m) if m.contains("past the end")),
+        "{e}"
+    );
 }
 
 async fn another_tenants_run_or_session_finds_nothing(store: Scratch) {
@@ -147,11 +177,19 @@ async fn another_tenants_run_or_session_finds_nothing(store: Scratch) {
     .unwrap();
     let page = PageRequest::Page(1);
     // The run, and any run of the session, read them.
-    assert!(a.read_page(&scope(Some("acme"), "run-1", "x"), "att_run", page).await.is_ok());
     assert!(
-        a.read_page(&scope(Some("acme"), "run-9", "session-1"), "att_session", page)
+        a.read_page(&scope(Some("acme"), "run-1", "x"), "att_run", page)
             .await
             .is_ok()
+    );
+    assert!(
+        a.read_page(
+            &scope(Some("acme"), "run-9", "session-1"),
+            "att_session",
+            page
+        )
+        .await
+        .is_ok()
     );
     // Another tenant, another run, another session, no tenant: not found, the same
     // answer as an id nobody has.
@@ -167,7 +205,16 @@ async fn another_tenants_run_or_session_finds_nothing(store: Scratch) {
         assert_eq!(e, AttachmentReadError::NotFound { id: id.into() }, "{s:?}");
     }
     let e = a.get(Some("globex"), "att_run").await.unwrap_err();
-    assert!(matches!(e, JournalError::NotFound { what: "attachment", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            JournalError::NotFound {
+                what: "attachment",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = a.get(None, "att_run").await.unwrap_err();
     assert!(matches!(e, JournalError::NotFound { .. }), "{e}");
 }
@@ -175,7 +222,9 @@ async fn another_tenants_run_or_session_finds_nothing(store: Scratch) {
 async fn rows_are_paged_by_row(store: Scratch) {
     let a = open(&store).await;
     let rows = |from: usize, n: usize| -> Vec<Vec<String>> {
-        (from..from + n).map(|i| vec![i.to_string(), format!("name {i}")]).collect()
+        (from..from + n)
+            .map(|i| vec![i.to_string(), format!("name {i}")])
+            .collect()
     };
     let mut new = new("att_x", None, None, Some("s"));
     new.kind = "xlsx".into();
@@ -193,12 +242,22 @@ async fn rows_are_paged_by_row(store: Scratch) {
     let record = a.insert(new, pages).await.unwrap();
     assert_eq!(record.total_length, 120);
     let s = scope(None, "r", "s");
-    let p = a.read_page(&s, "att_x", PageRequest::Page(2)).await.unwrap();
+    let p = a
+        .read_page(&s, "att_x", PageRequest::Page(2))
+        .await
+        .unwrap();
     assert_eq!(p.sheet.as_deref(), Some("Notes"));
     assert_eq!(p.rows.as_ref().unwrap().len(), 20);
     assert!(p.text.is_none());
     let p = a
-        .read_page(&s, "att_x", PageRequest::Range { offset: 98, length: 5 })
+        .read_page(
+            &s,
+            "att_x",
+            PageRequest::Range {
+                offset: 98,
+                length: 5,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(p.rows.unwrap(), rows(98, 2));
@@ -219,9 +278,12 @@ async fn an_attachment_needs_a_run_or_a_session(store: Scratch) {
         .await
         .unwrap();
     assert!(
-        a.insert(new("att_dup", None, Some("r"), None), text_pages(&["two", "three"]))
-            .await
-            .is_err()
+        a.insert(
+            new("att_dup", None, Some("r"), None),
+            text_pages(&["two", "three"])
+        )
+        .await
+        .is_err()
     );
     let p = a
         .read_page(&scope(None, "r", "s"), "att_dup", PageRequest::Page(1))
@@ -233,7 +295,9 @@ async fn an_attachment_needs_a_run_or_a_session(store: Scratch) {
 async fn the_store_shares_the_journals_database(store: Scratch) {
     // Either opens first; both see one migrated database.
     let a = open(&store).await;
-    let journal = toolshed_journal::SqlJournal::open(&store.location()).await.unwrap();
+    let journal = toolshed_journal::SqlJournal::open(&store.location())
+        .await
+        .unwrap();
     assert!(journal.applied_migrations().is_empty());
     a.insert(new("att_j", None, Some("r"), None), text_pages(&["x"]))
         .await

@@ -424,7 +424,10 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["get_current_time", "markdown_writer", "read_attachment"]);
+    assert_eq!(
+        names,
+        ["get_current_time", "markdown_writer", "read_attachment"]
+    );
     let (_, mcp) = s
         .call(
             "GET",

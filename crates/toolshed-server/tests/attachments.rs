@@ -47,18 +47,31 @@ async fn a_file_is_attached_parsed_once_and_seen_only_by_its_tenant() {
     assert_eq!(a["kind"], "docx");
     assert_eq!(a["page_count"], 3);
     assert_eq!(a["session_id"], "s1");
-    assert!(a["blob_uri"].as_str().unwrap().starts_with("blob:sha256:"), "{a}");
+    assert!(
+        a["blob_uri"].as_str().unwrap().starts_with("blob:sha256:"),
+        "{a}"
+    );
     let id = a["id"].as_str().unwrap().to_owned();
 
     let (status, got) = s
-        .call("GET", &format!("/api/v1/attachments/{id}"), Some(&s.viewer), None)
+        .call(
+            "GET",
+            &format!("/api/v1/attachments/{id}"),
+            Some(&s.viewer),
+            None,
+        )
         .await;
     assert_eq!(status, 200, "{got}");
     assert_eq!(got["data"]["id"], id.as_str());
 
     let other = user_of(&s, "oscar", "admin", "globex").await;
     let (status, got) = s
-        .call("GET", &format!("/api/v1/attachments/{id}"), Some(&other), None)
+        .call(
+            "GET",
+            &format!("/api/v1/attachments/{id}"),
+            Some(&other),
+            None,
+        )
         .await;
     assert_eq!(status, 404, "{got}");
     assert_eq!(got["error"]["code"], "NOT_FOUND");
@@ -72,9 +85,17 @@ async fn a_file_is_attached_parsed_once_and_seen_only_by_its_tenant() {
             Some(b"hello".to_vec()),
         )
         .await;
-    assert_eq!((status, got["error"]["code"].clone()), (403, json!("FORBIDDEN")));
+    assert_eq!(
+        (status, got["error"]["code"].clone()),
+        (403, json!("FORBIDDEN"))
+    );
     let (status, _) = s
-        .raw("POST", "/api/v1/attachments?filename=a.txt&run_id=r1", None, Some(b"x".to_vec()))
+        .raw(
+            "POST",
+            "/api/v1/attachments?filename=a.txt&run_id=r1",
+            None,
+            Some(b"x".to_vec()),
+        )
         .await;
     assert_eq!(status, 401);
     s.stop().await;
@@ -84,11 +105,36 @@ async fn a_file_is_attached_parsed_once_and_seen_only_by_its_tenant() {
 async fn refused_files_answer_their_codes_and_store_nothing() {
     let s = TestServer::start().await;
     for (name, bytes, status, code) in [
-        ("secret.pdf", fixture("encrypted.pdf"), 422, "ATTACHMENT_ENCRYPTED"),
-        ("broken.pdf", fixture("corrupt.pdf"), 422, "ATTACHMENT_CORRUPT"),
-        ("bomb.docx", fixture("bomb.docx"), 422, "ATTACHMENT_LIMIT_EXCEEDED"),
-        ("logo.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(), 422, "ATTACHMENT_UNSUPPORTED"),
-        ("big.txt", vec![b'a'; 32 * 1024 * 1024 + 1], 413, "PAYLOAD_TOO_LARGE"),
+        (
+            "secret.pdf",
+            fixture("encrypted.pdf"),
+            422,
+            "ATTACHMENT_ENCRYPTED",
+        ),
+        (
+            "broken.pdf",
+            fixture("corrupt.pdf"),
+            422,
+            "ATTACHMENT_CORRUPT",
+        ),
+        (
+            "bomb.docx",
+            fixture("bomb.docx"),
+            422,
+            "ATTACHMENT_LIMIT_EXCEEDED",
+        ),
+        (
+            "logo.png",
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
+            422,
+            "ATTACHMENT_UNSUPPORTED",
+        ),
+        (
+            "big.txt",
+            vec![b'a'; 32 * 1024 * 1024 + 1],
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
     ] {
         let (got, answer) = s
             .raw(
@@ -98,18 +144,42 @@ async fn refused_files_answer_their_codes_and_store_nothing() {
                 Some(bytes),
             )
             .await;
-        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{name}: {answer}");
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{name}: {answer}"
+        );
     }
     // Where it belongs, and the query itself.
     let (status, answer) = s
-        .raw("POST", "/api/v1/attachments?filename=a.txt", Some(&s.deployer), Some(b"x".to_vec()))
+        .raw(
+            "POST",
+            "/api/v1/attachments?filename=a.txt",
+            Some(&s.deployer),
+            Some(b"x".to_vec()),
+        )
         .await;
     assert_eq!(status, 422, "{answer}");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("session_id"), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("session_id"),
+        "{answer}"
+    );
     let (status, answer) = s
-        .raw("POST", "/api/v1/attachments?run_id=r1", Some(&s.deployer), Some(b"x".to_vec()))
+        .raw(
+            "POST",
+            "/api/v1/attachments?run_id=r1",
+            Some(&s.deployer),
+            Some(b"x".to_vec()),
+        )
         .await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some("INVALID_QUERY")), "{answer}");
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("INVALID_QUERY")),
+        "{answer}"
+    );
     s.stop().await;
 }
 
@@ -137,6 +207,9 @@ async fn an_execute_run_reads_through_the_attachment_store() {
         )
         .await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["data"]["error"]["code"], "ATTACHMENT_NOT_FOUND", "{answer}");
+    assert_eq!(
+        answer["data"]["error"]["code"], "ATTACHMENT_NOT_FOUND",
+        "{answer}"
+    );
     s.stop().await;
 }

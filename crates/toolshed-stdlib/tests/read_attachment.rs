@@ -58,7 +58,8 @@ async fn fixture() -> Fixture {
         )
         .await
         .unwrap();
-    let pipeline = Pipeline::builder(ToolSet::from_tools(toolshed_stdlib::tools()).unwrap()).build();
+    let pipeline =
+        Pipeline::builder(ToolSet::from_tools(toolshed_stdlib::tools()).unwrap()).build();
     Fixture {
         _dir: dir,
         store,
@@ -91,13 +92,23 @@ async fn call(f: &Fixture, run: &RunContext, args: Value) -> Result<Value, ToolE
 async fn a_run_of_the_session_reads_pages_and_ranges() {
     let f = fixture().await;
     let r = run(&f, Some("acme"), "session-1");
-    let page = call(&f, &r, json!({"attachment_id": "att_report"})).await.unwrap();
+    let page = call(&f, &r, json!({"attachment_id": "att_report"}))
+        .await
+        .unwrap();
     assert_eq!(page["page"], 1);
     assert_eq!(page["page_count"], 3);
-    assert!(page["text"].as_str().unwrap().contains("Quarterly report"), "{page}");
+    assert!(
+        page["text"].as_str().unwrap().contains("Quarterly report"),
+        "{page}"
+    );
     assert_eq!(page["next"]["page"], 2);
-    let two = call(&f, &r, json!({"attachment_id": "att_report", "page": 2})).await.unwrap();
-    assert!(two["text"].as_str().unwrap().contains("cost review"), "{two}");
+    let two = call(&f, &r, json!({"attachment_id": "att_report", "page": 2}))
+        .await
+        .unwrap();
+    assert!(
+        two["text"].as_str().unwrap().contains("cost review"),
+        "{two}"
+    );
     assert_eq!(two["offset"], page["length"]);
     let part = call(
         &f,
@@ -118,12 +129,16 @@ async fn another_tenant_run_or_session_gets_not_found() {
         run(&f, None, "session-1"),
         run(&f, Some("acme"), "session-2"),
     ] {
-        let e = call(&f, &r, json!({"attachment_id": "att_report"})).await.unwrap_err();
+        let e = call(&f, &r, json!({"attachment_id": "att_report"}))
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::AttachmentNotFound, "{e:?}");
         assert!(!e.message.contains("Quarterly"), "{e:?}");
     }
     let r = run(&f, Some("acme"), "session-1");
-    let e = call(&f, &r, json!({"attachment_id": "att_other"})).await.unwrap_err();
+    let e = call(&f, &r, json!({"attachment_id": "att_other"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::AttachmentNotFound);
 }
 
@@ -155,7 +170,9 @@ async fn bad_inputs_are_invalid_args() {
 async fn without_an_attachment_store_the_error_says_where_it_runs() {
     let f = fixture().await;
     let r = RunContext::builder().build();
-    let e = call(&f, &r, json!({"attachment_id": "att_report"})).await.unwrap_err();
+    let e = call(&f, &r, json!({"attachment_id": "att_report"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::HandlerError);
     assert!(e.message.contains("attachment store"), "{e:?}");
 }

@@ -15,8 +15,8 @@
 //!   registration (each printed; the rest was scanned).
 
 mod agent;
-mod attach;
 mod approvals;
+mod attach;
 mod client;
 mod db;
 mod mcp;

@@ -108,14 +108,18 @@ pub async fn upload(
     upload: Upload<'_>,
     bytes: Vec<u8>,
 ) -> Result<AttachmentRecord, UploadError> {
-    let name_ok = |s: &str| !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control);
+    let name_ok =
+        |s: &str| !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control);
     if !name_ok(upload.filename) {
         return Err(UploadError::Field(
             "filename",
             format!("must be 1 to {MAX_NAME} characters without control characters"),
         ));
     }
-    for (field, value) in [("run_id", &upload.run_id), ("session_id", &upload.session_id)] {
+    for (field, value) in [
+        ("run_id", &upload.run_id),
+        ("session_id", &upload.session_id),
+    ] {
         if value.as_deref().is_some_and(|v| !name_ok(v)) {
             return Err(UploadError::Field(
                 field,
