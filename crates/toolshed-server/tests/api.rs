@@ -395,11 +395,11 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
             .contains("order-lookup")
     );
 
-    // Listing: filters and pages (two stdlib tools are seeded).
+    // Listing: filters and pages (three stdlib tools are seeded).
     let (_, all) = s
         .call("GET", "/api/v1/registry/tools", Some(&s.viewer), None)
         .await;
-    assert_eq!(all["meta"]["total"], 3, "{all}");
+    assert_eq!(all["meta"]["total"], 4, "{all}");
     let (_, manual) = s
         .call(
             "GET",
