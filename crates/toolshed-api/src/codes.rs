@@ -101,6 +101,16 @@ toolshed_core::wire_enum! {
         /// without the session's CSRF token in `X-CSRF-Token`, with a wrong one, or from
         /// another origin (the message says which).
         CsrfRejected,
+        /// 422: an attachment is not a kind toolshed reads (PDF, docx, xlsx, CSV, text,
+        /// Markdown).
+        AttachmentUnsupported,
+        /// 422: an attachment is encrypted or password-protected.
+        AttachmentEncrypted,
+        /// 422: an attachment is damaged, or not what its name says.
+        AttachmentCorrupt,
+        /// 422: parsing an attachment passed a cap (pages, characters, rows, inflated
+        /// bytes, XML nesting, time).
+        AttachmentLimitExceeded,
     }
 }
 
@@ -134,7 +144,11 @@ impl ApiCode {
             | ApiCode::InvalidAnswer
             | ApiCode::NotSandboxable
             | ApiCode::DependencyInstallFailed
-            | ApiCode::CredentialNotAllowed => 422,
+            | ApiCode::CredentialNotAllowed
+            | ApiCode::AttachmentUnsupported
+            | ApiCode::AttachmentEncrypted
+            | ApiCode::AttachmentCorrupt
+            | ApiCode::AttachmentLimitExceeded => 422,
             ApiCode::RateLimited => 429,
             ApiCode::Internal => 500,
             ApiCode::McpServerUnreachable => 502,

@@ -285,3 +285,21 @@ fn the_200_page_pdf_has_200_pages_of_text() {
     );
     assert!(text(&parsed, 199).contains("Page 200 of the long report"));
 }
+
+#[test]
+fn a_sparse_sheet_is_never_a_dense_grid() {
+    // A1 and XFD1048576: 17 billion cells as a grid. Read cell by cell, the far row's
+    // 16,384-wide gap is counted against the cell cap.
+    let limits = Limits {
+        max_cells: 10_000,
+        ..Limits::default()
+    };
+    let (code, message) = refused("sparse.xlsx", &fixture("sparse.xlsx"), &limits);
+    assert_eq!(code, AttachmentCode::AttachmentLimitExceeded, "{message}");
+    // Under the default cap it is two rows.
+    let parsed = parse("sparse.xlsx", &fixture("sparse.xlsx"), &Limits::default()).unwrap();
+    assert_eq!(rows(&parsed, 0).len(), 2);
+    assert_eq!(rows(&parsed, 0)[0], vec!["first"]);
+    assert_eq!(rows(&parsed, 0)[1].len(), 16_384);
+    assert_eq!(rows(&parsed, 0)[1][16_383], "last");
+}

@@ -1606,7 +1606,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (6)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (5)"),
                     "{message}"
                 );
             }

@@ -32,7 +32,7 @@ mod run;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use toolshed_core::{BlobStore, CredentialProvider, Pipeline, Principal};
+use toolshed_core::{AttachmentReader, BlobStore, CredentialProvider, Pipeline, Principal};
 use toolshed_journal::{Budgets, Journal, NewRun};
 
 pub use driver::{Driver, PlanStep, RunOutcome, drive};
@@ -52,6 +52,8 @@ pub struct RuntimeConfig {
     pub credentials: Option<Arc<dyn CredentialProvider>>,
     /// The blob store handed to handlers.
     pub blob_store: Option<Arc<dyn BlobStore>>,
+    /// The attachment store handed to handlers (`ctx.attachments()`, `read_attachment`).
+    pub attachments: Option<Arc<dyn AttachmentReader>>,
 }
 
 impl Default for RuntimeConfig {
@@ -61,6 +63,7 @@ impl Default for RuntimeConfig {
             env: BTreeMap::new(),
             credentials: None,
             blob_store: None,
+            attachments: None,
         }
     }
 }

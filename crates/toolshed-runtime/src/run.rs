@@ -85,6 +85,9 @@ pub(crate) fn run_context(
     if let Some(s) = &config.blob_store {
         b = b.blob_store(s.clone());
     }
+    if let Some(a) = &config.attachments {
+        b = b.attachments(a.clone());
+    }
     b.build()
 }
 

@@ -340,8 +340,16 @@ impl Server {
             })?;
         let code = code::CodeCache::open(&config.code, &config.dispatcher.cache_dir)
             .map_err(ServerError::CodeSettings)?;
-        let state =
-            AppState::new(config, journal, registry, tokens, dispatcher, sandbox).with_code(code);
+        let attachments = toolshed_journal::Attachments::open(&config.database_url)
+            .await
+            .map_err(ServerError::Journal)?;
+        let blobs = toolshed_providers::LocalBlobStore::new(routes::attachments::blob_dir(
+            &config.database_url,
+        ))
+        .map_err(|e| ServerError::Seed(format!("the attachments' blob folder: {}", e.message)))?;
+        let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox)
+            .with_code(code)
+            .with_attachments((Arc::new(attachments), Arc::new(blobs)));
         let seeded = seed(&state).await?;
         Ok(Server {
             state,

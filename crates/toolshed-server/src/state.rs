@@ -67,6 +67,7 @@ struct Inner {
     execute_rate: Option<crate::limits::RateLimiter>,
     credentials: Arc<PolicyProvider>,
     mcp: toolshed_mcp::McpHub,
+    attachments: Option<crate::routes::attachments::AttachmentStores>,
 }
 
 /// What a user's current tokens carry: a token saying anything else was withdrawn.
@@ -108,6 +109,7 @@ impl AppState {
         let mcp = mcp_hub(&config, &sandbox);
         AppState {
             inner: Arc::new(Inner {
+                attachments: None,
                 mcp,
                 credentials,
                 config,
@@ -136,6 +138,29 @@ impl AppState {
     }
 
     /// The same state with this code cache (set once, by `Server::open`).
+    /// The state with its attachment store and the blob store of attached files.
+    pub(crate) fn with_attachments(
+        mut self,
+        stores: crate::routes::attachments::AttachmentStores,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.attachments = Some(stores);
+        }
+        self
+    }
+
+    /// The attachment store and the blob store of attached files.
+    pub(crate) fn attachments(
+        &self,
+    ) -> Result<crate::routes::attachments::AttachmentStores, ApiError> {
+        self.inner.attachments.clone().ok_or_else(|| {
+            ApiError::internal(
+                "no attachment store",
+                std::io::Error::other("the state was built without one"),
+            )
+        })
+    }
+
     pub(crate) fn with_code(mut self, code: CodeCache) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.code = Some(Arc::new(code));

@@ -492,6 +492,10 @@ pub fn runtime_config(state: &AppState) -> RuntimeConfig {
     let mut config = RuntimeConfig::default();
     let provider: Arc<dyn toolshed_core::CredentialProvider> = state.credentials().clone();
     config.credentials = Some(provider);
+    if let Ok((attachments, _)) = state.attachments() {
+        let reader: Arc<dyn toolshed_core::AttachmentReader> = attachments;
+        config.attachments = Some(reader);
+    }
     config
 }
 

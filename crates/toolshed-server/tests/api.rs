@@ -395,11 +395,11 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
             .contains("order-lookup")
     );
 
-    // Listing: filters and pages (four stdlib tools are seeded).
+    // Listing: filters and pages (five stdlib tools are seeded).
     let (_, all) = s
         .call("GET", "/api/v1/registry/tools", Some(&s.viewer), None)
         .await;
-    assert_eq!(all["meta"]["total"], 5, "{all}");
+    assert_eq!(all["meta"]["total"], 6, "{all}");
     let (_, manual) = s
         .call(
             "GET",
@@ -429,6 +429,7 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
         [
             "get_current_time",
             "markdown_writer",
+            "read_attachment",
             "sql_query",
             "web_search"
         ]
@@ -450,8 +451,8 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
             None,
         )
         .await;
-    assert_eq!(p2["meta"], json!({"page": 2, "per_page": 2, "total": 3}));
-    assert_eq!(p2["data"].as_array().unwrap().len(), 1);
+    assert_eq!(p2["meta"], json!({"page": 2, "per_page": 2, "total": 4}));
+    assert_eq!(p2["data"].as_array().unwrap().len(), 2);
 
     // Show by id and by name (either spelling).
     for key in [id.as_str(), "order-lookup", "order_lookup"] {

@@ -151,7 +151,7 @@ async fn a_panicking_handler_is_a_500_envelope_that_leaks_nothing() {
     let (status, _, answer) = s.send("GET", "/api/v1/registry/tools", None).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(
-        answer["meta"]["total"], 4,
+        answer["meta"]["total"], 5,
         "the seeded stdlib tools: {answer}"
     );
     let (status, _, _) = s.send("GET", "/healthz", None).await;

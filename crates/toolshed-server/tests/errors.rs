@@ -18,6 +18,7 @@ use serde_json::json;
 use strum::IntoEnumIterator;
 use toolshed_agent::AgentCode;
 use toolshed_api::ApiCode;
+use toolshed_attachments::AttachmentCode;
 use toolshed_auth::AuthCode;
 use toolshed_core::ErrorCode;
 use toolshed_dispatch::DispatchCode;
@@ -153,10 +154,11 @@ fn every_code_of_every_layer_is_on_the_errors_page() {
     check_enum::<RegistryCode>(&page, "RegistryCode");
     check_enum::<SandboxCode>(&page, "SandboxCode");
     check_enum::<McpCode>(&page, "McpCode");
+    check_enum::<AttachmentCode>(&page, "AttachmentCode");
     let sections: Vec<&String> = page.keys().collect();
     assert_eq!(
         sections.len(),
-        11,
+        12,
         "a section the test does not check: {sections:?}"
     );
 }

@@ -65,7 +65,15 @@ impl Db {
     pub async fn runtime_with(&self, set: ToolSet) -> Result<Runtime, Failure> {
         let journal = self.journal().await?;
         let pipeline = Pipeline::builder(set).build();
-        Runtime::new(pipeline, journal, RuntimeConfig::default()).map_err(runtime_failure)
+        // `read_attachment` reads what `toolshed attach` stored in the same database.
+        let attachments = toolshed_journal::Attachments::open(&self.url)
+            .await
+            .map_err(journal_failure)?;
+        let config = RuntimeConfig {
+            attachments: Some(Arc::new(attachments)),
+            ..RuntimeConfig::default()
+        };
+        Runtime::new(pipeline, journal, config).map_err(runtime_failure)
     }
 }
 

@@ -16,6 +16,7 @@
 
 mod agent;
 mod approvals;
+mod attach;
 mod client;
 mod db;
 mod mcp;
@@ -91,6 +92,8 @@ enum Command {
     /// Cursor, VS Code), start each in the sandbox and list its tools; `--register`
     /// registers them.
     Scan(scan::ScanArgs),
+    /// Attach a file to a run or a session (parsed once now); `read_attachment` reads it.
+    Attach(attach::AttachArgs),
 }
 
 /// A command group with the `--json` output switch shared by all its commands.
@@ -179,6 +182,7 @@ fn main() -> ExitCode {
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
             Command::Mcp { command } => mcp::run(command, &db).await,
             Command::Scan(args) => scan::run(args).await,
+            Command::Attach(args) => attach::run(args, &db).await,
         }
     });
     match result {

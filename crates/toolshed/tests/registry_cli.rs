@@ -651,7 +651,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     for name in ["order-lookup", "greet", "shout", "markdown_writer"] {
         assert!(text.contains(name), "{name}: {text}");
     }
-    assert!(text.trim_end().ends_with("page 1 of 1, 7 tools"), "{text}");
+    assert!(text.trim_end().ends_with("page 1 of 1, 8 tools"), "{text}");
     let page = sh.json(&[
         "registry",
         "tool",
@@ -668,7 +668,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     assert_eq!(page["data"].as_array().unwrap().len(), 2);
     let o = sh.run(&["registry", "tool", "list", "--per-page", "2", "--page", "2"]);
     assert!(
-        stdout(&o).trim_end().ends_with("page 2 of 4, 7 tools"),
+        stdout(&o).trim_end().ends_with("page 2 of 4, 8 tools"),
         "{}",
         stdout(&o)
     );

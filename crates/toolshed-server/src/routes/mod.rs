@@ -9,6 +9,7 @@ use utoipa_axum::routes;
 use crate::Json;
 use crate::state::AppState;
 
+pub mod attachments;
 pub mod auth;
 pub mod mcp_servers;
 pub mod meta;
@@ -67,6 +68,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(mcp_servers::test_mcp_server))
         .routes(routes!(mcp_servers::discover_mcp_server))
         .routes(routes!(mcp_servers::execute_mcp_tool))
+        .routes(routes!(attachments::create_attachment))
+        .routes(routes!(attachments::get_attachment))
 }
 
 /// The OpenAPI document: the routes of [`api`] with their schemas, under the API's
