@@ -451,7 +451,7 @@ async fn tools_register_list_show_update_with_versions_and_delete() {
             None,
         )
         .await;
-    assert_eq!(p2["meta"], json!({"page": 2, "per_page": 2, "total": 4}));
+    assert_eq!(p2["meta"], json!({"page": 2, "per_page": 2, "total": 6}));
     assert_eq!(p2["data"].as_array().unwrap().len(), 2);
 
     // Show by id and by name (either spelling).
