@@ -3,7 +3,7 @@
 //! `--schema` beside the schemas zod 4 converted) mapped onto a toolshed [`Tool`]
 //! ([`Dispatcher::tool_from_inferred`]). Toren's approval predicate and bread's hooks
 //! stay in the tool's own worker: the gate and the pipeline's hook chain ask it with the
-//! protocol's `approval` and `hook` requests ([`Op`]).
+//! protocol's `approval` and `hook` requests (`Op`).
 
 use std::sync::Arc;
 use std::time::Duration;
