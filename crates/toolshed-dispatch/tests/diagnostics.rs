@@ -20,8 +20,9 @@ async fn call(mode: Mode, target: &str, args: serde_json::Value, timeout: Durati
         .await
 }
 
-// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
-// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
+// Every test here runs on a multi-threaded runtime: a std spawn on the runtime thread
+// can wait on a sandbox child that needs that thread to finish its setup (the deadlock
+// in the 2026-12-01 note; the fix belongs in the sandbox, closing inherited fds early).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
@@ -41,8 +42,6 @@ async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     }
 }
 
-// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
-// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
@@ -70,8 +69,6 @@ async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     }
 }
 
-// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
-// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_reports_its_diagnostics_at_its_end() {
     let out = call(
@@ -91,8 +88,6 @@ async fn a_stream_reports_its_diagnostics_at_its_end() {
     assert_eq!(out.diagnostics.exit_code, Some(0));
 }
 
-// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
-// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     for mode in [Mode::OneShot, Mode::Pool] {
@@ -148,8 +143,6 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     }
 }
 
-// Multi-threaded: a std spawn on the runtime thread can wait on a sandbox child that
-// needs that thread (the deadlock in the 2026-12-01 note; the sandbox fix is next).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_reports_its_own_timeout_in_the_diagnostics() {
     let d = dispatcher(Mode::Pool);
