@@ -12,23 +12,6 @@ use serde_json::json;
 use toolshed_core::{CallOutcome, ErrorCode, RunContext, ToolCall};
 use toolshed_dispatch::{Dispatcher, Endpoint, Mode};
 
-/// A dispatcher whose sandbox and runner are set up already (its first call does that,
-/// which on a loaded machine can take longer than the short timeouts below allow: those
-/// tests are about what a timed-out call keeps, not about start-up), by one quick call
-/// of `chatty_sleeper`.
-async fn warmed(mode: Mode) -> Dispatcher {
-    let d = dispatcher(mode);
-    let run = d
-        .execute(
-            &endpoint("python", "tools.py:chatty_sleeper"),
-            toolshed_dispatch::Request::new("t", json!({"seconds": 0}))
-                .timeout(Duration::from_secs(120)),
-        )
-        .await;
-    assert!(run.result.is_ok(), "the warm-up call failed: {run:?}");
-    d
-}
-
 async fn call(mode: Mode, target: &str, args: serde_json::Value, timeout: Duration) -> CallOutcome {
     let d = dispatcher(mode);
     let tool = tool(&d, "t", endpoint("python", target), timeout);
@@ -105,7 +88,8 @@ async fn a_stream_reports_its_diagnostics_at_its_end() {
 #[tokio::test]
 async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     for mode in [Mode::OneShot, Mode::Pool] {
-        let d = warmed(mode).await;
+        let d = dispatcher(mode);
+        warm(&d).await;
         let sleeper = tool(
             &d,
             "t",
@@ -142,6 +126,7 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
         std::fs::set_permissions(&script, perms).unwrap();
         // Unsandboxed: the script writes its pids beside itself.
         let d = Dispatcher::new(unsandboxed(mode));
+        warm(&d).await;
         let ep = Endpoint::parse(&format!("exec:{}", script.display())).unwrap();
         let out = pipeline(vec![tool(&d, "drip", ep, Duration::from_secs(2))])
             .call(&RunContext::ephemeral(), ToolCall::new("drip", json!({})))
@@ -162,7 +147,8 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
 
 #[tokio::test]
 async fn execute_reports_its_own_timeout_in_the_diagnostics() {
-    let d = warmed(Mode::Pool).await;
+    let d = dispatcher(Mode::Pool);
+    warm(&d).await;
     let run = d
         .execute(
             &endpoint("python", "tools.py:chatty_sleeper"),
