@@ -6,9 +6,6 @@
 mod common;
 use common::Builtins;
 
-use std::path::Path;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde_json::json;
 use toolshed_agent::{
@@ -16,7 +13,6 @@ use toolshed_agent::{
     load_agent, parse_agent_file,
 };
 use toolshed_core::file::ToolFile;
-use toolshed_core::{Handler, Tool};
 
 /// A registry holding one tool (an in-process stand-in for the registry server, which
 /// the registry issue serves over HTTP).

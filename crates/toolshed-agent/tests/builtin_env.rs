@@ -7,12 +7,8 @@ mod common;
 use common::Builtins;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 
-use async_trait::async_trait;
-use toolshed_agent::{AgentError, ImplementationError, Implementations, load_agent};
-use toolshed_core::{Handler, Tool};
+use toolshed_agent::{AgentError, load_agent};
 
 fn project(agent_yaml: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -12,12 +12,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use toolshed_agent::{
-    AgentMcp, ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
-    RegistryLookupError, RegistryTool, ToolEntry, load_agent_with, parse_agent_file,
+    AgentMcp, LoadOptions, LoadedAgent, RegistryLookup, RegistryLookupError, RegistryTool,
+    ToolEntry, load_agent_with, parse_agent_file,
 };
-use toolshed_core::{
-    Approval, Effects, EnvProvider, Handler, Idempotency, Pipeline, RunContext, Tool, ToolCall,
-};
+use toolshed_core::{Approval, Effects, EnvProvider, Idempotency, Pipeline, RunContext, ToolCall};
 use toolshed_mcp::{ClientConfig, Launch, McpHub, McpServerSpec, StdioLaunch};
 use toolshed_sandbox::{Bind, Sandbox, SandboxConfig};
 
