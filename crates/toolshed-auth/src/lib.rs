@@ -376,8 +376,22 @@ impl Tokens {
     ) -> Result<SessionTokens, AuthError> {
         let session_id = session.map_or_else(new_session_id, str::to_owned);
         Ok(SessionTokens {
-            access: self.sign(TokenKind::Access, sub, role, tenant, generation, &session_id)?,
-            refresh: self.sign(TokenKind::Refresh, sub, role, tenant, generation, &session_id)?,
+            access: self.sign(
+                TokenKind::Access,
+                sub,
+                role,
+                tenant,
+                generation,
+                &session_id,
+            )?,
+            refresh: self.sign(
+                TokenKind::Refresh,
+                sub,
+                role,
+                tenant,
+                generation,
+                &session_id,
+            )?,
             session_id,
         })
     }

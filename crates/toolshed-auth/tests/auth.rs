@@ -192,7 +192,13 @@ fn a_logins_tokens_share_one_session_and_a_refresh_continues_it() {
     assert_eq!(sid(&login.refresh), login.session_id);
     assert_eq!(t.verify(&login.refresh).unwrap().kind, TokenKind::Refresh);
     let refreshed = t
-        .issue_session("ana", Role::Viewer, Some("acme"), 3, Some(&login.session_id))
+        .issue_session(
+            "ana",
+            Role::Viewer,
+            Some("acme"),
+            3,
+            Some(&login.session_id),
+        )
         .unwrap();
     assert_eq!(sid(&refreshed.access), login.session_id);
     // Another login is another session, and so is a lone token.
@@ -205,5 +211,8 @@ fn a_logins_tokens_share_one_session_and_a_refresh_continues_it() {
     assert_eq!(login.session_id.len(), 32);
     // The tokens never show in a debug line.
     let shown = format!("{login:?}");
-    assert!(!shown.contains(&login.access) && !shown.contains(&login.refresh), "{shown}");
+    assert!(
+        !shown.contains(&login.access) && !shown.contains(&login.refresh),
+        "{shown}"
+    );
 }

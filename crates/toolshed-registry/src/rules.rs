@@ -804,7 +804,10 @@ pub(crate) async fn revoked_sessions(db: &mut dyn Executor, username: &str) -> R
 
 /// The tenants in scope, by name: every name a user, an active tool, an agent or an MCP
 /// server entry belongs to, with what it owns and who manages it.
-pub(crate) async fn tenants(db: &mut dyn Executor, scope: &TenantScope) -> Result<Vec<TenantRecord>> {
+pub(crate) async fn tenants(
+    db: &mut dyn Executor,
+    scope: &TenantScope,
+) -> Result<Vec<TenantRecord>> {
     let params = [
         scope.tenant().unwrap_or_default().into(),
         i64::from(scope == &TenantScope::All).into(),

@@ -53,7 +53,11 @@ impl PublicUrl {
         let https = match url.scheme() {
             "https" => true,
             "http" => false,
-            other => return Err(refuse(format!("its scheme is `{other}`, not http or https"))),
+            other => {
+                return Err(refuse(format!(
+                    "its scheme is `{other}`, not http or https"
+                )));
+            }
         };
         let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
             return Err(refuse("it has no host".into()));
@@ -133,10 +137,26 @@ mod tests {
     #[test]
     fn origins_are_kept_and_everything_else_refused() {
         for (given, origin, https) in [
-            ("https://tools.example.com", "https://tools.example.com", true),
-            ("https://Tools.Example.com/", "https://tools.example.com", true),
-            ("https://tools.example.com:443", "https://tools.example.com", true),
-            ("https://tools.example.com:8443/", "https://tools.example.com:8443", true),
+            (
+                "https://tools.example.com",
+                "https://tools.example.com",
+                true,
+            ),
+            (
+                "https://Tools.Example.com/",
+                "https://tools.example.com",
+                true,
+            ),
+            (
+                "https://tools.example.com:443",
+                "https://tools.example.com",
+                true,
+            ),
+            (
+                "https://tools.example.com:8443/",
+                "https://tools.example.com:8443",
+                true,
+            ),
             ("http://10.0.0.5:8000", "http://10.0.0.5:8000", false),
         ] {
             let url = PublicUrl::parse(given).unwrap_or_else(|e| panic!("{given}: {e}"));

@@ -311,10 +311,12 @@ impl AppState {
                 "the token was withdrawn (its user was removed, or its password, role or tenant changed); log in again (POST /api/v1/auth/login)",
             ));
         };
-        let live = claims
-            .sid
-            .as_deref()
-            .is_some_and(|sid| stamp.revoked.binary_search_by(|r| r.as_str().cmp(sid)).is_err());
+        let live = claims.sid.as_deref().is_some_and(|sid| {
+            stamp
+                .revoked
+                .binary_search_by(|r| r.as_str().cmp(sid))
+                .is_err()
+        });
         if live {
             Ok(())
         } else {

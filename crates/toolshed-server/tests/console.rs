@@ -208,10 +208,12 @@ async fn login_sets_strict_http_only_cookies_that_the_api_accepts() {
     );
     // The cookie of the path it had before is cleared, so it cannot shadow this one.
     assert!(
-        session.set_cookies.iter().any(|c| c
-            .starts_with("toolshed_refresh=;")
-            && c.contains("Path=/console/refresh")
-            && c.contains("Max-Age=0")),
+        session
+            .set_cookies
+            .iter()
+            .any(|c| c.starts_with("toolshed_refresh=;")
+                && c.contains("Path=/console/refresh")
+                && c.contains("Max-Age=0")),
         "{:?}",
         session.set_cookies
     );
@@ -622,10 +624,32 @@ async fn a_forged_login_refresh_and_logout() {
     assert_eq!(body["data"]["logged_out"], true);
     let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&second), None).await;
     assert_eq!(status, 401);
-    let (status, _) = s.call("POST", "/api/v1/auth/logout", Some(&second), None).await;
+    let (status, _) = s
+        .call("POST", "/api/v1/auth/logout", Some(&second), None)
+        .await;
     assert_eq!(status, 401, "a second logout with the ended token");
     let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&s.admin), None).await;
     assert_eq!(status, 200);
+    // A token from before sessions existed (no `sid`), current in every other way, is
+    // refused: no logout could end it.
+    let key = jsonwebtoken::DecodingKey::from_secret(common::SECRET.as_bytes());
+    let mut validation = jsonwebtoken::Validation::default();
+    validation.set_issuer(&["toolshed"]);
+    let mut claims = jsonwebtoken::decode::<Value>(&s.admin, &key, &validation)
+        .unwrap()
+        .claims;
+    assert!(claims["sid"].is_string(), "{claims}");
+    claims.as_object_mut().unwrap().remove("sid");
+    let sessionless = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(common::SECRET.as_bytes()),
+    )
+    .unwrap();
+    let (status, body) = s
+        .call("GET", "/api/v1/auth/me", Some(&sessionless), None)
+        .await;
+    assert_eq!(status, 401, "{body}");
     // A logout by cookie without the CSRF token is refused like any change.
     let third = login(&s, "admin", common::ADMIN_PASSWORD, &[]).await;
     let (status, body) = with_cookie(

@@ -182,7 +182,9 @@ async fn a_demoted_or_moved_users_token_is_refused() {
         .as_u16();
     assert_eq!(refreshed, 401);
     assert_eq!(other.status("/api/v1/auth/me", &s.viewer).await, 200);
-    let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&s.viewer), None).await;
+    let (status, _) = s
+        .call("GET", "/api/v1/auth/me", Some(&s.viewer), None)
+        .await;
     assert_eq!(status, 200, "vic's other session");
 
     let (status, user) = s

@@ -181,11 +181,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.retain_runs = Some(retention);
     }
     config.four_eyes = args.four_eyes;
-    config.public_url = args
-        .public_url
-        .as_deref()
-        .map(public_url)
-        .transpose()?;
+    config.public_url = args.public_url.as_deref().map(public_url).transpose()?;
     config.mcp_gateway.allowed_origins = args.mcp_allowed_origins.clone();
     if let Some(path) = &args.mcp_catalog {
         config.mcp_gateway.catalog = toolshed_mcp::server::Catalog::load(path)
@@ -483,7 +479,10 @@ mod tests {
                     assert_eq!(code, crate::output::EXIT_BAD_INPUT, "{bad}");
                     format!("{error:#}")
                 }
-                other => panic!("{bad}: expected bad input, got {:?}", other.map(|r| r.is_ok())),
+                other => panic!(
+                    "{bad}: expected bad input, got {:?}",
+                    other.map(|r| r.is_ok())
+                ),
             };
             assert!(
                 err.contains("--public-url") && err.contains(says) && !err.contains("secret"),

@@ -252,9 +252,8 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         .chain(session::cookie(&headers, session::REFRESH_COOKIE))
         .find_map(|t| state.verify_token(t).ok());
     let ended = match &claims {
-        Some(claims) => state.revoke_session(claims).await.map(|ended| {
+        Some(claims) => state.revoke_session(claims).await.inspect(|_| {
             tracing::info!(user = %claims.sub, "logged out of the console; the session's tokens are revoked");
-            ended
         }),
         None => Ok(false),
     };
@@ -268,6 +267,10 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
         .into_response(),
         Err(e) => e.into_response(),
     };
-    session::set_cookies(response.headers_mut(), None, session::secure(&headers, public));
+    session::set_cookies(
+        response.headers_mut(),
+        None,
+        session::secure(&headers, public),
+    );
     Ok(response)
 }

@@ -239,7 +239,10 @@ mod tests {
         let mut h = HeaderMap::new();
         // Behind the proxy the server hears its own address.
         h.insert(HOST, HeaderValue::from_static("127.0.0.1:8000"));
-        h.insert(ORIGIN, HeaderValue::from_static("https://tools.example.com"));
+        h.insert(
+            ORIGIN,
+            HeaderValue::from_static("https://tools.example.com"),
+        );
         assert!(check_origin(&h, None).is_err(), "unknown without the flag");
         assert!(check_origin(&h, Some(&public)).is_ok());
         for forged in [
@@ -250,7 +253,10 @@ mod tests {
         ] {
             h.insert(ORIGIN, HeaderValue::from_static(forged));
             let e = check_origin(&h, Some(&public)).expect_err(forged);
-            assert!(e.message().contains("https://tools.example.com"), "{forged}: {e:?}");
+            assert!(
+                e.message().contains("https://tools.example.com"),
+                "{forged}: {e:?}"
+            );
         }
         // A proxy that passes the Host on: the plain-HTTP page of the public host is
         // refused, the HTTPS one accepted.
@@ -258,7 +264,10 @@ mod tests {
         h.insert(ORIGIN, HeaderValue::from_static("http://tools.example.com"));
         assert!(check_origin(&h, Some(&public)).is_err());
         assert!(check_origin(&h, None).is_ok(), "as before without the flag");
-        h.insert(ORIGIN, HeaderValue::from_static("https://tools.example.com"));
+        h.insert(
+            ORIGIN,
+            HeaderValue::from_static("https://tools.example.com"),
+        );
         assert!(check_origin(&h, Some(&public)).is_ok());
         // Cookies: Secure with an https public URL, even over the proxy's plain hop.
         let plain = HeaderMap::new();
