@@ -317,7 +317,13 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         "http://127.0.0.1:*".into(),
         "http://[::1]:*".into(),
     ];
-    for o in &settings.allowed_origins {
+    // The server's public URL (`--public-url`) is where people's clients reach it too.
+    let public = state
+        .config()
+        .public_url
+        .as_ref()
+        .map(|p| p.origin().to_owned());
+    for o in settings.allowed_origins.iter().chain(public.iter()) {
         origins.push(o.clone());
         if let Ok(u) = url::Url::parse(o)
             && let Some(h) = u.host_str()

@@ -595,6 +595,29 @@ async fn an_allowed_origin_adds_its_origin_and_host_and_nothing_else() {
 }
 
 #[tokio::test]
+async fn the_public_url_is_an_allowed_origin_and_host_of_mcp() {
+    let s = TestServer::start_with(|c| {
+        c.public_url = Some(
+            toolshed_server::public_url::PublicUrl::parse("https://shed.example.com").unwrap(),
+        );
+    })
+    .await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let cases: [(&[(&str, &str)], u16); 4] = [
+        (&[("origin", "https://shed.example.com")], 200),
+        (&[("host", "shed.example.com")], 200),
+        (&[("origin", "http://shed.example.com")], 403),
+        (&[("origin", "https://shed.example.com.evil.example")], 403),
+    ];
+    for (headers, want) in cases {
+        let (status, ..) = post(&s, Some(&s.deployer), None, headers, init.clone()).await;
+        assert_eq!(status, want, "{headers:?}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn tools_call_shares_the_execute_rate_with_rest() {
     let s = TestServer::start_with(|c| {
         // A burst of 2, then one every 1000 s.
