@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolshed_agent::{RegistryLookup, RegistryLookupError, RegistryTool};
 use toolshed_api::requests::{LoginBody, RefreshBody};
-use toolshed_api::views::{CodeDownload, CodeView, TokenView, ToolDetail};
+use toolshed_api::views::{CodeDownload, CodeView, LoggedOut, TokenView, ToolDetail};
 use toolshed_api::{ApiCode, Data, ErrorDetails, ErrorEnvelope};
 use toolshed_core::file::ToolFile;
 use toolshed_mcp::{HttpLaunch, Launch, McpServerSpec, StdioLaunch};
@@ -641,6 +641,81 @@ pub async fn login(args: LoginArgs) -> Result<(), Failure> {
         eprintln!(
             "warning: {TOKEN_VAR} is set and is sent instead of the saved token; unset it to use this login"
         );
+    }
+    Ok(())
+}
+
+/// Arguments of `toolshed logout`.
+#[derive(Debug, Args)]
+pub struct LogoutArgs {
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `toolshed logout`: end the login's session on the server (its access and refresh
+/// tokens, and those of every refresh since, are refused from then on; the user's other
+/// sessions go on), then delete the saved tokens. When the server cannot be reached the
+/// saved tokens are kept, so the logout can be tried again: deleting them alone would
+/// leave the session usable by anyone who copied them.
+pub async fn logout(args: LogoutArgs) -> Result<(), Failure> {
+    let client = Client::from_env()?;
+    let ended = match client
+        .post::<Data<LoggedOut>>(&["api", "v1", "auth", "logout"], &json!({}))
+        .await
+    {
+        Ok(answer) => answer.body.data.session_ended,
+        // No valid token was sent (none saved, or it and its refresh ran out): no
+        // session is left to end.
+        Err(e) if e.status() == Some(StatusCode::UNAUTHORIZED) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let mut deleted = Vec::new();
+    for path in [token_path(), refresh_token_path()] {
+        let path = path.map_err(|error| Failure::Error {
+            code: EXIT_INTERNAL,
+            error,
+        })?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => deleted.push(path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Failure::Error {
+                    code: EXIT_INTERNAL,
+                    error: anyhow!("cannot delete the saved token {}: {e}", path.display()),
+                });
+            }
+        }
+    }
+    if args.json {
+        print_json(&json!({
+            "url": client.base(),
+            "session_ended": ended,
+            "deleted": deleted,
+        }));
+    } else if ended {
+        print(&format!(
+            "logged out of {}: the session's tokens are refused from now on{}",
+            client.base(),
+            if deleted.is_empty() {
+                String::new()
+            } else {
+                format!("; deleted {}", deleted.join(" and "))
+            }
+        ));
+    } else {
+        print(&format!(
+            "no session to end at {} (no valid token was saved){}",
+            client.base(),
+            if deleted.is_empty() {
+                String::new()
+            } else {
+                format!("; deleted {}", deleted.join(" and "))
+            }
+        ));
+    }
+    if std::env::var(TOKEN_VAR).is_ok_and(|t| !t.trim().is_empty()) {
+        eprintln!("note: {TOKEN_VAR} is set, so its token was the one logged out; unset it too");
     }
     Ok(())
 }

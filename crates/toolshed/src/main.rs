@@ -77,6 +77,8 @@ enum Command {
     User(Group<user::UserCommand>),
     /// Log in to the registry server (`TOOLSHED_URL`) and save the token.
     Login(client::LoginArgs),
+    /// End the saved login's session on the registry server and delete its tokens.
+    Logout(client::LogoutArgs),
     /// Work with the registry server (`TOOLSHED_URL`, logged in): its tools, and the runs
     /// their executions park.
     Registry(Group<registry::RegistryCommand>),
@@ -178,6 +180,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(*args, db.url()).await,
             Command::User(g) => user::run(g.command, db.url(), g.json).await,
             Command::Login(args) => client::login(args).await,
+            Command::Logout(args) => client::logout(args).await,
             Command::Registry(g) => registry::run(g.command, g.json).await,
             Command::Sandbox(g) => sandbox::run(g.command, g.json).await,
             Command::Mcp { command } => mcp::run(command, &db).await,

@@ -582,4 +582,37 @@ fn the_cli_refreshes_its_saved_token_when_the_access_token_ran_out() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+
+    // `toolshed logout` ends the new login's session on the server and deletes the
+    // saved tokens: a copy of them is refused from then on.
+    let o = server.toolshed(
+        home.path(),
+        &[
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "another-password-1",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let copied = std::fs::read_to_string(&saved).unwrap().trim().to_owned();
+    assert_eq!(rt.block_on(me(&client, &server.url, &copied)), 200);
+    let o = server.toolshed(home.path(), &["logout", "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let answer: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(answer["session_ended"], true, "{answer}");
+    assert_eq!(
+        answer["deleted"].as_array().map(Vec::len),
+        Some(2),
+        "{answer}"
+    );
+    assert!(!saved.exists());
+    assert!(!home.path().join("config/refresh_token").exists());
+    assert_eq!(rt.block_on(me(&client, &server.url, &copied)), 401);
+    // Again: nothing left to end, and it says so.
+    let o = server.toolshed(home.path(), &["logout"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("no session to end"), "{}", text(&o));
 }
