@@ -5,7 +5,8 @@
 //! of the CLI and resumed under the same key; a gated call parked, approved and
 //! resumed, and the Toren tool's approval predicate parking a large call until it is
 //! approved and resumed, all from the CLI; a changed tool file makes the
-//! resume refuse, naming the tool and the file, until `--accept-changes`; the declared
+//! resume refuse, naming the tool and the file, until `--accept-changes`, which records
+//! the accepted revisions so a later resume is not asked again; the declared
 //! env reaches Python and Node tools as `ctx.env` and never as their process env; and a
 //! broken agent.yaml in the working folder is an error naming the file, which
 //! `--no-agent` gets past.
@@ -601,6 +602,51 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 25.0);
     assert!(stderr(&o).contains("tool `refund_order`"), "{}", stderr(&o));
+
+    // Accepted changes are recorded: a run that parks again after a resume with
+    // --accept-changes is resumed later without the flag, and is not asked again.
+    std::fs::write(&code_file, &original).unwrap();
+    p.write(
+        "two_refunds.json",
+        r#"[
+            {"tool": "refund_order", "args": {"order_id": "ORD-000011", "amount": 1}},
+            {"tool": "refund_order", "args": {"order_id": "ORD-000012", "amount": 2}}
+        ]"#,
+    );
+    let o = p.run(&["runs", "start", "--plan", "two_refunds.json", "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let first = parked["waiting_for"][0]["call_id"].as_str().unwrap().to_owned();
+    let o = p.run(&["approvals", "approve", &first]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let recorded_hash = |p: &Project| {
+        let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+        shown["run"]["driver"]["agent_project"]["tools"]["refund_order"]["files"]
+            ["tools/refund_order.py"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = recorded_hash(&p);
+    std::fs::write(
+        &code_file,
+        original.replace("\"refunded\": amount", "\"refunded\": amount * 3"),
+    )
+    .unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--json", "--accept-changes"]);
+    assert_eq!(code(&o), 4, "the second refund parks: {}", stderr(&o));
+    let parked = json_of(&o);
+    let second = parked["waiting_for"][0]["call_id"].as_str().unwrap().to_owned();
+    let after = recorded_hash(&p);
+    assert_ne!(before, after, "the accepted revision is recorded");
+    let o = p.run(&["approvals", "approve", &second]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "not asked again: {}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["calls"][0]["result"]["refunded"], 3.0, "{done}");
+    assert_eq!(done["calls"][1]["result"]["refunded"], 6.0, "{done}");
 }
 
 #[test]
