@@ -440,14 +440,20 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
     // No agent project here: each built-in reads its own names from the CLI's
     // environment.
     let o = run(
-        &["tools", "run", "web_search", "--json", "--args", r#"{"query": "messi", "max_results": 2}"#],
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi", "max_results": 2}"#,
+        ],
         &all,
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let found = json_of(&o);
     assert_eq!(
-        found["result"]["results"][0]["url"],
-        "https://www.britannica.com/facts/Lionel-Messi",
+        found["result"]["results"][0]["url"], "https://www.britannica.com/facts/Lionel-Messi",
         "{found}"
     );
     assert_eq!(
@@ -455,20 +461,41 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
         Some(format!("Bearer {}", tavily::KEY).as_str())
     );
     let o = run(
-        &["tools", "run", "sql_query", "--json", "--args", r#"{"query": "SELECT id, total FROM orders ORDER BY id"}"#],
+        &[
+            "tools",
+            "run",
+            "sql_query",
+            "--json",
+            "--args",
+            r#"{"query": "SELECT id, total FROM orders ORDER BY id"}"#,
+        ],
         &all,
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let rows = json_of(&o);
-    assert_eq!(rows["result"]["rows"], json!([["ORD-1", 12.5], ["ORD-2", 7.0]]), "{rows}");
+    assert_eq!(
+        rows["result"]["rows"],
+        json!([["ORD-1", 12.5], ["ORD-2", 7.0]]),
+        "{rows}"
+    );
     // Without its variable, the built-in says which one and where it is read from.
     let o = run(
-        &["tools", "run", "web_search", "--json", "--args", r#"{"query": "messi"}"#],
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi"}"#,
+        ],
         &all[1..],
     );
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     let refused = json_of(&o);
-    assert_eq!(refused["error"]["details"]["kind"], "not_configured", "{refused}");
+    assert_eq!(
+        refused["error"]["details"]["kind"], "not_configured",
+        "{refused}"
+    );
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("web_search needs TAVILY_API_KEY")
@@ -482,14 +509,34 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
     const PASSWORD: &str = "s3cret-pw-4711";
     let pg = format!("postgres://reader:{PASSWORD}@127.0.0.1:1/shop");
     let o = run(
-        &["tools", "run", "web_search", "--json", "--args", r#"{"query": "messi"}"#],
-        &[("TAVILY_API_KEY", WRONG_KEY), ("TAVILY_BASE_URL", base.as_str())],
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi"}"#,
+        ],
+        &[
+            ("TAVILY_API_KEY", WRONG_KEY),
+            ("TAVILY_BASE_URL", base.as_str()),
+        ],
     );
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     let unauthorized = json_of(&o);
-    assert_eq!(unauthorized["error"]["details"]["kind"], "unauthorized", "{unauthorized}");
+    assert_eq!(
+        unauthorized["error"]["details"]["kind"], "unauthorized",
+        "{unauthorized}"
+    );
     let o2 = run(
-        &["tools", "run", "sql_query", "--json", "--args", r#"{"query": "SELECT 1"}"#],
+        &[
+            "tools",
+            "run",
+            "sql_query",
+            "--json",
+            "--args",
+            r#"{"query": "SELECT 1"}"#,
+        ],
         &[("SQL_DATABASE_URL", pg.as_str())],
     );
     assert_eq!(code(&o2), 1, "{}", stderr(&o2));
@@ -497,7 +544,11 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
     // so the URL is in its declared env): the password is scrubbed there too.
     let agent = dir.path().join("agent");
     std::fs::create_dir_all(agent.join("tools")).unwrap();
-    std::fs::write(agent.join("agent.yaml"), "name: leaky\nbuiltin_tools: [sql_query]\n").unwrap();
+    std::fs::write(
+        agent.join("agent.yaml"),
+        "name: leaky\nbuiltin_tools: [sql_query]\n",
+    )
+    .unwrap();
     std::fs::write(
         agent.join("tools/echo_env.py"),
         "import sys\n\n\ndef echo_env(ctx) -> dict:\n    \"\"\"Show the database URL.\"\"\"\n    url = ctx.env[\"SQL_DATABASE_URL\"]\n    print(\"connecting to \" + url, file=sys.stderr)\n    return {\"url\": url}\n",
@@ -506,9 +557,18 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
     let agent_dir = agent.display().to_string();
     let o3 = run(
         &["tools", "run", "echo_env", "--agent", &agent_dir, "--json"],
-        &[("SQL_DATABASE_URL", pg.as_str())],
+        // The tool's stderr is logged too (scrubbed): ask for that log.
+        &[
+            ("SQL_DATABASE_URL", pg.as_str()),
+            ("TOOLSHED_LOG", "toolshed::dispatch=info"),
+        ],
     );
     assert_eq!(code(&o3), 0, "{}", stderr(&o3));
+    assert!(
+        stderr(&o3).contains("connecting to postgres://reader:[REDACTED]@127.0.0.1:1/shop"),
+        "the tool's stderr was not logged, scrubbed: {}",
+        stderr(&o3)
+    );
     assert_eq!(
         json_of(&o3)["result"]["url"],
         "postgres://reader:[REDACTED]@127.0.0.1:1/shop",
@@ -529,7 +589,10 @@ fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_se
     assert!(shown.contains("[REDACTED]"), "{shown}");
     for secret in [WRONG_KEY, PASSWORD] {
         assert!(!shown.contains(secret), "{secret} shown: {shown}");
-        assert!(!journal_bytes(dir.path()).contains(secret), "{secret} is in the journal");
+        assert!(
+            !journal_bytes(dir.path()).contains(secret),
+            "{secret} is in the journal"
+        );
     }
     drop(rt);
 }
