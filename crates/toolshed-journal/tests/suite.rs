@@ -427,7 +427,10 @@ async fn set_run_driver_replaces_it_on_unfinished_runs_only(store: Store) {
         .unwrap();
     let again = json!({"kind": "plan", "steps": []});
     let parked = j.set_run_driver("r1", again.clone()).await.unwrap();
-    assert_eq!((parked.driver, parked.status), (again.clone(), RunStatus::Parked));
+    assert_eq!(
+        (parked.driver, parked.status),
+        (again.clone(), RunStatus::Parked)
+    );
     // A finished run's driver never changes; an unknown run is not found.
     for (id, status) in [
         ("done", RunStatus::Completed),

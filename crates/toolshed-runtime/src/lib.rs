@@ -32,9 +32,7 @@ mod run;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use toolshed_core::{
-    AttachmentReader, BlobStore, CredentialProvider, Pipeline, Principal, Secret,
-};
+use toolshed_core::{AttachmentReader, BlobStore, CredentialProvider, Pipeline, Principal, Secret};
 use toolshed_journal::{Budgets, Journal, NewRun};
 
 pub use driver::{Driver, PlanStep, RunOutcome, drive};

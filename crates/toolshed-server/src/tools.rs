@@ -550,11 +550,15 @@ fn executable_at(
     let handler: Arc<dyn Handler> = match endpoint_text.as_deref().map(Endpoint::parse) {
         None => Arc::new(NoEndpoint(name.clone())),
         Some(Err(e)) => return Err(format!("has an invalid endpoint ({e})")),
-        Some(Ok(Endpoint::Builtin { name: builtin })) => match (toolshed_stdlib::get(&builtin), builtin_env) {
-            (Some(t), Some(source)) => toolshed_stdlib::with_env_from(t, source).handler().clone(),
-            (Some(t), None) => t.handler().clone(),
-            (None, _) => Arc::new(NoEndpoint(name.clone())),
-        },
+        Some(Ok(Endpoint::Builtin { name: builtin })) => {
+            match (toolshed_stdlib::get(&builtin), builtin_env) {
+                (Some(t), Some(source)) => {
+                    toolshed_stdlib::with_env_from(t, source).handler().clone()
+                }
+                (Some(t), None) => t.handler().clone(),
+                (None, _) => Arc::new(NoEndpoint(name.clone())),
+            }
+        }
         Some(Ok(endpoint)) => {
             // The pipeline owns the timeout; a tool that declares none gets the
             // dispatcher's.

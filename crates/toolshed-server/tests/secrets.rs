@@ -388,7 +388,10 @@ fn built_ins_read_their_env_from_the_policy_for_each_tenant_and_no_other() {
     let shown = text.replace(tavily::KEY, "<THE KEY>");
     assert!(passed, "the child failed:\n{shown}");
     assert!(text.contains("1 passed"), "the child ran no test:\n{shown}");
-    assert!(!text.contains(tavily::KEY), "the key is in the output:\n{shown}");
+    assert!(
+        !text.contains(tavily::KEY),
+        "the key is in the output:\n{shown}"
+    );
     // Only acme's search reached Tavily, with acme's key.
     let seen = seen.0.lock().unwrap();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -462,9 +465,27 @@ beta:
     // beta has no key, the default tenant nothing at all: each is told what is missing
     // and who adds it, and nothing reaches Tavily or a database.
     for (token, tool, args, tenant, name) in [
-        (bob.as_str(), "web_search", json!({"query": "messi"}), "beta", "TAVILY_API_KEY"),
-        (s.deployer.as_str(), "web_search", json!({"query": "messi"}), "default", "TAVILY_API_KEY"),
-        (s.deployer.as_str(), "sql_query", owner.clone(), "default", "SQL_DATABASE_URL"),
+        (
+            bob.as_str(),
+            "web_search",
+            json!({"query": "messi"}),
+            "beta",
+            "TAVILY_API_KEY",
+        ),
+        (
+            s.deployer.as_str(),
+            "web_search",
+            json!({"query": "messi"}),
+            "default",
+            "TAVILY_API_KEY",
+        ),
+        (
+            s.deployer.as_str(),
+            "sql_query",
+            owner.clone(),
+            "default",
+            "SQL_DATABASE_URL",
+        ),
     ] {
         let data = execute(&s, token, tool, args).await;
         assert!(data["output"].is_null(), "{data}");

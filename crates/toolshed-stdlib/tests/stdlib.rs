@@ -344,7 +344,9 @@ fn env_echo(name: &str) -> toolshed_core::Tool {
     toolshed_core::Tool::builder(name)
         .description("Echo ctx.env.")
         .raw_handler(std::sync::Arc::new(
-            |args: serde_json::Value, ctx: toolshed_core::ToolContext| -> toolshed_core::HandlerFuture {
+            |args: serde_json::Value,
+             ctx: toolshed_core::ToolContext|
+             -> toolshed_core::HandlerFuture {
                 Box::pin(async move {
                     let env = serde_json::to_value(ctx.run().env_vars()).unwrap();
                     if args["fail"] == true {
@@ -365,7 +367,10 @@ async fn a_built_in_outside_an_agent_gets_exactly_its_declared_env_and_its_secre
     let source = std::sync::Arc::new(Source(BTreeMap::from([
         ("TAVILY_API_KEY", "tvly-key-123456"),
         ("TAVILY_BASE_URL", "http://127.0.0.1:9"),
-        ("SQL_DATABASE_URL", "postgres://reader:pa%24%24word-99@127.0.0.1:1/shop"),
+        (
+            "SQL_DATABASE_URL",
+            "postgres://reader:pa%24%24word-99@127.0.0.1:1/shop",
+        ),
         ("OTHER_SECRET", "not-for-any-built-in"),
     ])));
     let tools = [
@@ -407,8 +412,11 @@ async fn a_built_in_outside_an_agent_gets_exactly_its_declared_env_and_its_secre
         "http://127.0.0.1:9",
     )])));
     let p = Pipeline::builder(
-        ToolSet::from_tools([toolshed_stdlib::with_env_from(env_echo("web_search"), lacking)])
-            .unwrap(),
+        ToolSet::from_tools([toolshed_stdlib::with_env_from(
+            env_echo("web_search"),
+            lacking,
+        )])
+        .unwrap(),
     )
     .build();
     let err = p
@@ -417,7 +425,11 @@ async fn a_built_in_outside_an_agent_gets_exactly_its_declared_env_and_its_secre
         .result
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::HandlerError);
-    assert_eq!(err.details.as_ref().unwrap()["kind"], "not_configured", "{err}");
+    assert_eq!(
+        err.details.as_ref().unwrap()["kind"],
+        "not_configured",
+        "{err}"
+    );
     assert!(
         err.message.contains("web_search needs TAVILY_API_KEY")
             && err.message.contains("`TAVILY_API_KEY` is not set"),
@@ -449,8 +461,15 @@ async fn a_built_in_outside_an_agent_gets_exactly_its_declared_env_and_its_secre
         .result
         .unwrap_err();
     let details = err.details.as_ref().unwrap();
-    assert_eq!((&details["kind"], &details["retryable"]), (&json!("unavailable"), &json!(true)), "{err}");
-    assert!(err.message.contains("the secret store does not answer"), "{err}");
+    assert_eq!(
+        (&details["kind"], &details["retryable"]),
+        (&json!("unavailable"), &json!(true)),
+        "{err}"
+    );
+    assert!(
+        err.message.contains("the secret store does not answer"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -12,9 +12,7 @@ use anyhow::anyhow;
 use toolshed_attachments::Limits;
 use toolshed_journal::Attachments;
 use toolshed_providers::LocalBlobStore;
-use toolshed_server::routes::attachments::{
-    Upload, UploadError, blob_dir, check_name, upload,
-};
+use toolshed_server::routes::attachments::{Upload, UploadError, blob_dir, check_name, upload};
 
 use crate::db::{Db, journal_failure};
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};

@@ -82,7 +82,11 @@ impl Db {
     }
 
     /// Open the journal and build the runtime over `set` with `config`.
-    pub async fn runtime_of(&self, set: ToolSet, config: RuntimeConfig) -> Result<Runtime, Failure> {
+    pub async fn runtime_of(
+        &self,
+        set: ToolSet,
+        config: RuntimeConfig,
+    ) -> Result<Runtime, Failure> {
         let journal = self.journal().await?;
         let pipeline = Pipeline::builder(set).build();
         Runtime::new(pipeline, journal, config).map_err(runtime_failure)
@@ -124,7 +128,12 @@ pub fn toolset() -> Result<ToolSet, Failure> {
     let env: Arc<dyn CredentialProvider> = Arc::new(CliEnv);
     let all = toolshed_stdlib::tools()
         .into_iter()
-        .map(|t| (ToolSource::Builtin, toolshed_stdlib::with_env_from(t, env.clone())))
+        .map(|t| {
+            (
+                ToolSource::Builtin,
+                toolshed_stdlib::with_env_from(t, env.clone()),
+            )
+        })
         .chain(
             toolshed_examples::tools()
                 .into_iter()

@@ -4,12 +4,11 @@
 //! shown, exported, run and planned with no `--agent`; a keyed call cut off by SIGKILL
 //! of the CLI and resumed under the same key; a gated call parked, approved and
 //! resumed, and the Toren tool's approval predicate parking a large call until it is
-//! approved and resumed, all from the CLI; a changed tool file makes the
-//! resume refuse, naming the tool and the file, until `--accept-changes`, which records
-//! the accepted revisions so a later resume is not asked again; the declared
-//! env reaches Python and Node tools as `ctx.env` and never as their process env; and a
-//! broken agent.yaml in the working folder is an error naming the file, which
-//! `--no-agent` gets past.
+//! approved and resumed, all from the CLI; a changed tool file makes the resume refuse,
+//! naming the tool and the file, until `--accept-changes`, which records the accepted
+//! revisions so a later resume is not asked again; the declared env reaches Python and
+//! Node tools as `ctx.env` and never as their process env; and a broken agent.yaml in
+//! the working folder is an error naming the file, which `--no-agent` gets past.
 //!
 //! Every command is its own process of the real `toolshed` binary, over a real SQLite
 //! journal, its tools running in the real sandbox.
@@ -312,9 +311,15 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
     assert_eq!(calls.len(), 5, "{planned}");
     assert!(calls.iter().all(|c| c["ok"] == true), "{planned}");
     assert_eq!(calls[0]["result"]["order_id"], "ORD-000001");
-    assert_eq!(calls[3]["result"][0]["url"], "https://example.com/carrier/1");
+    assert_eq!(
+        calls[3]["result"][0]["url"],
+        "https://example.com/carrier/1"
+    );
     assert!(
-        calls[4]["result"].as_str().unwrap().contains(r#""report":"q3""#),
+        calls[4]["result"]
+            .as_str()
+            .unwrap()
+            .contains(r#""report":"q3""#),
         "{planned}"
     );
     // A plan naming a tool the agent lacks is refused before any run, with the
@@ -617,7 +622,10 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     assert_eq!(code(&o), 4, "{}", stderr(&o));
     let parked = json_of(&o);
     let run_id = parked["run_id"].as_str().unwrap().to_owned();
-    let first = parked["waiting_for"][0]["call_id"].as_str().unwrap().to_owned();
+    let first = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let o = p.run(&["approvals", "approve", &first]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let recorded_hash = |p: &Project| {
@@ -637,7 +645,10 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     let o = p.run(&["runs", "resume", &run_id, "--json", "--accept-changes"]);
     assert_eq!(code(&o), 4, "the second refund parks: {}", stderr(&o));
     let parked = json_of(&o);
-    let second = parked["waiting_for"][0]["call_id"].as_str().unwrap().to_owned();
+    let second = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let after = recorded_hash(&p);
     assert_ne!(before, after, "the accepted revision is recorded");
     let o = p.run(&["approvals", "approve", &second]);
@@ -758,8 +769,7 @@ fn the_toren_tools_predicate_parks_a_large_report_until_it_is_approved_from_the_
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let done = json_of(&o);
     assert_eq!(done["status"], "completed", "{done}");
-    let report: Value =
-        serde_json::from_str(done["calls"][0]["result"].as_str().unwrap()).unwrap();
+    let report: Value = serde_json::from_str(done["calls"][0]["result"].as_str().unwrap()).unwrap();
     assert_eq!(report["report"], "annual", "{done}");
     assert_eq!(report["amount"], 500, "{done}");
     assert_eq!(report["idempotency_key"], format!("{run_id}:0"), "{done}");

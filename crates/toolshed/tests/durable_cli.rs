@@ -499,7 +499,10 @@ fn a_run_in_a_session_reads_the_files_attached_to_it_and_a_resume_keeps_the_sess
         let o = e.run(&args);
         assert_eq!(code(&o), 1, "{session:?}: {}", stderr(&o));
         let refused = stdout_json(&o);
-        assert_eq!(refused["error"]["code"], "ATTACHMENT_NOT_FOUND", "{refused}");
+        assert_eq!(
+            refused["error"]["code"], "ATTACHMENT_NOT_FOUND",
+            "{refused}"
+        );
         assert!(
             !refused.to_string().contains("Quarterly report"),
             "{refused}"
@@ -518,7 +521,13 @@ fn a_run_in_a_session_reads_the_files_attached_to_it_and_a_resume_keeps_the_sess
     );
     let plan = plan.display().to_string();
     let o = e.run(&[
-        "runs", "start", "--plan", &plan, "--session", "support-42", "--json",
+        "runs",
+        "start",
+        "--plan",
+        &plan,
+        "--session",
+        "support-42",
+        "--json",
     ]);
     assert_eq!(code(&o), 4, "{}", stderr(&o));
     let parked = stdout_json(&o);
