@@ -14,9 +14,9 @@
 //! - **MCP servers' tools** ([`mcp`]): `ref: mcp-servers/<name>`, bread's
 //!   `plugins.mcp_client` and AgentBreeder's `mcp_servers`, started through an
 //!   [`AgentMcp`]'s hub, their tools named `<server>__<tool>`;
-//! - **background runs** ([`process`]): `run_process` / `check_run` start the agent's
-//!   named `processes:` in the sandbox under a detached supervisor and report on them,
-//!   across restarts of whoever started them ([`Processes`]);
+//! - **background runs** ([`process`]): `run_process` / `check_run` / `stop_run` start
+//!   the agent's named `processes:` in the sandbox under a detached supervisor, report
+//!   on them and stop them, across restarts of whoever started them ([`Processes`]);
 //! - the **workspace** of `sandbox: true`: `bash` run in the sandbox and the file tools
 //!   (`read_file`, `write_file`, `edit_file`, `list_files`, `search_files`), all
 //!   confined to one folder per run ([`Workspaces`]);

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::attachment::AttachmentReader;
-use crate::credentials::{CredentialProvider, Credentials};
+use crate::credentials::{CredentialProvider, Credentials, Secret};
 use crate::diagnostics::DiagnosticsSink;
 use crate::error::{ErrorCode, ToolError};
 
@@ -79,6 +79,7 @@ struct RunInner {
     session_id: Arc<str>,
     principal: Option<Principal>,
     env: BTreeMap<String, String>,
+    secrets: Arc<[Secret]>,
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
     attachments: Option<Arc<dyn AttachmentReader>>,
@@ -132,6 +133,32 @@ impl RunContext {
     pub fn env_vars(&self) -> &BTreeMap<String, String> {
         &self.inner.env
     }
+    /// Values no call of the run may show (e.g. the secret parts of env values):
+    /// the pipeline scrubs them from every result, error, partial result and
+    /// diagnostics, as it does the credentials a call read.
+    pub fn secrets(&self) -> &[Secret] {
+        &self.inner.secrets
+    }
+    /// The same run with other declared env values: what a handler that narrows or
+    /// fills the env of the handler it wraps hands on (ids, principal, stores and
+    /// cancellation are shared).
+    pub fn with_env(&self, env: BTreeMap<String, String>) -> RunContext {
+        let inner = &self.inner;
+        RunContext {
+            inner: Arc::new(RunInner {
+                agent_id: inner.agent_id.clone(),
+                run_id: inner.run_id.clone(),
+                session_id: inner.session_id.clone(),
+                principal: inner.principal.clone(),
+                env,
+                secrets: inner.secrets.clone(),
+                credentials: inner.credentials.clone(),
+                blob_store: inner.blob_store.clone(),
+                attachments: inner.attachments.clone(),
+                cancel: inner.cancel.clone(),
+            }),
+        }
+    }
     /// The run-wide default credential provider.
     pub fn credential_provider(&self) -> Option<&Arc<dyn CredentialProvider>> {
         self.inner.credentials.as_ref()
@@ -167,6 +194,7 @@ pub struct RunContextBuilder {
     session_id: Option<String>,
     principal: Option<Principal>,
     env: BTreeMap<String, String>,
+    secrets: Vec<Secret>,
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
     attachments: Option<Arc<dyn AttachmentReader>>,
@@ -199,6 +227,11 @@ impl RunContextBuilder {
         self.env = env;
         self
     }
+    /// Set the values no call of the run may show (see [`RunContext::secrets`]).
+    pub fn secrets(mut self, secrets: Vec<Secret>) -> Self {
+        self.secrets = secrets;
+        self
+    }
     /// Set the run-wide default credential provider.
     pub fn credentials(mut self, provider: Arc<dyn CredentialProvider>) -> Self {
         self.credentials = Some(provider);
@@ -229,6 +262,7 @@ impl RunContextBuilder {
                 session_id: self.session_id.unwrap_or_else(fresh).into(),
                 principal: self.principal,
                 env: self.env,
+                secrets: self.secrets.into(),
                 credentials: self.credentials,
                 blob_store: self.blob_store,
                 attachments: self.attachments,
@@ -353,5 +387,14 @@ impl ToolContext {
     /// The run context.
     pub fn run(&self) -> &RunContext {
         &self.run
+    }
+
+    /// The same call with other declared env values (see [`RunContext::with_env`]):
+    /// how a wrapping handler hands its inner handler exactly the env it should see.
+    pub fn with_env(&self, env: BTreeMap<String, String>) -> ToolContext {
+        ToolContext {
+            run: self.run.with_env(env),
+            ..self.clone()
+        }
     }
 }

@@ -750,8 +750,10 @@ impl Pipeline {
         credentials: &Credentials,
     ) {
         if self.inner.crumbs.is_observed() {
-            if !credentials.declared().is_empty() {
-                scrub_value(&mut value, &credentials.handed_out());
+            if !credentials.declared().is_empty() || !run.secrets().is_empty() {
+                let mut secrets = credentials.handed_out();
+                secrets.extend_from_slice(run.secrets());
+                scrub_value(&mut value, &secrets);
             }
             self.inner.crumbs.emit(crumb(
                 run,
@@ -791,6 +793,15 @@ impl Pipeline {
         secrets: &[Secret],
         mut diagnostics: Diagnostics,
     ) -> CallOutcome {
+        // The run's own secrets too: a value a handler got from the env (a built-in's
+        // API key) is scrubbed like a credential it read.
+        let with_run: Vec<Secret>;
+        let secrets = if run.secrets().is_empty() {
+            secrets
+        } else {
+            with_run = secrets.iter().chain(run.secrets()).cloned().collect();
+            &with_run
+        };
         if !secrets.is_empty() {
             match &mut result {
                 Ok(v) => scrub_value(v, secrets),

@@ -238,6 +238,13 @@ impl Tool {
         self.rebuild(|inner| inner.credential_provider = Some(provider))
     }
 
+    /// A copy whose handler is `handler` (spec, schemas, hooks and credentials kept):
+    /// how a wrapping handler is put around the tool's own, e.g. one that hands a
+    /// built-in the env it declares.
+    pub fn with_handler(&self, handler: Arc<dyn Handler>) -> Tool {
+        self.rebuild(|inner| inner.handler = handler)
+    }
+
     fn rebuild(&self, change: impl FnOnce(&mut ToolInner)) -> Tool {
         let mut inner = ToolInner {
             spec: self.inner.spec.clone(),

@@ -203,6 +203,7 @@ impl Worker {
                 args,
                 &context,
                 run.env_vars(),
+                run.secrets(),
             )
             .await
     }

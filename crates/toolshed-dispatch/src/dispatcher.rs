@@ -604,7 +604,13 @@ impl Dispatcher {
                     Ok(c) => c,
                     Err(e) => return Reply::new(Err(e)),
                 };
-                let secrets: Arc<[Secret]> = credentials.values().cloned().collect();
+                // The credentials it reads, and the run's own secrets (parts of its env
+                // values), are scrubbed from the tool's stderr where it is logged.
+                let secrets: Arc<[Secret]> = credentials
+                    .values()
+                    .chain(ctx.run().secrets())
+                    .cloned()
+                    .collect();
                 // The declared env reaches the tool as `ctx.env` (the request's `env`),
                 // never as its process env.
                 let context = CallContext::from_tool_context(&ctx);
@@ -659,6 +665,7 @@ impl Dispatcher {
         args: &Value,
         context: &CallContext,
         env: &BTreeMap<String, String>,
+        secrets: &[Secret],
     ) -> Result<Value, DispatchError> {
         let mode = self.default_mode(endpoint);
         let conv = self
@@ -675,7 +682,7 @@ impl Dispatcher {
                 None,
             )
             .await?;
-        let mut events = std::pin::pin!(conv.events(None, Arc::from(Vec::new())));
+        let mut events = std::pin::pin!(conv.events(None, Arc::from(secrets)));
         match events.next().await {
             Some(Event::End(result, _)) => result,
             Some(Event::Partial(_)) => Err(DispatchError::Protocol {

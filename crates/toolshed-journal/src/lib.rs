@@ -220,6 +220,14 @@ pub trait Journal: Send + Sync + fmt::Debug {
         error: Option<String>,
     ) -> Result<RunRecord>;
 
+    /// Replace a run's driver: what drives it and what the driver keeps with it (the
+    /// CLI's plan, the agent project and each tool's revision), e.g. once a resume
+    /// accepted tools that changed since the run started, so a later resume compares
+    /// with the accepted revisions. Only a run that is not finished (`running`,
+    /// `parked`); a finished run's driver never changes (`Conflict`), an unknown run is
+    /// `NotFound`. Returns the updated run.
+    async fn set_run_driver(&self, id: &str, driver: Value) -> Result<RunRecord>;
+
     /// Record that a driver (re)started the run and set its status to `running`.
     ///
     /// `resumes` is incremented only when the run was `running` before the call, i.e. a

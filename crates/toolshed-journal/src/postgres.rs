@@ -452,7 +452,9 @@ async fn finish(
             Some(_) => Ok(Outcome::Done),
             None => Err(run_exists(&r.id)),
         },
-        WriteOp::SetRunStatus { id, .. } | WriteOp::BeginDrive { id, .. } => match first {
+        WriteOp::SetRunStatus { id, .. }
+        | WriteOp::SetRunDriver { id, .. }
+        | WriteOp::BeginDrive { id, .. } => match first {
             Some(row) => Ok(Outcome::Run(row_values(row)?)),
             None => {
                 let change = op.run_change().map(|(c, _)| c);
@@ -573,6 +575,7 @@ async fn load_run(client: &Client, target: &Target, id: &str) -> Result<Option<R
 struct WriterStatements {
     create_run: Statement,
     set_run_status: Statement,
+    set_run_driver: Statement,
     begin_drive: Statement,
     open_call: Statement,
     open_and_start: Statement,
@@ -635,6 +638,12 @@ impl WriterStatements {
             set_run_status: client
                 .prepare(&format!(
                     "UPDATE runs SET status = $2, error = $3, updated_at_ms = $4 \
+                     WHERE id = $1 AND {mutable} RETURNING {run_cols}"
+                ))
+                .await?,
+            set_run_driver: client
+                .prepare(&format!(
+                    "UPDATE runs SET driver = $2, updated_at_ms = $3 \
                      WHERE id = $1 AND {mutable} RETURNING {run_cols}"
                 ))
                 .await?,
@@ -747,6 +756,9 @@ impl WriterStatements {
                 error,
                 now,
             } => (&self.set_run_status, vec![id, status, error, now]),
+            WriteOp::SetRunDriver { id, driver, now } => {
+                (&self.set_run_driver, vec![id, driver, now])
+            }
             WriteOp::BeginDrive { id, now } => (&self.begin_drive, vec![id, now]),
             WriteOp::OpenCall(c) | WriteOp::OpenAndStart(c) => (
                 if matches!(op, WriteOp::OpenAndStart(_)) {

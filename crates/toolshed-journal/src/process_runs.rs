@@ -23,12 +23,15 @@ toolshed_core::wire_enum! {
         Starting,
         /// Its supervisor runs it.
         Running,
-        /// It ended by itself or was stopped (the exit code or signal says how).
+        /// It ended by itself or was stopped by its timeout (the exit code or signal
+        /// says how).
         Exited,
         /// It could not be started.
         Failed,
         /// Its supervisor vanished without recording how it ended.
         Lost,
+        /// `stop_run` stopped it (its supervisor killed the sandbox).
+        Stopped,
     }
 }
 
@@ -42,7 +45,10 @@ impl ProcessStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            ProcessStatus::Exited | ProcessStatus::Failed | ProcessStatus::Lost
+            ProcessStatus::Exited
+                | ProcessStatus::Failed
+                | ProcessStatus::Lost
+                | ProcessStatus::Stopped
         )
     }
 
@@ -51,9 +57,10 @@ impl ProcessStatus {
         match self {
             ProcessStatus::Starting => &[],
             ProcessStatus::Running => &[ProcessStatus::Starting],
-            ProcessStatus::Exited | ProcessStatus::Failed | ProcessStatus::Lost => {
-                &[ProcessStatus::Starting, ProcessStatus::Running]
-            }
+            ProcessStatus::Exited
+            | ProcessStatus::Failed
+            | ProcessStatus::Lost
+            | ProcessStatus::Stopped => &[ProcessStatus::Starting, ProcessStatus::Running],
         }
     }
 }

@@ -162,6 +162,9 @@ impl Fragments {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RunChange {
     SetStatus,
+    /// Replace the driver JSON (allowed from the same statuses as the others: a run
+    /// that is not finished).
+    SetDriver,
     BeginDrive,
 }
 
@@ -264,6 +267,9 @@ pub(crate) fn run_conflict(
     JournalError::Conflict(match change {
         RunChange::SetStatus => {
             format!("run `{run_id}` is already `{status}`; a finished run's status cannot change")
+        }
+        RunChange::SetDriver => {
+            format!("run `{run_id}` is already `{status}`; a finished run's driver cannot change")
         }
         RunChange::BeginDrive => {
             format!("run `{run_id}` is `{status}`; a finished run cannot be driven again")
@@ -405,6 +411,11 @@ pub(crate) enum WriteOp {
         error: Option<String>,
         now: i64,
     },
+    SetRunDriver {
+        id: String,
+        driver: String,
+        now: i64,
+    },
     BeginDrive {
         id: String,
         now: i64,
@@ -469,6 +480,7 @@ impl WriteOp {
     pub(crate) fn run_change(&self) -> Option<(RunChange, &str)> {
         match self {
             WriteOp::SetRunStatus { id, .. } => Some((RunChange::SetStatus, id)),
+            WriteOp::SetRunDriver { id, .. } => Some((RunChange::SetDriver, id)),
             WriteOp::BeginDrive { id, .. } => Some((RunChange::BeginDrive, id)),
             _ => None,
         }
@@ -485,6 +497,14 @@ impl WriteOp {
             error,
             now: now_ms(),
         }
+    }
+
+    pub(crate) fn set_run_driver(id: &str, driver: &Value) -> Result<WriteOp> {
+        Ok(WriteOp::SetRunDriver {
+            id: id.to_owned(),
+            driver: to_json("driver", driver)?,
+            now: now_ms(),
+        })
     }
 
     pub(crate) fn begin_drive(id: &str) -> WriteOp {

@@ -741,6 +741,14 @@ fn apply(st: &WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                 .map_err(db)?;
             run_outcome(st, op, id, changed)
         }
+        WriteOp::SetRunDriver { id, driver, now } => {
+            let changed = st
+                .get(&st.sql.set_run_driver)
+                .map_err(db)?
+                .execute(params![id, driver, now])
+                .map_err(db)?;
+            run_outcome(st, op, id, changed)
+        }
         WriteOp::BeginDrive { id, now } => {
             let changed = st
                 .get(&st.sql.begin_drive)
@@ -987,6 +995,7 @@ struct Sql {
     rollback_to: String,
     create_run: String,
     set_run_status: String,
+    set_run_driver: String,
     begin_drive: String,
     run_by_id: String,
     insert_open: String,
@@ -1026,7 +1035,7 @@ impl<'c> WriterStatements<'c> {
 
 impl Sql {
     /// Every statement, to prepare (and check) them all when the journal opens.
-    fn all(&self) -> [&str; 30] {
+    fn all(&self) -> [&str; 31] {
         [
             &self.begin,
             &self.commit,
@@ -1036,6 +1045,7 @@ impl Sql {
             &self.rollback_to,
             &self.create_run,
             &self.set_run_status,
+            &self.set_run_driver,
             &self.begin_drive,
             &self.run_by_id,
             &self.insert_open,
@@ -1097,6 +1107,9 @@ impl Sql {
                 .to_owned(),
             set_run_status: format!(
                 "UPDATE runs SET status = ?2, error = ?3, updated_at_ms = ?4 WHERE id = ?1 AND {mutable}"
+            ),
+            set_run_driver: format!(
+                "UPDATE runs SET driver = ?2, updated_at_ms = ?3 WHERE id = ?1 AND {mutable}"
             ),
             begin_drive: format!(
                 "UPDATE runs SET resumes = resumes + (CASE WHEN status = '{running}' THEN 1 ELSE 0 END), \

@@ -245,6 +245,12 @@ impl Journal for SqlJournal {
             .into_run()
     }
 
+    async fn set_run_driver(&self, id: &str, driver: Value) -> Result<RunRecord> {
+        self.write(WriteOp::set_run_driver(id, &driver)?)
+            .await?
+            .into_run()
+    }
+
     async fn begin_drive(&self, id: &str) -> Result<RunRecord> {
         self.write(WriteOp::begin_drive(id)).await?.into_run()
     }

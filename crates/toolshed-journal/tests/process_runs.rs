@@ -80,6 +80,22 @@ async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
     assert_eq!(failed.status, ProcessStatus::Failed);
     assert_eq!(failed.message.as_deref(), Some("why"));
 
+    // A running run stopped (`stop_run`) is final as well: the exit its supervisor
+    // reports afterwards changes nothing.
+    store.insert(new("p3", "default", "a")).await.unwrap();
+    store.mark_running("p3", 4243, 1, 1_600).await.unwrap();
+    let stopped = store
+        .finish("p3", end(ProcessStatus::Stopped, None))
+        .await
+        .unwrap();
+    assert_eq!(stopped.status, ProcessStatus::Stopped);
+    assert_eq!(stopped.status.as_str(), "stopped");
+    let late = store
+        .finish("p3", end(ProcessStatus::Exited, Some(0)))
+        .await
+        .unwrap();
+    assert_eq!(late, stopped);
+
     // `running` is not an end.
     assert!(
         store
@@ -122,7 +138,7 @@ async fn a_run_is_read_only_by_its_own_tenant_and_agent(scratch: Scratch) {
 #[test]
 fn the_transition_table_allows_only_forward_moves() {
     use ProcessStatus::*;
-    for s in [Starting, Running, Exited, Failed, Lost] {
+    for s in [Starting, Running, Exited, Failed, Lost, Stopped] {
         for from in s.allowed_from() {
             assert!(!from.is_final(), "{s} may not follow the final {from}");
         }

@@ -84,6 +84,7 @@ suite!(
     unknown_ids_are_not_found,
     list_runs_newest_first_with_filters_and_limit,
     set_run_status_refuses_leaving_a_final_status,
+    set_run_driver_replaces_it_on_unfinished_runs_only,
     begin_drive_counts_only_starts_from_running,
     open_call_is_idempotent_on_run_and_ordinal,
     call_id_used_at_another_key_is_a_conflict,
@@ -392,6 +393,63 @@ async fn set_run_status_refuses_leaving_a_final_status(store: Store) {
         .unwrap();
     assert_eq!(cancelled.error.as_deref(), Some("cancelled by alice"));
     conflict(j.set_run_status("r2", RunStatus::Completed, None).await);
+}
+
+async fn set_run_driver_replaces_it_on_unfinished_runs_only(store: Store) {
+    let j = store.open().await;
+    let created = j.create_run(new_run("r1")).await.unwrap();
+    // A running run: the driver is replaced whole, the rest of the run kept.
+    let accepted = json!({
+        "kind": "direct", "tool": "echo", "args": {"text": "r1"},
+        "agent_project": {"dir": "/p", "tools": {"echo": {"hash": "sha256:2", "files": {"tools/echo.py": "sha256:b"}}}}
+    });
+    let updated = j.set_run_driver("r1", accepted.clone()).await.unwrap();
+    assert_eq!(updated.driver, accepted);
+    assert_eq!(
+        (
+            &updated.status,
+            updated.resumes,
+            &updated.session_id,
+            created.created_at_ms
+        ),
+        (
+            &RunStatus::Running,
+            0,
+            &created.session_id,
+            updated.created_at_ms
+        )
+    );
+    assert!(updated.updated_at_ms >= created.updated_at_ms);
+    assert_eq!(j.get_run("r1").await.unwrap(), updated);
+    // A parked run too (what a resume with --accept-changes records before it drives).
+    j.set_run_status("r1", RunStatus::Parked, None)
+        .await
+        .unwrap();
+    let again = json!({"kind": "plan", "steps": []});
+    let parked = j.set_run_driver("r1", again.clone()).await.unwrap();
+    assert_eq!(
+        (parked.driver, parked.status),
+        (again.clone(), RunStatus::Parked)
+    );
+    // A finished run's driver never changes; an unknown run is not found.
+    for (id, status) in [
+        ("done", RunStatus::Completed),
+        ("failed", RunStatus::Failed),
+        ("gone", RunStatus::Cancelled),
+    ] {
+        j.create_run(new_run(id)).await.unwrap();
+        let finished = j.set_run_status(id, status, None).await.unwrap();
+        let message = conflict(j.set_run_driver(id, again.clone()).await);
+        assert!(
+            message.contains(&format!(
+                "run `{id}` is already `{}`; a finished run's driver cannot change",
+                status.as_str()
+            )),
+            "{message}"
+        );
+        assert_eq!(j.get_run(id).await.unwrap(), finished);
+    }
+    not_found(j.set_run_driver("nope", again).await, "run", "nope");
 }
 
 async fn begin_drive_counts_only_starts_from_running(store: Store) {

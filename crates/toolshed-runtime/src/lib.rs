@@ -32,7 +32,7 @@ mod run;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use toolshed_core::{AttachmentReader, BlobStore, CredentialProvider, Pipeline, Principal};
+use toolshed_core::{AttachmentReader, BlobStore, CredentialProvider, Pipeline, Principal, Secret};
 use toolshed_journal::{Budgets, Journal, NewRun};
 
 pub use driver::{Driver, PlanStep, RunOutcome, drive};
@@ -48,6 +48,10 @@ pub struct RuntimeConfig {
     pub max_result_bytes: usize,
     /// Declared env values handed to handlers (`ctx.env`).
     pub env: BTreeMap<String, String>,
+    /// Values no call may show (the secret parts of `env`, e.g. a built-in's API key):
+    /// scrubbed from every result, error, crumb and diagnostics before they are
+    /// recorded (`RunContext::secrets`).
+    pub secrets: Vec<Secret>,
     /// The run-wide default credential provider.
     pub credentials: Option<Arc<dyn CredentialProvider>>,
     /// The blob store handed to handlers.
@@ -61,6 +65,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             max_result_bytes: 1024 * 1024,
             env: BTreeMap::new(),
+            secrets: Vec::new(),
             credentials: None,
             blob_store: None,
             attachments: None,

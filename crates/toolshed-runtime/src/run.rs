@@ -75,7 +75,8 @@ pub(crate) fn run_context(
         .agent_id(agent_id.to_owned())
         .run_id(run_id.to_owned())
         .session_id(session_id.to_owned())
-        .env(config.env.clone());
+        .env(config.env.clone())
+        .secrets(config.secrets.clone());
     if let Some(p) = principal {
         b = b.principal(p.clone());
     }

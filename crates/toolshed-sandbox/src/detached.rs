@@ -22,6 +22,10 @@
 //! whoever reads it compares the supervisor's pid and start time ([`process_start_time`])
 //! to tell a live supervisor from a dead one or a reused pid.
 //!
+//! SIGTERM to the supervisor ([`request_stop`]) asks it to stop its command: it kills
+//! the sandbox (every process of it) and writes `exited` with `killed: stopped`
+//! ([`STOPPED`]), then exits.
+//!
 //! The supervisor is any binary that calls [`supervise`] with the state folder:
 //! `toolshed-sandbox-exec --supervise DIR`, or the CLI's own hidden
 //! `toolshed sandbox supervise DIR`. [`Supervisor::locate`] finds the first.
@@ -58,6 +62,8 @@ pub const SUPERVISOR_LOG: &str = "supervisor.log";
 pub const SUPERVISOR_ENV: &str = "TOOLSHED_SANDBOX_EXEC";
 /// The format version of the spec and status files.
 pub const FORMAT: u32 = 1;
+/// `killed` of a status whose command was stopped on request ([`request_stop`]).
+pub const STOPPED: &str = "stopped";
 
 /// What a detached supervisor runs: the command and its sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -558,6 +564,16 @@ pub fn supervise(dir: &Path) -> ExitCode {
             message: None,
             output_bytes: 0,
         };
+        // Listening for a stop request before `running` is written, so whoever reads
+        // `running` may ask.
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    child.kill().await;
+                    return fail(SandboxCode::Io, format!("cannot listen for SIGTERM: {e}"));
+                }
+            };
         if let Err(e) = write_status(dir, &status) {
             child.kill().await;
             return fail(SandboxCode::Io, format!("cannot write {STATUS_FILE}: {e}"));
@@ -574,16 +590,25 @@ pub fn supervise(dir: &Path) -> ExitCode {
             child.stdout.take().map(|p| pump(p, Arc::clone(&log))),
             child.stderr.take().map(|p| pump(p, Arc::clone(&log))),
         ];
-        let report = match spec.max_duration_ms {
-            Some(ms) => match tokio::time::timeout(Duration::from_millis(ms), child.wait()).await {
-                Ok(r) => r,
-                Err(_) => {
-                    let mut r = child.kill().await;
-                    r.killed = Some(KillReason::Timeout);
-                    r
-                }
-            },
-            None => child.wait().await,
+        let deadline = async {
+            match spec.max_duration_ms {
+                Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ended = tokio::select! {
+            r = child.wait() => Ended::Exited(r),
+            () = deadline => Ended::Timeout,
+            _ = term.recv() => Ended::Stop,
+        };
+        let (report, stopped) = match ended {
+            Ended::Exited(r) => (r, false),
+            Ended::Timeout => {
+                let mut r = child.kill().await;
+                r.killed = Some(KillReason::Timeout);
+                (r, false)
+            }
+            Ended::Stop => (child.kill().await, true),
         };
         // Everything of the sandbox is dead, so the pipes are at their end.
         for p in pumps.into_iter().flatten() {
@@ -595,7 +620,11 @@ pub fn supervise(dir: &Path) -> ExitCode {
             Exit::Code(c) => status.exit_code = Some(c),
             Exit::Signal(s) => status.signal = Some(s),
         }
-        status.killed = report.killed.map(|k| k.to_string());
+        status.killed = if stopped {
+            Some(STOPPED.to_owned())
+        } else {
+            report.killed.map(|k| k.to_string())
+        };
         status.output_bytes = log.lock().map(|l| l.total).unwrap_or_default();
         if let Err(e) = write_status(dir, &status) {
             eprintln!("toolshed-sandbox-exec: cannot write {STATUS_FILE}: {e}");
@@ -603,6 +632,38 @@ pub fn supervise(dir: &Path) -> ExitCode {
         }
         ExitCode::SUCCESS
     })
+}
+
+/// Ask the supervisor `pid`, started at `start` (clock ticks after boot, as recorded
+/// from [`process_start_time`]), to stop its command: SIGTERM, which it answers by
+/// killing the sandbox and writing `exited` with `killed: stopped`. `Ok(false)` when
+/// no such supervisor runs (it is gone, or another process reused its pid: nothing is
+/// signalled then).
+pub fn request_stop(pid: u32, start: u64) -> Result<bool, DetachedError> {
+    if !supervisor_alive(pid, start) {
+        return Ok(false);
+    }
+    let Some(target) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return Ok(false);
+    };
+    match rustix::process::kill_process(target, rustix::process::Signal::TERM) {
+        Ok(()) => Ok(true),
+        // It exited between the check and the signal.
+        Err(rustix::io::Errno::SRCH) => Ok(false),
+        Err(e) => Err(DetachedError::io(format!(
+            "cannot signal the supervisor (pid {pid}): {e}"
+        ))),
+    }
+}
+
+/// How a supervised command's wait ended.
+enum Ended {
+    Exited(crate::run::ExitReport),
+    Timeout,
+    Stop,
 }
 
 /// Copies a pipe into the output log as it arrives.

@@ -200,7 +200,8 @@ impl AppState {
             record,
         )
         .await?;
-        crate::tools::build_tool(self.dispatcher(), record, &env)
+        let policy: Arc<dyn toolshed_core::CredentialProvider> = self.credentials().clone();
+        crate::tools::build_tool(self.dispatcher(), record, &env, policy)
     }
 
     /// The connections to the registry's MCP servers (scope: the entry's tenant).

@@ -501,10 +501,15 @@ pub fn runtime_config(state: &AppState) -> RuntimeConfig {
 
 /// A stored definition as an executable tool; a definition this server refuses is a
 /// 409 that says to replace it.
+///
+/// A `builtin:` tool reads the env the built-in declares (`TAVILY_API_KEY`,
+/// `SQL_DATABASE_URL`, …) from `builtin_env`, the operator's credentials policy, for
+/// the tenant of each run: one tenant's value never reaches another tenant's run.
 pub fn build_tool(
     dispatcher: &Dispatcher,
     record: &ToolRecord,
     env: &RunEnv,
+    builtin_env: Arc<dyn toolshed_core::CredentialProvider>,
 ) -> Result<Tool, ApiError> {
     let file: ToolFile = serde_json::from_value(record.definition.clone()).map_err(|e| {
         ApiError::internal(
@@ -514,7 +519,8 @@ pub fn build_tool(
     })?;
     // The registry's revision number goes into the tool's revision, which approvals are
     // bound to (`toolshed_runtime::tool_revision`).
-    executable_at(dispatcher, file, env, Some(record.revision.to_string())).map_err(|reason| {
+    let revision = Some(record.revision.to_string());
+    executable_at(dispatcher, file, env, revision, Some(builtin_env)).map_err(|reason| {
         ApiError::new(
             ApiCode::InvalidDefinition,
             format!("tool `{}` {reason}; update it with PUT", record.name),
@@ -524,7 +530,7 @@ pub fn build_tool(
 
 /// A definition as the tool the runtime executes, or why it cannot be one.
 pub fn executable(dispatcher: &Dispatcher, file: ToolFile, env: &RunEnv) -> Result<Tool, String> {
-    executable_at(dispatcher, file, env, None)
+    executable_at(dispatcher, file, env, None, None)
 }
 
 /// [`executable`], marked with the registry revision it was stored as.
@@ -533,6 +539,7 @@ fn executable_at(
     file: ToolFile,
     env: &RunEnv,
     revision: Option<String>,
+    builtin_env: Option<Arc<dyn toolshed_core::CredentialProvider>>,
 ) -> Result<Tool, String> {
     let mut spec = file
         .into_spec()
@@ -543,10 +550,15 @@ fn executable_at(
     let handler: Arc<dyn Handler> = match endpoint_text.as_deref().map(Endpoint::parse) {
         None => Arc::new(NoEndpoint(name.clone())),
         Some(Err(e)) => return Err(format!("has an invalid endpoint ({e})")),
-        Some(Ok(Endpoint::Builtin { name: builtin })) => match toolshed_stdlib::get(&builtin) {
-            Some(t) => t.handler().clone(),
-            None => Arc::new(NoEndpoint(name.clone())),
-        },
+        Some(Ok(Endpoint::Builtin { name: builtin })) => {
+            match (toolshed_stdlib::get(&builtin), builtin_env) {
+                (Some(t), Some(source)) => {
+                    toolshed_stdlib::with_env_from(t, source).handler().clone()
+                }
+                (Some(t), None) => t.handler().clone(),
+                (None, _) => Arc::new(NoEndpoint(name.clone())),
+            }
+        }
         Some(Ok(endpoint)) => {
             // The pipeline owns the timeout; a tool that declares none gets the
             // dispatcher's.

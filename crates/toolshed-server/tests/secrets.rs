@@ -3,12 +3,19 @@
 //! results, in their result, in an error's message and details and on stderr, and the
 //! secret is in no API answer, no crumb, no row of the database and no log line.
 //!
+//! The seeded built-ins read the env they declare (`TAVILY_API_KEY`,
+//! `SQL_DATABASE_URL`, …) from the same policy, for the tenant of each run: each tenant
+//! gets its own key and database, a tenant the policy does not serve is told how to get
+//! one, and the key appears in no answer.
+//!
 //! The server reads credentials from its environment, and a test may not change its
-//! own, so the test runs itself again in a child process whose environment holds the
+//! own, so each test runs itself again in a child process whose environment holds the
 //! secret; the parent then also reads everything the child logged.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "../../toolshed-stdlib/tests/common/tavily.rs"]
+mod tavily;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -338,4 +345,158 @@ fn no_secret_in_the_database(db: &Path) {
             );
         }
     }
+}
+
+/// The second test's name, to run it alone in the child.
+const BUILTINS: &str = "built_ins_read_their_env_from_the_policy_for_each_tenant_and_no_other";
+
+#[test]
+fn built_ins_read_their_env_from_the_policy_for_each_tenant_and_no_other() {
+    if std::env::var("ACME_TAVILY_KEY").is_ok() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(built_ins_in_the_child());
+        return;
+    }
+    // The stand-in for Tavily's paid API (see tavily.rs) runs here, the server in the
+    // child; one SQLite database per tenant.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = rt.block_on(tavily::stand_in());
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = Vec::new();
+    for tenant in ["acme", "beta"] {
+        let path = dir.path().join(format!("{tenant}.db"));
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!(
+                "CREATE TABLE owner (tenant TEXT); INSERT INTO owner VALUES ('{tenant}');"
+            ))
+            .unwrap();
+        urls.push(format!("sqlite://{}", path.display()));
+    }
+    let (passed, text) = toolshed_testkit::rerun_alone(
+        BUILTINS,
+        [
+            ("ACME_TAVILY_KEY", tavily::KEY),
+            ("SHARED_TAVILY_BASE", base.as_str()),
+            ("ACME_SQL_URL", urls[0].as_str()),
+            ("BETA_SQL_URL", urls[1].as_str()),
+        ],
+    );
+    let shown = text.replace(tavily::KEY, "<THE KEY>");
+    assert!(passed, "the child failed:\n{shown}");
+    assert!(text.contains("1 passed"), "the child ran no test:\n{shown}");
+    assert!(
+        !text.contains(tavily::KEY),
+        "the key is in the output:\n{shown}"
+    );
+    // Only acme's search reached Tavily, with acme's key.
+    let seen = seen.0.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[0].0.as_deref(),
+        Some(format!("Bearer {}", tavily::KEY).as_str())
+    );
+    drop(seen);
+    drop(rt);
+}
+
+/// Execute a seeded built-in as `token`; the answer's `data`.
+async fn execute(s: &TestServer, token: &str, tool: &str, args: Value) -> Value {
+    let (status, answer) = s
+        .call(
+            "POST",
+            &format!("/api/v1/registry/tools/{tool}/execute"),
+            Some(token),
+            Some(json!({ "args": args })),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!answer.to_string().contains(tavily::KEY), "{answer}");
+    answer["data"].clone()
+}
+
+async fn built_ins_in_the_child() {
+    let s = TestServer::start_with(|c| {
+        c.credentials = toolshed_server::credentials::CredentialsPolicy::parse(
+            "acme:
+  TAVILY_API_KEY: {provider: env, key: ACME_TAVILY_KEY}
+  SQL_DATABASE_URL: {provider: env, key: ACME_SQL_URL}
+beta:
+  SQL_DATABASE_URL: {provider: env, key: BETA_SQL_URL}
+'*':
+  TAVILY_BASE_URL: {provider: env, key: SHARED_TAVILY_BASE}
+",
+            "policy.yaml",
+        )
+        .unwrap();
+    })
+    .await;
+    let mut tokens = Vec::new();
+    for (name, tenant) in [("ann", "acme"), ("bob", "beta")] {
+        let (status, answer) = s
+            .call(
+                "POST",
+                "/api/v1/users",
+                Some(&s.admin),
+                Some(json!({"username": name, "password": "password-123", "role": "deployer", "tenant": tenant})),
+            )
+            .await;
+        assert_eq!(status, 201, "{answer}");
+        tokens.push(s.login(name, "password-123").await);
+    }
+    let (ann, bob) = (&tokens[0], &tokens[1]);
+    let owner = json!({"query": "SELECT tenant FROM owner"});
+
+    // Each tenant's sql_query reads its own database.
+    let data = execute(&s, ann, "sql_query", owner.clone()).await;
+    assert_eq!(data["output"]["rows"], json!([["acme"]]), "{data}");
+    let data = execute(&s, bob, "sql_query", owner.clone()).await;
+    assert_eq!(data["output"]["rows"], json!([["beta"]]), "{data}");
+    // acme's key searches; the answer does not hold it.
+    let data = execute(&s, ann, "web_search", json!({"query": "messi"})).await;
+    assert!(data["error"].is_null(), "{data}");
+    assert_eq!(
+        data["output"]["results"][1]["url"], "https://en.wikipedia.org/wiki/Lionel_Messi",
+        "{data}"
+    );
+    // beta has no key, the default tenant nothing at all: each is told what is missing
+    // and who adds it, and nothing reaches Tavily or a database.
+    for (token, tool, args, tenant, name) in [
+        (
+            bob.as_str(),
+            "web_search",
+            json!({"query": "messi"}),
+            "beta",
+            "TAVILY_API_KEY",
+        ),
+        (
+            s.deployer.as_str(),
+            "web_search",
+            json!({"query": "messi"}),
+            "default",
+            "TAVILY_API_KEY",
+        ),
+        (
+            s.deployer.as_str(),
+            "sql_query",
+            owner.clone(),
+            "default",
+            "SQL_DATABASE_URL",
+        ),
+    ] {
+        let data = execute(&s, token, tool, args).await;
+        assert!(data["output"].is_null(), "{data}");
+        assert_eq!(data["error"]["details"]["kind"], "not_configured", "{data}");
+        let message = data["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("{tool} needs {name}"))
+                && message.contains(&format!("tenant `{tenant}`"))
+                && message.contains("--credentials-policy"),
+            "{message}"
+        );
+    }
+    s.stop().await;
 }

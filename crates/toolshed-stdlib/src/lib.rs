@@ -11,17 +11,23 @@
 //!
 //! A built-in that needs configuration names it: [`required_env`] (checked at an
 //! agent's start-up with its declared env) and [`optional_env`] (passed on when set).
-//! Handlers read those values from `ctx.env`, never from the process environment.
+//! Handlers read those values from `ctx.env`, never from the process environment: in an
+//! agent project the agent's declared env, elsewhere what [`with_env_from`] reads for
+//! each call (the CLI's environment, the server's credentials policy for the run's
+//! tenant). [`secret_parts`] says which parts of those values are secrets, scrubbed from
+//! every answer.
 
 use toolshed_core::Tool;
 
 mod common;
+mod configured;
 mod markdown;
 mod read_attachment;
 pub mod sql_query;
 mod time;
 pub mod web_search;
 
+pub use configured::{secret_parts, secrets_of_env, with_env_from};
 pub use markdown::{
     DEFAULT_TENANT, MAX_FILE_BYTES, MAX_TENANT_BYTES, MAX_TENANT_ENTRIES, OUTPUT_DIR_ENV,
     WrittenFile, markdown_writer, markdown_writer_tool,

@@ -423,16 +423,45 @@ fn float(f: f64) -> Value {
         .unwrap_or_else(|| Value::String(f.to_string()))
 }
 
-/// The strings of a URL that must never be shown: the whole URL and its password, as
-/// written and percent-decoded.
+/// The strings of a URL that must never be shown: the whole URL and its secret parts
+/// ([`url_secrets`]).
 fn secrets_of(url: &str) -> Vec<String> {
     let mut out = vec![url.to_owned()];
-    if let Ok(u) = url::Url::parse(url)
-        && let Some(p) = u.password()
-    {
-        out.push(p.to_owned());
-        if let Ok(decoded) = urlencoding_decode(p) {
+    out.extend(url_secrets(url));
+    out
+}
+
+/// The secret parts of a database URL: its password, and the value of a `password`
+/// (or `pass`, `sslpassword`) query parameter, each as written and percent-decoded.
+/// Empty for a URL without any (a SQLite path, a PostgreSQL URL with trust auth).
+pub(crate) fn url_secrets(url: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(u) = url::Url::parse(url.trim()) else {
+        return out;
+    };
+    let mut add = |raw: &str| {
+        if raw.is_empty() {
+            return;
+        }
+        out.push(raw.to_owned());
+        if let Ok(decoded) = urlencoding_decode(raw)
+            && decoded != raw
+        {
             out.push(decoded);
+        }
+    };
+    if let Some(p) = u.password() {
+        add(p);
+    }
+    if let Some(query) = u.query() {
+        for pair in query.split('&') {
+            if let Some((key, value)) = pair.split_once('=')
+                && ["password", "pass", "sslpassword"]
+                    .iter()
+                    .any(|k| key.eq_ignore_ascii_case(k))
+            {
+                add(value);
+            }
         }
     }
     out

@@ -305,3 +305,193 @@ async fn markdown_writer_caps_each_file_and_each_tenants_folder() {
     .await
     .unwrap();
 }
+
+/// A source of built-ins' env as the CLI's environment or the server's policy would be:
+/// a few names with values, one that fails like a secret store that does not answer.
+#[derive(Debug)]
+struct Source(BTreeMap<&'static str, &'static str>);
+
+impl toolshed_core::CredentialProvider for Source {
+    fn describe(&self) -> String {
+        "test source".into()
+    }
+
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<toolshed_core::Secret, toolshed_core::CredentialError>,
+    > {
+        let found = match self.0.get(name) {
+            Some(&"<fails>") => Err(toolshed_core::CredentialError::new(
+                ErrorCode::CredentialProviderError,
+                "the secret store does not answer",
+            )),
+            Some(v) => Ok(toolshed_core::Secret::new(*v)),
+            None => Err(toolshed_core::CredentialError::new(
+                ErrorCode::CredentialNotFound,
+                format!("`{name}` is not set"),
+            )),
+        };
+        Box::pin(std::future::ready(found))
+    }
+}
+
+/// A stand-in with a built-in's name whose handler answers the env it was handed (and
+/// echoes it into an error when asked), to see what the wrapper gives it.
+fn env_echo(name: &str) -> toolshed_core::Tool {
+    toolshed_core::Tool::builder(name)
+        .description("Echo ctx.env.")
+        .raw_handler(std::sync::Arc::new(
+            |args: serde_json::Value,
+             ctx: toolshed_core::ToolContext|
+             -> toolshed_core::HandlerFuture {
+                Box::pin(async move {
+                    let env = serde_json::to_value(ctx.run().env_vars()).unwrap();
+                    if args["fail"] == true {
+                        return toolshed_core::Reply::new(Err(toolshed_core::ToolError::handler(
+                            format!("cannot connect with {env}"),
+                        )));
+                    }
+                    toolshed_core::Reply::new(Ok(toolshed_core::ToolOutput::Value(env)))
+                })
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_built_in_outside_an_agent_gets_exactly_its_declared_env_and_its_secrets_are_scrubbed() {
+    let source = std::sync::Arc::new(Source(BTreeMap::from([
+        ("TAVILY_API_KEY", "tvly-key-123456"),
+        ("TAVILY_BASE_URL", "http://127.0.0.1:9"),
+        (
+            "SQL_DATABASE_URL",
+            "postgres://reader:pa%24%24word-99@127.0.0.1:1/shop",
+        ),
+        ("OTHER_SECRET", "not-for-any-built-in"),
+    ])));
+    let tools = [
+        toolshed_stdlib::with_env_from(env_echo("web_search"), source.clone()),
+        toolshed_stdlib::with_env_from(env_echo("sql_query"), source.clone()),
+        toolshed_stdlib::with_env_from(env_echo("get_current_time"), source.clone()),
+    ];
+    let p = Pipeline::builder(ToolSet::from_tools(tools).unwrap()).build();
+    // The run's own env is not passed on either.
+    let run = RunContext::builder()
+        .env(BTreeMap::from([("RUN_ENV".to_owned(), "x".to_owned())]))
+        .build();
+    let call = |name: &'static str, args: serde_json::Value| {
+        let (p, run) = (p.clone(), run.clone());
+        async move { p.call(&run, ToolCall::new(name, args)).await.result }
+    };
+    // Its names only, its secrets scrubbed from what it answers.
+    assert_eq!(
+        call("web_search", json!({})).await.unwrap(),
+        json!({"TAVILY_API_KEY": "[REDACTED]", "TAVILY_BASE_URL": "http://127.0.0.1:9"})
+    );
+    assert_eq!(
+        call("sql_query", json!({})).await.unwrap(),
+        json!({"SQL_DATABASE_URL": "postgres://reader:[REDACTED]@127.0.0.1:1/shop"})
+    );
+    let err = call("sql_query", json!({"fail": true})).await.unwrap_err();
+    assert!(
+        !err.message.contains("pa%24%24word-99") && err.message.contains("[REDACTED]"),
+        "{err}"
+    );
+    assert_eq!(
+        call("get_current_time", json!({})).await.unwrap(),
+        json!({})
+    );
+
+    // A required name the source lacks: not_configured, with the source's reason.
+    let lacking = std::sync::Arc::new(Source(BTreeMap::from([(
+        "TAVILY_BASE_URL",
+        "http://127.0.0.1:9",
+    )])));
+    let p = Pipeline::builder(
+        ToolSet::from_tools([toolshed_stdlib::with_env_from(
+            env_echo("web_search"),
+            lacking,
+        )])
+        .unwrap(),
+    )
+    .build();
+    let err = p
+        .call(&run, ToolCall::new("web_search", json!({})))
+        .await
+        .result
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::HandlerError);
+    assert_eq!(
+        err.details.as_ref().unwrap()["kind"],
+        "not_configured",
+        "{err}"
+    );
+    assert!(
+        err.message.contains("web_search needs TAVILY_API_KEY")
+            && err.message.contains("`TAVILY_API_KEY` is not set"),
+        "{err}"
+    );
+    // An optional one it lacks is left out; a source that fails is `unavailable`.
+    let partial = std::sync::Arc::new(Source(BTreeMap::from([(
+        "TAVILY_API_KEY",
+        "tvly-key-123456",
+    )])));
+    let failing = std::sync::Arc::new(Source(BTreeMap::from([("SQL_DATABASE_URL", "<fails>")])));
+    let p = Pipeline::builder(
+        ToolSet::from_tools([
+            toolshed_stdlib::with_env_from(env_echo("web_search"), partial),
+            toolshed_stdlib::with_env_from(env_echo("sql_query"), failing),
+        ])
+        .unwrap(),
+    )
+    .build();
+    let only_key = p
+        .call(&run, ToolCall::new("web_search", json!({})))
+        .await
+        .result
+        .unwrap();
+    assert_eq!(only_key, json!({"TAVILY_API_KEY": "[REDACTED]"}));
+    let err = p
+        .call(&run, ToolCall::new("sql_query", json!({})))
+        .await
+        .result
+        .unwrap_err();
+    let details = err.details.as_ref().unwrap();
+    assert_eq!(
+        (&details["kind"], &details["retryable"]),
+        (&json!("unavailable"), &json!(true)),
+        "{err}"
+    );
+    assert!(
+        err.message.contains("the secret store does not answer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_secret_parts_of_built_ins_env_values_are_known() {
+    let parts = |name: &str, value: &str| -> Vec<String> {
+        toolshed_stdlib::secret_parts(name, value)
+            .iter()
+            .map(|s| s.expose().to_owned())
+            .collect()
+    };
+    assert_eq!(parts("TAVILY_API_KEY", "tvly-1"), ["tvly-1"]);
+    assert!(parts("TAVILY_API_KEY", " ").is_empty());
+    assert!(parts("TAVILY_BASE_URL", "https://api.tavily.com").is_empty());
+    assert_eq!(
+        parts("SQL_DATABASE_URL", "postgres://u:p%40ss@h/db"),
+        ["p%40ss", "p@ss"]
+    );
+    assert_eq!(
+        parts("SQL_DATABASE_URL", "mysql://u@h/db?password=hunter22"),
+        ["hunter22"]
+    );
+    assert!(parts("SQL_DATABASE_URL", "sqlite:///tmp/shop.db").is_empty());
+    assert!(parts("SQL_DATABASE_URL", "postgres://u@h/db").is_empty());
+    assert!(parts("ORDER_API_BASE", "anything").is_empty());
+}

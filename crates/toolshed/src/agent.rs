@@ -139,15 +139,17 @@ pub(crate) struct Project {
 impl Project {
     /// The runtime over the agent's toolset, its declared env handed to handlers as
     /// `ctx.env` (never set in a tool process's environment).
+    ///
+    /// The secret parts of built-ins' env values (`TAVILY_API_KEY`, the password in
+    /// `SQL_DATABASE_URL`) are scrubbed from every call's answer, whichever tool of the
+    /// agent shows them; `read_attachment` reads the journal's attachments.
     pub async fn runtime(&self, db: &crate::db::Db) -> Result<toolshed_runtime::Runtime, Failure> {
-        let journal = db.journal().await?;
-        let pipeline = toolshed_core::Pipeline::builder(self.agent.toolset.clone()).build();
         let config = toolshed_runtime::RuntimeConfig {
             env: self.agent.env.clone(),
-            ..toolshed_runtime::RuntimeConfig::default()
+            secrets: toolshed_stdlib::secrets_of_env(&self.agent.env),
+            ..db.runtime_config().await?
         };
-        toolshed_runtime::Runtime::new(pipeline, journal, config)
-            .map_err(crate::db::runtime_failure)
+        db.runtime_of(self.agent.toolset.clone(), config).await
     }
 
     /// A run's driver as recorded: the driver, and this project under `agent_project`.

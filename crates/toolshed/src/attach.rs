@@ -12,7 +12,7 @@ use anyhow::anyhow;
 use toolshed_attachments::Limits;
 use toolshed_journal::Attachments;
 use toolshed_providers::LocalBlobStore;
-use toolshed_server::routes::attachments::{Upload, UploadError, blob_dir, upload};
+use toolshed_server::routes::attachments::{Upload, UploadError, blob_dir, check_name, upload};
 
 use crate::db::{Db, journal_failure};
 use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print, print_json};
@@ -33,8 +33,20 @@ pub struct AttachArgs {
     pub json: bool,
 }
 
+/// Check a `--session` id as an upload checks `session_id` (1 to 255 characters, no
+/// control character): exit 2 naming the flag otherwise.
+pub fn check_session(session: &str) -> Result<(), Failure> {
+    check_name("session_id", session).map_err(|e| match e {
+        UploadError::Field(_, why) => Failure::bad_input(anyhow!("--session {why}")),
+        other => Failure::bad_input(anyhow!("--session: {other}")),
+    })
+}
+
 /// Run `toolshed attach`.
 pub async fn run(args: AttachArgs, db: &Db) -> Result<(), Failure> {
+    if let Some(session) = &args.session {
+        check_session(session)?;
+    }
     let limits = Limits::default();
     let size = std::fs::metadata(&args.file)
         .map_err(|e| Failure::bad_input(anyhow!("cannot read {}: {e}", args.file.display())))?

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use toolshed_core::{Pipeline, ToolSet, ToolSource};
+use futures_util::future::BoxFuture;
+use toolshed_core::{
+    CredentialError, CredentialProvider, ErrorCode, Pipeline, Secret, ToolSet, ToolSource,
+};
 use toolshed_journal::{Journal, JournalError};
 use toolshed_runtime::{Runtime, RuntimeConfig, RuntimeError};
 
@@ -63,26 +66,74 @@ impl Db {
 
     /// Open the journal and build the runtime over a toolset the caller already built.
     pub async fn runtime_with(&self, set: ToolSet) -> Result<Runtime, Failure> {
-        let journal = self.journal().await?;
-        let pipeline = Pipeline::builder(set).build();
-        // `read_attachment` reads what `toolshed attach` stored in the same database.
+        self.runtime_of(set, self.runtime_config().await?).await
+    }
+
+    /// The settings every runtime of the CLI shares: `read_attachment` reads what
+    /// `toolshed attach` stored in the same database.
+    pub async fn runtime_config(&self) -> Result<RuntimeConfig, Failure> {
         let attachments = toolshed_journal::Attachments::open(&self.url)
             .await
             .map_err(journal_failure)?;
-        let config = RuntimeConfig {
+        Ok(RuntimeConfig {
             attachments: Some(Arc::new(attachments)),
             ..RuntimeConfig::default()
-        };
+        })
+    }
+
+    /// Open the journal and build the runtime over `set` with `config`.
+    pub async fn runtime_of(
+        &self,
+        set: ToolSet,
+        config: RuntimeConfig,
+    ) -> Result<Runtime, Failure> {
+        let journal = self.journal().await?;
+        let pipeline = Pipeline::builder(set).build();
         Runtime::new(pipeline, journal, config).map_err(runtime_failure)
+    }
+}
+
+/// The CLI's own environment, where a built-in run outside an agent project reads the
+/// env it declares (`TAVILY_API_KEY`, `SQL_DATABASE_URL`, …): each built-in gets exactly
+/// its own names, nothing else of the environment (`toolshed_stdlib::with_env_from`).
+#[derive(Debug)]
+struct CliEnv;
+
+impl CredentialProvider for CliEnv {
+    fn describe(&self) -> String {
+        "the CLI's environment".into()
+    }
+
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Secret, CredentialError>> {
+        let result = match std::env::var(name) {
+            Ok(v) if !v.trim().is_empty() => Ok(Secret::new(v)),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Err(CredentialError::new(
+                ErrorCode::CredentialNotFound,
+                format!(
+                    "`{name}` is not set in toolshed's environment; set it there (e.g. `export {name}=…`), or run the tool from an agent project whose env has it"
+                ),
+            )),
+            Err(std::env::VarError::NotUnicode(_)) => Err(CredentialError::new(
+                ErrorCode::CredentialProviderError,
+                format!("`{name}` in toolshed's environment is not valid UTF-8"),
+            )),
+        };
+        Box::pin(std::future::ready(result))
     }
 }
 
 /// The tools this CLI knows, with where each comes from.
 pub fn toolset() -> Result<ToolSet, Failure> {
     let mut b = ToolSet::builder();
+    let env: Arc<dyn CredentialProvider> = Arc::new(CliEnv);
     let all = toolshed_stdlib::tools()
         .into_iter()
-        .map(|t| (ToolSource::Builtin, t))
+        .map(|t| {
+            (
+                ToolSource::Builtin,
+                toolshed_stdlib::with_env_from(t, env.clone()),
+            )
+        })
         .chain(
             toolshed_examples::tools()
                 .into_iter()

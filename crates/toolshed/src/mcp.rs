@@ -122,14 +122,14 @@ fn local_principal() -> Principal {
 
 async fn serve_agent(dir: &Path, db: &Db) -> Result<(), Failure> {
     let project = crate::agent::load_project(dir).await?;
-    let toolset = project.agent.toolset.clone();
     let catalog_path = dir.join("mcp.yaml");
     let catalog = if catalog_path.exists() {
         Catalog::load(&catalog_path).map_err(|e| Failure::bad_input(anyhow!("{e}")))?
     } else {
         Catalog::default()
     };
-    let runtime = db.runtime_with(toolset).await?;
+    // The project's runtime: its declared env reaches handlers as `ctx.env`.
+    let runtime = project.runtime(db).await?;
     let gateway = Arc::new(LocalGateway { runtime, catalog });
     let principal = local_principal();
     let served = serve_stdio(McpHandler::with_caller(gateway, principal)).await;

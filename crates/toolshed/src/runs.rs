@@ -77,6 +77,11 @@ pub struct StartArgs {
     /// `cli`).
     #[arg(long, value_name = "NAME")]
     agent_id: Option<String>,
+    /// Run in this session: `read_attachment` reads the files attached to it
+    /// (`toolshed attach FILE --session ID`), and a resume keeps it. Default: a new
+    /// session of the run's own.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
     /// Fail the run once it has been started this many times after crashes.
     #[arg(long)]
     max_attempts_per_task: Option<u32>,
@@ -269,6 +274,12 @@ async fn resume_command(args: ResumeArgs, db: &Db, json_out: bool) -> Result<(),
                     run.id,
                     changed.changes.join("\n- ")
                 );
+                // The accepted revisions become the run's: a later resume compares
+                // with them, and does not ask about these changes again.
+                journal
+                    .set_run_driver(&run.id, project.driver_value(&driver))
+                    .await
+                    .map_err(journal_failure)?;
             }
         }
         let runtime = project.runtime(db).await?;
@@ -301,6 +312,9 @@ async fn resume(
 }
 
 async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
+    if let Some(session) = &args.session {
+        crate::attach::check_session(session)?;
+    }
     let shown = args.plan.display().to_string();
     let text = if shown == "-" {
         let mut buf = String::new();
@@ -359,13 +373,16 @@ async fn start_with(
             serde_json::to_value(driver).unwrap_or_default(),
         ),
     };
-    let new = NewRunBuilder::new(args.agent_id.as_deref().unwrap_or(&agent_id))
+    let mut new = NewRunBuilder::new(args.agent_id.as_deref().unwrap_or(&agent_id))
         .budgets(Budgets {
             max_attempts_per_task: args.max_attempts_per_task,
             max_wall_clock_min: args.max_wall_clock_min,
         })
-        .driver(driver_value)
-        .build();
+        .driver(driver_value);
+    if let Some(session) = &args.session {
+        new = new.session_id(session.clone());
+    }
+    let new = new.build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
     let outcome = toolshed_runtime::drive(&handle, driver)
         .await

@@ -67,6 +67,11 @@ pub struct RunArgs {
     /// working folder's agent.yaml; else one of the CLI's own tools).
     #[command(flatten)]
     project: ProjectArgs,
+    /// Run in this session: `read_attachment` reads the files attached to it
+    /// (`toolshed attach FILE --session ID`), and a resume keeps it. Default: a new
+    /// session of the run's own.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
 }
 
 /// The tools a command works on: those of the agent project the flags pick (which
@@ -286,6 +291,9 @@ async fn run_tool(
 ) -> Result<(), Failure> {
     find(&set, &args.name)?;
     let call_args = read_args(&args.args)?;
+    if let Some(session) = &args.session {
+        crate::attach::check_session(session)?;
+    }
     let driver = Driver::Direct {
         tool: args.name.clone(),
         args: call_args,
@@ -304,7 +312,11 @@ async fn run_tool(
             serde_json::to_value(&driver).unwrap_or_default(),
         ),
     };
-    let new = NewRunBuilder::new(&agent_id).driver(driver_value).build();
+    let mut new = NewRunBuilder::new(&agent_id).driver(driver_value);
+    if let Some(session) = args.session {
+        new = new.session_id(session);
+    }
+    let new = new.build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
     let outcome = toolshed_runtime::drive(&handle, &driver)
         .await

@@ -1,12 +1,14 @@
 //! An agent project used from the CLI run in its folder, as a new user works: the
-//! fixture `tests/fixtures/agent_project` (a Python tool, inline tools, two built-ins,
-//! `sandbox: true`, an approval-gated tool) listed, shown, exported, run and planned
-//! with no `--agent`; a keyed call cut off by SIGKILL of the CLI and resumed under the
-//! same key; a gated call parked, approved and resumed; a changed tool file makes the
-//! resume refuse, naming the tool and the file, until `--accept-changes`; the declared
-//! env reaches Python and Node tools as `ctx.env` and never as their process env; and a
-//! broken agent.yaml in the working folder is an error naming the file, which
-//! `--no-agent` gets past.
+//! fixture `tests/fixtures/agent_project` (a Python tool, a bread TS tool, a Toren TS
+//! tool, inline tools, two built-ins, `sandbox: true`, an approval-gated tool) listed,
+//! shown, exported, run and planned with no `--agent`; a keyed call cut off by SIGKILL
+//! of the CLI and resumed under the same key; a gated call parked, approved and
+//! resumed, and the Toren tool's approval predicate parking a large call until it is
+//! approved and resumed, all from the CLI; a changed tool file makes the resume refuse,
+//! naming the tool and the file, until `--accept-changes`, which records the accepted
+//! revisions so a later resume is not asked again; the declared env reaches Python and
+//! Node tools as `ctx.env` and never as their process env; and a broken agent.yaml in
+//! the working folder is an error naming the file, which `--no-agent` gets past.
 //!
 //! Every command is its own process of the real `toolshed` binary, over a real SQLite
 //! journal, its tools running in the real sandbox.
@@ -24,6 +26,7 @@ const FIXTURE_TOOLS: &[&str] = &[
     "edit_file",
     "env_probe",
     "env_probe_js",
+    "fetch_report",
     "get_current_time",
     "list_files",
     "markdown_writer",
@@ -32,8 +35,13 @@ const FIXTURE_TOOLS: &[&str] = &[
     "refund_order",
     "search_files",
     "ship_order",
+    "web_search",
     "write_file",
 ];
+
+/// The credential the bread tool `web_search` declares, set in the CLI's environment
+/// (the CLI's credential provider); the tool reports only its length.
+const SEARCH_API_KEY: &str = "sk-search-0123456789";
 
 /// A copy of the fixture project in a temp folder (so a test may change its files),
 /// also the working folder of the commands and the home of their journal.
@@ -68,6 +76,7 @@ impl Project {
             // The agent declares ORDER_API_BASE; the other is the CLI's own and must
             // not reach any tool.
             .env("ORDER_API_BASE", "https://orders.example.test")
+            .env("SEARCH_API_KEY", SEARCH_API_KEY)
             .env("TOOLSHED_TEST_UNDECLARED", "must-not-leak")
             .env_remove("TOOLSHED_URL")
             .env_remove("TOOLSHED_API_TOKEN")
@@ -220,6 +229,67 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
     let o = p.run(&["tools", "run", "get_current_time", "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 
+    // The bread and Toren TS files, loaded as their manuals write them: specs mapped.
+    let o = p.run(&["tools", "show", "web_search", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let bread = json_of(&o);
+    assert_eq!(bread["credentials"], json!(["SEARCH_API_KEY"]), "{bread}");
+    assert_eq!(bread["retry"]["attempts"], 2, "{bread}");
+    let o = p.run(&["tools", "show", "fetch_report", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let toren = json_of(&o);
+    assert_eq!(toren["effects"], "external", "{toren}");
+    assert_eq!(toren["idempotency"], "keyed", "{toren}");
+    assert_eq!(toren["max_attempts"], 2, "{toren}");
+    // Run: the bread tool reads its credential through the allowlist (the CLI's
+    // environment), and its onError hook turns a failing search into empty results.
+    let o = p.run(&[
+        "tools",
+        "run",
+        "web_search",
+        "--json",
+        "--args",
+        r#"{"query": "order status", "limit": 2}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let found = json_of(&o);
+    let results = found["result"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{found}");
+    assert_eq!(
+        results[0]["title"],
+        format!("order status #1 (key {} chars)", SEARCH_API_KEY.len()),
+        "{found}"
+    );
+    let o = p.run(&[
+        "tools",
+        "run",
+        "web_search",
+        "--json",
+        "--args",
+        r#"{"query": "fail"}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["result"], json!([]), "{}", stdout(&o));
+    // The Toren tool: a small report passes its approval predicate and runs at once,
+    // under the call's idempotency key.
+    let o = p.run(&[
+        "tools",
+        "run",
+        "fetch_report",
+        "--json",
+        "--args",
+        r#"{"report": "q1", "amount": 5}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let ran = json_of(&o);
+    let report: Value = serde_json::from_str(ran["result"].as_str().unwrap()).unwrap();
+    assert_eq!(report["amount"], 5, "{ran}");
+    assert_eq!(
+        report["idempotency_key"],
+        format!("{}:0", ran["run_id"].as_str().unwrap()),
+        "{ran}"
+    );
+
     // Planned: the agent's own tool and its built-ins, one run.
     p.write(
         "plan.json",
@@ -227,7 +297,9 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
             {"tool": "order_lookup", "args": {"order_id": "ORD-000001"}},
             {"parallel": [
                 {"tool": "get_current_time", "args": {}},
-                {"tool": "markdown_writer", "args": {"filename": "note.md", "content": "# shipped"}}
+                {"tool": "markdown_writer", "args": {"filename": "note.md", "content": "# shipped"}},
+                {"tool": "web_search", "args": {"query": "carrier", "limit": 1}},
+                {"tool": "fetch_report", "args": {"report": "q3", "amount": 50}}
             ]}
         ]"##,
     );
@@ -236,9 +308,20 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
     let planned = json_of(&o);
     assert_eq!(planned["status"], "completed", "{planned}");
     let calls = planned["calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 3, "{planned}");
+    assert_eq!(calls.len(), 5, "{planned}");
     assert!(calls.iter().all(|c| c["ok"] == true), "{planned}");
     assert_eq!(calls[0]["result"]["order_id"], "ORD-000001");
+    assert_eq!(
+        calls[3]["result"][0]["url"],
+        "https://example.com/carrier/1"
+    );
+    assert!(
+        calls[4]["result"]
+            .as_str()
+            .unwrap()
+            .contains(r#""report":"q3""#),
+        "{planned}"
+    );
     // A plan naming a tool the agent lacks is refused before any run, with the
     // nearest name; the CLI's own tools are not the agent's.
     p.write(
@@ -524,6 +607,57 @@ fn a_gated_call_is_parked_approved_and_resumed_and_a_changed_file_is_refused() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 25.0);
     assert!(stderr(&o).contains("tool `refund_order`"), "{}", stderr(&o));
+
+    // Accepted changes are recorded: a run that parks again after a resume with
+    // --accept-changes is resumed later without the flag, and is not asked again.
+    std::fs::write(&code_file, &original).unwrap();
+    p.write(
+        "two_refunds.json",
+        r#"[
+            {"tool": "refund_order", "args": {"order_id": "ORD-000011", "amount": 1}},
+            {"tool": "refund_order", "args": {"order_id": "ORD-000012", "amount": 2}}
+        ]"#,
+    );
+    let o = p.run(&["runs", "start", "--plan", "two_refunds.json", "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let first = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = p.run(&["approvals", "approve", &first]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let recorded_hash = |p: &Project| {
+        let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+        shown["run"]["driver"]["agent_project"]["tools"]["refund_order"]["files"]
+            ["tools/refund_order.py"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = recorded_hash(&p);
+    std::fs::write(
+        &code_file,
+        original.replace("\"refunded\": amount", "\"refunded\": amount * 3"),
+    )
+    .unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--json", "--accept-changes"]);
+    assert_eq!(code(&o), 4, "the second refund parks: {}", stderr(&o));
+    let parked = json_of(&o);
+    let second = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let after = recorded_hash(&p);
+    assert_ne!(before, after, "the accepted revision is recorded");
+    let o = p.run(&["approvals", "approve", &second]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "not asked again: {}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["calls"][0]["result"]["refunded"], 3.0, "{done}");
+    assert_eq!(done["calls"][1]["result"]["refunded"], 6.0, "{done}");
 }
 
 #[test]
@@ -645,4 +779,61 @@ fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
     for tool in ["net_plain", "interfaces"] {
         assert_eq!(seen(tool), vec!["lo".to_owned()], "{tool}");
     }
+}
+
+#[test]
+fn the_toren_tools_predicate_parks_a_large_report_until_it_is_approved_from_the_cli() {
+    let p = Project::new();
+    // The predicate runs in the tool's own worker: 500 > 100, so the call parks.
+    let o = p.run(&[
+        "tools",
+        "run",
+        "fetch_report",
+        "--json",
+        "--args",
+        r#"{"report": "annual", "amount": 500}"#,
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    assert_eq!(parked["status"], "parked", "{parked}");
+    assert_eq!(parked["waiting_for"][0]["tool"], "fetch_report", "{parked}");
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Nothing ran: the call waits, listed for approval.
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["calls"][0]["status"], "awaiting_approval", "{shown}");
+    assert!(shown["calls"][0]["result"].is_null(), "{shown}");
+    let o = p.run(&["approvals", "list", "--json"]);
+    assert!(stdout(&o).contains(&call_id), "{}", stdout(&o));
+    // Approved in one process, resumed in another: the report is fetched, once, under
+    // the call's key.
+    let o = p.run(&[
+        "approvals",
+        "approve",
+        &call_id,
+        "--reason",
+        "budget signed off",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = json_of(&o);
+    assert_eq!(done["status"], "completed", "{done}");
+    let report: Value = serde_json::from_str(done["calls"][0]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(report["report"], "annual", "{done}");
+    assert_eq!(report["amount"], 500, "{done}");
+    assert_eq!(report["idempotency_key"], format!("{run_id}:0"), "{done}");
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["calls"][0]["status"], "completed", "{shown}");
+    assert_eq!(shown["calls"][0]["attempts"], 1, "{shown}");
+    assert_eq!(
+        shown["calls"][0]["decision"]["reason"], "budget signed off",
+        "{shown}"
+    );
+    // A finished run is not resumed again.
+    let o = p.run(&["runs", "resume", &run_id]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
 }

@@ -1,9 +1,12 @@
 //! The `toolshed` binary, run as a user would: output, `--json`, and exit codes.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../../toolshed-stdlib/tests/common/tavily.rs"]
+mod tavily;
+
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One scratch folder for this test binary, so `tools run` never writes into the
 /// source tree.
@@ -375,4 +378,221 @@ fn serve_refuses_a_credentials_policy_serving_a_toolshed_name_with_exit_2() {
             && err.contains("policy.yaml"),
         "{err}"
     );
+}
+
+/// Everything the CLI wrote to the journal at `dir/journal.db` (the database, its WAL
+/// and shared memory), as text: where a leaked value would be found.
+fn journal_bytes(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("journal.db") {
+            all.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+        }
+    }
+    all
+}
+
+#[test]
+fn built_ins_outside_an_agent_project_read_exactly_their_env_and_never_show_a_secret() {
+    // The stand-in for Tavily's paid API (see tavily.rs), on a runtime of this test.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = rt.block_on(tavily::stand_in());
+    let dir = tempfile::tempdir().unwrap();
+    let shop = dir.path().join("shop.db");
+    rusqlite::Connection::open(&shop)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE orders (id TEXT, total REAL);
+             INSERT INTO orders VALUES ('ORD-1', 12.5), ('ORD-2', 7.0);",
+        )
+        .unwrap();
+    let shop_url = format!("sqlite://{}", shop.display());
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(args)
+            .current_dir(dir.path())
+            .env(
+                "TOOLSHED_DATABASE_URL",
+                format!("sqlite://{}/journal.db", dir.path().display()),
+            )
+            .env("TOOLSHED_CONFIG_DIR", dir.path().join("config"))
+            .env_remove("TOOLSHED_URL")
+            .env_remove("TOOLSHED_API_TOKEN")
+            .env_remove("TAVILY_API_KEY")
+            .env_remove("TAVILY_BASE_URL")
+            .env_remove("SQL_DATABASE_URL")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let json_of = |o: &Output| -> Value {
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+    };
+    let all = [
+        ("TAVILY_API_KEY", tavily::KEY),
+        ("TAVILY_BASE_URL", base.as_str()),
+        ("SQL_DATABASE_URL", shop_url.as_str()),
+    ];
+
+    // No agent project here: each built-in reads its own names from the CLI's
+    // environment.
+    let o = run(
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi", "max_results": 2}"#,
+        ],
+        &all,
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let found = json_of(&o);
+    assert_eq!(
+        found["result"]["results"][0]["url"], "https://www.britannica.com/facts/Lionel-Messi",
+        "{found}"
+    );
+    assert_eq!(
+        seen.0.lock().unwrap()[0].0.as_deref(),
+        Some(format!("Bearer {}", tavily::KEY).as_str())
+    );
+    let o = run(
+        &[
+            "tools",
+            "run",
+            "sql_query",
+            "--json",
+            "--args",
+            r#"{"query": "SELECT id, total FROM orders ORDER BY id"}"#,
+        ],
+        &all,
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let rows = json_of(&o);
+    assert_eq!(
+        rows["result"]["rows"],
+        json!([["ORD-1", 12.5], ["ORD-2", 7.0]]),
+        "{rows}"
+    );
+    // Without its variable, the built-in says which one and where it is read from.
+    let o = run(
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi"}"#,
+        ],
+        &all[1..],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let refused = json_of(&o);
+    assert_eq!(
+        refused["error"]["details"]["kind"], "not_configured",
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("web_search needs TAVILY_API_KEY")
+            && message.contains("not set in toolshed's environment"),
+        "{message}"
+    );
+
+    // Secret values never show: a key Tavily refuses (the stand-in echoes it in its
+    // 401), a database password in a URL that cannot be connected to.
+    const WRONG_KEY: &str = "tvly-wrong-secret-5555";
+    const PASSWORD: &str = "s3cret-pw-4711";
+    let pg = format!("postgres://reader:{PASSWORD}@127.0.0.1:1/shop");
+    let o = run(
+        &[
+            "tools",
+            "run",
+            "web_search",
+            "--json",
+            "--args",
+            r#"{"query": "messi"}"#,
+        ],
+        &[
+            ("TAVILY_API_KEY", WRONG_KEY),
+            ("TAVILY_BASE_URL", base.as_str()),
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let unauthorized = json_of(&o);
+    assert_eq!(
+        unauthorized["error"]["details"]["kind"], "unauthorized",
+        "{unauthorized}"
+    );
+    let o2 = run(
+        &[
+            "tools",
+            "run",
+            "sql_query",
+            "--json",
+            "--args",
+            r#"{"query": "SELECT 1"}"#,
+        ],
+        &[("SQL_DATABASE_URL", pg.as_str())],
+    );
+    assert_eq!(code(&o2), 1, "{}", stderr(&o2));
+    // An agent's own tool that shows a built-in's env value (the agent lists sql_query,
+    // so the URL is in its declared env): the password is scrubbed there too.
+    let agent = dir.path().join("agent");
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    std::fs::write(
+        agent.join("agent.yaml"),
+        "name: leaky\nbuiltin_tools: [sql_query]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        agent.join("tools/echo_env.py"),
+        "import sys\n\n\ndef echo_env(ctx) -> dict:\n    \"\"\"Show the database URL.\"\"\"\n    url = ctx.env[\"SQL_DATABASE_URL\"]\n    print(\"connecting to \" + url, file=sys.stderr)\n    return {\"url\": url}\n",
+    )
+    .unwrap();
+    let agent_dir = agent.display().to_string();
+    let o3 = run(
+        &["tools", "run", "echo_env", "--agent", &agent_dir, "--json"],
+        // The tool's stderr is logged too (scrubbed): ask for that log.
+        &[
+            ("SQL_DATABASE_URL", pg.as_str()),
+            ("TOOLSHED_LOG", "toolshed::dispatch=info"),
+        ],
+    );
+    assert_eq!(code(&o3), 0, "{}", stderr(&o3));
+    assert!(
+        stderr(&o3).contains("connecting to postgres://reader:[REDACTED]@127.0.0.1:1/shop"),
+        "the tool's stderr was not logged, scrubbed: {}",
+        stderr(&o3)
+    );
+    assert_eq!(
+        json_of(&o3)["result"]["url"],
+        "postgres://reader:[REDACTED]@127.0.0.1:1/shop",
+        "{}",
+        stdout(&o3)
+    );
+    let mut shown = String::new();
+    for o in [&o, &o2, &o3] {
+        shown.push_str(&stdout(o));
+        shown.push_str(&stderr(o));
+        let run_id = json_of(o)["run_id"].as_str().unwrap().to_owned();
+        let r = run(&["runs", "show", &run_id, "--crumbs", "--json"], &[]);
+        assert_eq!(code(&r), 0, "{}", stderr(&r));
+        shown.push_str(&stdout(&r));
+        let r = run(&["runs", "show", &run_id, "--crumbs"], &[]);
+        shown.push_str(&stdout(&r));
+    }
+    assert!(shown.contains("[REDACTED]"), "{shown}");
+    for secret in [WRONG_KEY, PASSWORD] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        assert!(
+            !journal_bytes(dir.path()).contains(secret),
+            "{secret} is in the journal"
+        );
+    }
+    drop(rt);
 }

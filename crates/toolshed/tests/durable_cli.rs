@@ -446,3 +446,156 @@ fn the_default_journal_is_in_the_working_folder() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(Path::new(&dir.path().join("toolshed.db")).exists());
 }
+
+/// A real PDF made for the attachment tests (LibreOffice, three pages).
+fn sample_pdf() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-attachments/tests/fixtures/sample.pdf")
+}
+
+#[test]
+fn a_run_in_a_session_reads_the_files_attached_to_it_and_a_resume_keeps_the_session() {
+    let e = Env::new();
+    let pdf = sample_pdf().display().to_string();
+    // Attached to a session once; parsed now.
+    let o = e.run(&["attach", &pdf, "--session", "support-42", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let attached = stdout_json(&o);
+    assert_eq!(attached["kind"], "pdf", "{attached}");
+    assert_eq!(attached["page_count"], 3, "{attached}");
+    assert_eq!(attached["session_id"], "support-42", "{attached}");
+    let id = attached["id"].as_str().unwrap().to_owned();
+    let read = json!({"attachment_id": id, "page": 1}).to_string();
+
+    // A run of that session reads it.
+    let o = e.run(&[
+        "tools",
+        "run",
+        "read_attachment",
+        "--session",
+        "support-42",
+        "--json",
+        "--args",
+        &read,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let page = stdout_json(&o);
+    assert!(
+        page["result"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Quarterly report"),
+        "{page}"
+    );
+    assert_eq!(page["result"]["page_count"], 3, "{page}");
+    assert_eq!(page["result"]["next"]["page"], 2, "{page}");
+    let run_id = page["run_id"].as_str().unwrap();
+    let shown = stdout_json(&e.run(&["runs", "show", run_id, "--json"]));
+    assert_eq!(shown["run"]["session_id"], "support-42", "{shown}");
+
+    // Another session's run, or a run of no session, is told it does not exist.
+    for session in [&["--session", "support-43"][..], &[]] {
+        let mut args = vec!["tools", "run", "read_attachment", "--json", "--args", &read];
+        args.extend_from_slice(session);
+        let o = e.run(&args);
+        assert_eq!(code(&o), 1, "{session:?}: {}", stderr(&o));
+        let refused = stdout_json(&o);
+        assert_eq!(
+            refused["error"]["code"], "ATTACHMENT_NOT_FOUND",
+            "{refused}"
+        );
+        assert!(
+            !refused.to_string().contains("Quarterly report"),
+            "{refused}"
+        );
+    }
+
+    // A plan in the session parks on an approval; its resume keeps the session, so the
+    // read after the approval sees the session's file.
+    let plan = e.file(
+        "plan.json",
+        &json!([
+            {"tool": "transfer_funds", "args": {"amount": 500, "to": "ACME-001"}},
+            {"tool": "read_attachment", "args": {"attachment_id": id, "page": 2}}
+        ])
+        .to_string(),
+    );
+    let plan = plan.display().to_string();
+    let o = e.run(&[
+        "runs",
+        "start",
+        "--plan",
+        &plan,
+        "--session",
+        "support-42",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = stdout_json(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"].as_str().unwrap();
+    let o = e.run(&["approvals", "approve", call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = e.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let done = stdout_json(&o);
+    assert_eq!(done["calls"][1]["ok"], true, "{done}");
+    assert_eq!(done["calls"][1]["result"]["page"], 2, "{done}");
+}
+
+#[test]
+fn attach_and_session_flags_refuse_bad_input_with_exit_2() {
+    let e = Env::new();
+    let pdf = sample_pdf().display().to_string();
+    let missing = e.dir.path().join("nowhere.pdf").display().to_string();
+    let unknown = e
+        .file("blob.bin", "\u{1}\u{2}binary\u{0}stuff\u{3}")
+        .display()
+        .to_string();
+    let encrypted = sample_pdf()
+        .with_file_name("encrypted.pdf")
+        .display()
+        .to_string();
+    let long = "s".repeat(256);
+    for (args, needle) in [
+        (
+            vec!["attach", missing.as_str(), "--session", "s"],
+            "cannot read",
+        ),
+        (
+            vec!["attach", unknown.as_str(), "--session", "s"],
+            "ATTACHMENT_UNSUPPORTED",
+        ),
+        (
+            vec!["attach", encrypted.as_str(), "--session", "s"],
+            "ATTACHMENT_ENCRYPTED",
+        ),
+        (
+            vec!["attach", pdf.as_str(), "--session", "bad\nid"],
+            "--session must be 1 to 255 characters without control characters",
+        ),
+        (
+            vec!["attach", pdf.as_str(), "--session", long.as_str()],
+            "--session must be 1 to 255 characters",
+        ),
+        (
+            vec!["attach", pdf.as_str(), "--session", ""],
+            "--session must be 1 to 255 characters",
+        ),
+        (vec!["attach", pdf.as_str()], "--run"),
+        (
+            vec!["tools", "run", "get_current_time", "--session", "tab\there"],
+            "--session must be 1 to 255 characters without control characters",
+        ),
+        (
+            vec!["runs", "start", "--plan", "-", "--session", long.as_str()],
+            "--session must be 1 to 255 characters",
+        ),
+    ] {
+        let o = e.run(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    // Nothing was attached and no run was started.
+    let runs = stdout_json(&e.run(&["runs", "list", "--json"]));
+    assert_eq!(runs, json!([]), "{runs}");
+}

@@ -1,6 +1,7 @@
 //! Background runs from the command line (`run_process` / `check_run` of an agent
 //! project), each step its own `toolshed` process: a run started by one CLI process is
-//! found running and then exited, with its output, by later ones; a SIGKILLed
+//! found running and then exited, with its output, by later ones; `stop_run` in another
+//! process stops one (its supervisor and sandbox gone, the run `stopped`); a SIGKILLed
 //! supervisor makes it `lost`; bad inputs, another agent's run id, and hostile argument
 //! values that stay single literal argv elements. Real sandboxes, real processes, one
 //! SQLite journal.
@@ -14,7 +15,7 @@ use serde_json::{Value, json};
 
 const AGENT: &str = r#"
 name: bg-agent
-builtin_tools: [run_process, check_run]
+builtin_tools: [run_process, check_run, stop_run]
 processes:
   wait_for_go:
     description: Prints, waits until the workspace holds `go`, then exits 7.
@@ -269,6 +270,71 @@ fn a_run_whose_starting_cli_is_sigkilled_is_still_found_running_then_exited() {
     let exited = env.check_until(&id, "the run to exit", |v| v["status"] != "running");
     assert_eq!(exited["status"], "exited", "{exited}");
     assert_eq!(exited["exit_code"], 7);
+}
+
+#[test]
+fn stop_run_in_another_process_kills_the_sandbox_and_the_run_reports_stopped() {
+    let env = Env::new();
+    let (_, id) = env.start("wait_for_go", json!({"label": "stoppable"}));
+    env.check_until(&id, "its first output", |v| {
+        v["output_tail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("label=stoppable")
+    });
+    let state = env.state(&id);
+    let supervisor = supervisor_pid(&state);
+    let status: Value =
+        serde_json::from_slice(&std::fs::read(state.join("status.json")).unwrap()).unwrap();
+    let sandbox = i32::try_from(status["sandbox_pid"].as_i64().unwrap()).unwrap();
+    assert!(alive(supervisor) && alive(sandbox));
+
+    // Stopped from a CLI process of its own (not the one that started it).
+    let o = env.tool("agent", "stop_run", &json!({"run_id": id}));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let stopped = stdout_json(&o)["result"].clone();
+    assert_eq!(stopped["status"], "stopped", "{stopped}");
+    assert!(
+        stopped["message"].as_str().unwrap().contains("stop_run"),
+        "{stopped}"
+    );
+    let tail = stopped["output_tail"].as_str().unwrap();
+    assert!(
+        tail.contains("started") && !tail.contains("finished"),
+        "{tail:?}"
+    );
+    assert!(stopped["ended_at_ms"].is_i64(), "{stopped}");
+    // Its sandbox is dead, and its supervisor exits.
+    assert!(!alive(sandbox), "the sandbox {sandbox} outlived the stop");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(supervisor) {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor {supervisor} did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Recorded: later checks and a second stop report the same.
+    assert_eq!(env.checked(&id)["status"], "stopped");
+    let o = env.tool("agent", "stop_run", &json!({"run_id": id}));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout_json(&o)["result"]["status"], "stopped");
+    // A run that ended by itself is not changed by a stop.
+    let (_, done) = env.start("echo_args", json!({"a": "x", "b": "y"}));
+    env.check_until(&done, "the run to exit", |v| v["status"] != "running");
+    let o = env.tool("agent", "stop_run", &json!({"run_id": done}));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout_json(&o)["result"]["status"], "exited");
+    // An id that is not one of this agent's runs is refused like an unknown one.
+    for bad in ["proc_nope", "proc_0123456789abcdef0123456789abcdef"] {
+        let o = env.tool("agent", "stop_run", &json!({"run_id": bad}));
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("no background run"),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
 }
 
 #[test]

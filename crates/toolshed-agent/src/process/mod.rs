@@ -1,6 +1,6 @@
 //! Background runs: `run_process` starts one of the agent's named `processes:` in the
 //! sandbox and returns its run id at once; `check_run` reports its status, exit code
-//! and the tail of its output.
+//! and the tail of its output; `stop_run` stops it (its supervisor kills the sandbox).
 //!
 //! Each run is held by a detached supervisor process
 //! ([`toolshed_sandbox::detached`]) in its own session, so it outlives the CLI or
@@ -31,7 +31,7 @@ pub use config::{ArgDef, ArgType, CommandPart, ProcessDef, check_value, parse_pr
 pub(crate) use tools::builtin;
 
 /// The names of the background-run built-ins.
-pub const PROCESS_TOOLS: &[&str] = &["run_process", "check_run"];
+pub const PROCESS_TOOLS: &[&str] = &["run_process", "check_run", "stop_run"];
 
 /// The caps of the background-run tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,8 @@ pub struct ProcessCaps {
     /// How long a run may stay `starting` (its starter died before recording the
     /// supervisor) before `check_run` calls it lost.
     pub starting_grace: Duration,
+    /// How long `stop_run` waits for the supervisor to report the command stopped.
+    pub stop_wait: Duration,
 }
 
 impl Default for ProcessCaps {
@@ -64,6 +66,7 @@ impl Default for ProcessCaps {
             default_timeout_seconds: 3600,
             default_memory_mb: 256,
             starting_grace: Duration::from_secs(60),
+            stop_wait: Duration::from_secs(15),
         }
     }
 }

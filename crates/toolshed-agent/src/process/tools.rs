@@ -1,4 +1,5 @@
-//! The two tools: `run_process {name, args}` and `check_run {run_id, tail_bytes}`.
+//! The three tools: `run_process {name, args}`, `check_run {run_id, tail_bytes}` and
+//! `stop_run {run_id}`.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -65,10 +66,10 @@ pub(crate) fn builtin(
         runs: runs.clone(),
         workspaces: workspaces.cloned(),
     });
-    let built = if name == "run_process" {
-        run_process_tool(agent)
-    } else {
-        check_run_tool(agent)
+    let built = match name {
+        "run_process" => run_process_tool(agent),
+        "stop_run" => stop_run_tool(agent),
+        _ => check_run_tool(agent),
     };
     built.map_err(|e| format!("`{name}`: {e}"))
 }
@@ -166,11 +167,40 @@ fn check_run_tool(agent: Arc<Agent>) -> Result<Tool, toolshed_core::SpecError> {
         })
     };
     Tool::builder("check_run")
-        .description("Check a background run started by run_process: its status (running, exited, failed or lost), exit code, and the end of its output.")
+        .description("Check a background run started by run_process: its status (starting, running, exited, stopped, failed or lost), exit code, and the end of its output.")
         .input_schema(schema)
         .effects(Effects::None)
         .idempotency(Idempotency::None)
         .timeout(Duration::from_secs(30))
+        .raw_handler(handler)
+        .build()
+}
+
+fn stop_run_tool(agent: Arc<Agent>) -> Result<Tool, toolshed_core::SpecError> {
+    let caps = agent.runs.config().caps;
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "run_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The id run_process returned."}
+        },
+        "required": ["run_id"],
+        "additionalProperties": false,
+    });
+    let handler = {
+        let agent = Arc::clone(&agent);
+        Arc::new(move |args: Value, ctx: ToolContext| -> HandlerFuture {
+            let agent = Arc::clone(&agent);
+            Box::pin(async move { reply(stop(&agent, args, &ctx).await) })
+        })
+    };
+    Tool::builder("stop_run")
+        .description("Stop a background run started by run_process: its sandboxed command is killed, and the run reports `stopped` with the end of its output. A run that already ended is reported as it ended.")
+        .input_schema(schema)
+        // It ends a sandboxed process of this agent's, nothing outside the sandbox;
+        // stopping twice is harmless (the second answer reports the first stop).
+        .effects(Effects::Sandbox)
+        .idempotency(Idempotency::None)
+        .timeout(caps.stop_wait + Duration::from_secs(15))
         .raw_handler(handler)
         .build()
 }
@@ -434,18 +464,102 @@ async fn detached_spec(
     })
 }
 
+/// The `run_id` argument.
+fn run_id_arg(args: &Value) -> Result<String, ToolError> {
+    match args.get("run_id") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        other => Err(invalid(
+            "run_id",
+            "must be the run id run_process returned",
+            other.unwrap_or(&Value::Null),
+        )),
+    }
+}
+
+/// The record of run `id` of this agent and the call's tenant; any other id (malformed,
+/// unknown, another tenant's or agent's) is the same `INVALID_ARGS`.
+async fn owned_run(
+    agent: &Agent,
+    id: &str,
+    ctx: &ToolContext,
+) -> Result<(Arc<ProcessRuns>, ProcessRunRecord), ToolError> {
+    let unknown = || {
+        invalid(
+            "run_id",
+            format!("no background run `{id}` of this agent; use the run_id run_process returned"),
+            &Value::String(id.to_owned()),
+        )
+    };
+    if !valid_run_id(id) {
+        return Err(unknown());
+    }
+    let store = store(agent).await?;
+    match store
+        .get(&tenant_of(ctx), &agent.name, id)
+        .await
+        .map_err(journal)?
+    {
+        Some(record) => Ok((store, record)),
+        None => Err(unknown()),
+    }
+}
+
+async fn stop(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
+    let caps = agent.runs.config().caps;
+    let id = run_id_arg(&args)?;
+    let (store, record) = owned_run(agent, &id, ctx).await?;
+    let record = settle(&store, record, caps).await?;
+    if record.status.is_final() {
+        // Ended already (by itself, stopped before, lost): said as it is.
+        return view(record, caps.tail_bytes);
+    }
+    let dir = PathBuf::from(&record.state_dir);
+    // The supervisor as recorded, else as its status file names it (its starter died
+    // before recording it); a run still starting has none to ask yet.
+    let supervisor = match (record.supervisor_pid, record.supervisor_start) {
+        (Some(pid), Some(start)) => Some((pid, start)),
+        _ => detached::read_status(&dir).ok().flatten().and_then(|s| {
+            detached::process_start_time(s.supervisor_pid).map(|t| (s.supervisor_pid, t))
+        }),
+    };
+    let Some((pid, start)) = supervisor else {
+        return Err(ToolError::handler(format!(
+            "background run `{id}` is still starting; stop it once check_run reports it running"
+        ))
+        .with_details(json!({"retryable": true})));
+    };
+    let asked = detached::request_stop(pid, start).map_err(|e| {
+        ToolError::handler(format!("cannot stop background run `{id}`: {}", e.message))
+    })?;
+    if asked {
+        // The supervisor kills the sandbox and writes how the command ended; wait for
+        // that (bounded), then record it.
+        let deadline = std::time::Instant::now() + caps.stop_wait;
+        loop {
+            let done = detached::read_status(&dir)
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.state != DetachedState::Running);
+            if done || !supervisor_alive(pid, start) {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ToolError::handler(format!(
+                    "background run `{id}` was asked to stop and has not stopped within {} s; check it with check_run",
+                    caps.stop_wait.as_secs()
+                ))
+                .with_details(json!({"retryable": true})));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let record = settle(&store, record, caps).await?;
+    view(record, caps.tail_bytes)
+}
+
 async fn check(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, ToolError> {
     let caps = agent.runs.config().caps;
-    let id = match args.get("run_id") {
-        Some(Value::String(s)) => s.clone(),
-        other => {
-            return Err(invalid(
-                "run_id",
-                "must be the run id run_process returned",
-                other.unwrap_or(&Value::Null),
-            ));
-        }
-    };
+    let id = run_id_arg(&args)?;
     let tail = match args.get("tail_bytes") {
         None | Some(Value::Null) => caps.tail_bytes,
         Some(v) => match v.as_u64() {
@@ -459,24 +573,7 @@ async fn check(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, T
             }
         },
     };
-    let unknown = || {
-        invalid(
-            "run_id",
-            format!("no background run `{id}` of this agent; use the run_id run_process returned"),
-            &Value::String(id.clone()),
-        )
-    };
-    if !valid_run_id(&id) {
-        return Err(unknown());
-    }
-    let store = store(agent).await?;
-    let Some(record) = store
-        .get(&tenant_of(ctx), &agent.name, &id)
-        .await
-        .map_err(journal)?
-    else {
-        return Err(unknown());
-    };
+    let (store, record) = owned_run(agent, &id, ctx).await?;
     let record = settle(&store, record, caps).await?;
     view(record, tail)
 }
@@ -551,6 +648,15 @@ fn ended(s: &DetachedStatus) -> Option<ProcessEnd> {
     let at = s.ended_at_ms.unwrap_or_else(toolshed_journal_now);
     match s.state {
         DetachedState::Running => None,
+        DetachedState::Exited if s.killed.as_deref() == Some(detached::STOPPED) => {
+            Some(ProcessEnd {
+                status: ProcessStatus::Stopped,
+                exit_code: s.exit_code,
+                signal: s.signal,
+                message: Some("stopped by stop_run: its sandbox was killed".into()),
+                ended_at: at,
+            })
+        }
         DetachedState::Exited => Some(ProcessEnd {
             status: ProcessStatus::Exited,
             exit_code: s.exit_code,

@@ -100,6 +100,19 @@ impl From<UploadError> for ApiError {
     }
 }
 
+/// Check a file name, run id or session id as an upload takes it: 1 to 255 characters,
+/// none of them a control character. The CLI checks `--session` with it too, so a run
+/// is never started under a session id no attachment could have.
+pub fn check_name(field: &'static str, value: &str) -> Result<(), UploadError> {
+    if value.is_empty() || value.len() > MAX_NAME || value.chars().any(char::is_control) {
+        return Err(UploadError::Field(
+            field,
+            format!("must be 1 to {MAX_NAME} characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// Check, parse (once), store the file in the blob store and its pages in the journal.
 pub async fn upload(
     store: &Attachments,
@@ -108,23 +121,13 @@ pub async fn upload(
     upload: Upload<'_>,
     bytes: Vec<u8>,
 ) -> Result<AttachmentRecord, UploadError> {
-    let name_ok =
-        |s: &str| !s.is_empty() && s.len() <= MAX_NAME && !s.chars().any(char::is_control);
-    if !name_ok(upload.filename) {
-        return Err(UploadError::Field(
-            "filename",
-            format!("must be 1 to {MAX_NAME} characters without control characters"),
-        ));
-    }
+    check_name("filename", upload.filename)?;
     for (field, value) in [
         ("run_id", &upload.run_id),
         ("session_id", &upload.session_id),
     ] {
-        if value.as_deref().is_some_and(|v| !name_ok(v)) {
-            return Err(UploadError::Field(
-                field,
-                format!("must be 1 to {MAX_NAME} characters without control characters"),
-            ));
+        if let Some(v) = value {
+            check_name(field, v)?;
         }
     }
     if upload.run_id.is_none() && upload.session_id.is_none() {
