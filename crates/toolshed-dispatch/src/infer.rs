@@ -161,6 +161,10 @@ pub(crate) async fn node(
         path.extension().and_then(|e| e.to_str()),
         Some("ts" | "mts")
     );
+    let cache = NodeSchemaCache::new(launcher, path, export).await;
+    if let Some(tool) = cache.as_ref().and_then(NodeSchemaCache::get) {
+        return Ok(tool);
+    }
     let module = if is_ts {
         launcher.typescript(path).await?
     } else {
@@ -222,5 +226,139 @@ pub(crate) async fn node(
     if tool.output_schema.as_ref().is_some_and(Value::is_null) {
         tool.output_schema = None;
     }
+    if let Some(cache) = &cache {
+        cache.put(&tool);
+    }
     Ok(tool)
+}
+
+/// What a Node module's inference found, kept under `<cache_dir>/schemas/` so that a
+/// command loading an agent project does not start Node (in the sandbox) again for every
+/// `.js`/`.ts` tool file whose code did not change: for a bread or Toren TypeScript tool
+/// that is a second or more per command. Inference imports the module, so its schema
+/// may come from any file beside it: the entry names the hash of every script and JSON
+/// file of the tool's folder (and below it, `node_modules` aside), and of the installed
+/// runtime packages' lockfile, and is used only while all of them still hash the same.
+/// Only successes are kept: an error is found again, and said again, every time.
+struct NodeSchemaCache {
+    file: std::path::PathBuf,
+    sources: Vec<(std::path::PathBuf, String)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedSchema {
+    sources: Vec<(std::path::PathBuf, String)>,
+    tool: InferredTool,
+}
+
+/// The most files, and bytes, hashed for one entry; a bigger folder is not cached.
+const CACHE_MAX_FILES: usize = 500;
+const CACHE_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+impl NodeSchemaCache {
+    /// The entry for `path`'s module (`export`), or `None` when its folder is too large
+    /// to fingerprint (it is then inferred every time).
+    async fn new(launcher: &Launcher, path: &Path, export: Option<&str>) -> Option<Self> {
+        let assets = launcher.assets().await.ok()?;
+        let deps_lock = launcher
+            .config
+            .typescript_deps
+            .join("node_modules/.package-lock.json");
+        let folder = path.parent()?.to_path_buf();
+        let tool_path = path.to_path_buf();
+        let path = path.to_path_buf();
+        let sources = tokio::task::spawn_blocking(move || {
+            let mut files = Vec::new();
+            collect_scripts(&folder, 0, &mut files)?;
+            files.push(path);
+            if deps_lock.is_file() {
+                files.push(deps_lock);
+            }
+            files.sort();
+            files.dedup();
+            let mut total = 0u64;
+            let mut sources = Vec::with_capacity(files.len());
+            for f in files {
+                let bytes = std::fs::read(&f).ok()?;
+                total += bytes.len() as u64;
+                if total > CACHE_MAX_BYTES {
+                    return None;
+                }
+                sources.push((f, crate::assets::sha256_hex(&bytes)));
+            }
+            Some(sources)
+        })
+        .await
+        .ok()??;
+        let mut key = Vec::new();
+        for part in [
+            assets.version.as_str(),
+            &tool_path.display().to_string(),
+            export.unwrap_or_default(),
+        ] {
+            key.extend_from_slice(part.as_bytes());
+            key.push(0);
+        }
+        for (f, sha) in &sources {
+            key.extend_from_slice(f.as_os_str().as_encoded_bytes());
+            key.extend_from_slice(sha.as_bytes());
+        }
+        let name = &crate::assets::sha256_hex(&key)[..32];
+        Some(NodeSchemaCache {
+            file: launcher
+                .config
+                .cache_dir
+                .join("schemas")
+                .join(format!("{name}.json")),
+            sources,
+        })
+    }
+
+    /// The kept schema, when every source still hashes as it did.
+    fn get(&self) -> Option<InferredTool> {
+        let bytes = std::fs::read(&self.file).ok()?;
+        let kept: CachedSchema = serde_json::from_slice(&bytes).ok()?;
+        (kept.sources == self.sources).then_some(kept.tool)
+    }
+
+    /// Keeps a schema (a failure to write only costs the next command an inference).
+    fn put(&self, tool: &InferredTool) {
+        let kept = CachedSchema {
+            sources: self.sources.clone(),
+            tool: tool.clone(),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&kept) {
+            let _ = crate::assets::write_atomically(&self.file, &bytes);
+        }
+    }
+}
+
+/// Every script and JSON file under `dir` (two levels down at most, `node_modules` and
+/// dot folders left out); `None` past [`CACHE_MAX_FILES`].
+fn collect_scripts(dir: &Path, depth: usize, out: &mut Vec<std::path::PathBuf>) -> Option<()> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        if kind.is_dir() {
+            if depth < 2 && name != "node_modules" && !name.starts_with('.') {
+                collect_scripts(&path, depth + 1, out)?;
+            }
+        } else if kind.is_file()
+            && matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("js" | "mjs" | "cjs" | "ts" | "mts" | "cts" | "json")
+            )
+        {
+            out.push(path);
+            if out.len() > CACHE_MAX_FILES {
+                return None;
+            }
+        }
+    }
+    Some(())
 }

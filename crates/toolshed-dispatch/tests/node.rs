@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 use toolshed_core::{ErrorCode, RunContext, ToolCall};
-use toolshed_dispatch::{Dispatcher, Mode, Request};
+use toolshed_dispatch::{Dispatcher, DispatcherConfig, Mode, Request};
 
 #[tokio::test]
 async fn node_tools_return_stream_and_throw() {
@@ -201,4 +201,68 @@ async fn node_schemas_are_read_from_the_module() {
     assert_eq!(err.code(), "SCHEMA_NOT_FOUND");
     assert!(err.to_string().contains("declares no schema"), "{err}");
     assert!(err.to_string().contains("count.schema = {...}"), "{err}");
+}
+
+/// A module's inferred schema is kept while its folder's scripts are unchanged: the
+/// second inference starts no Node, and a change to a file beside it (where a schema
+/// may come from) infers again.
+#[tokio::test]
+async fn a_node_schema_is_inferred_again_only_when_its_folder_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let imports = dir.path().join("imports.log");
+    // Unsandboxed, so the module's top-level code can count its imports in a host file.
+    let d = Dispatcher::new(DispatcherConfig {
+        cache_dir: cache.path().to_path_buf(),
+        ..unsandboxed(Mode::OneShot)
+    });
+    std::fs::write(
+        dir.path().join("shared.mjs"),
+        "export const text = { type: 'string', description: 'What to say' };\n",
+    )
+    .unwrap();
+    let tool = dir.path().join("say.mjs");
+    std::fs::write(
+        &tool,
+        format!(
+            "import {{ appendFileSync }} from 'node:fs';\nimport {{ text }} from './shared.mjs';\n\
+             appendFileSync({:?}, 'imported\\n');\n\
+             export default function say({{ text }}) {{ return text; }}\n\
+             say.description = 'Say something.';\n\
+             say.schema = {{ type: 'object', properties: {{ text }}, required: ['text'] }};\n",
+            imports.display().to_string()
+        ),
+    )
+    .unwrap();
+    let count = || {
+        std::fs::read_to_string(&imports)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let first = d.infer_node_schema(&tool, None).await.unwrap();
+    assert_eq!(
+        first.input_schema["properties"]["text"]["description"],
+        "What to say"
+    );
+    assert_eq!(count(), 1);
+    // A second dispatcher (a second CLI command) over the same cache: no import.
+    let again = Dispatcher::new(DispatcherConfig {
+        cache_dir: cache.path().to_path_buf(),
+        ..unsandboxed(Mode::OneShot)
+    });
+    assert_eq!(again.infer_node_schema(&tool, None).await.unwrap(), first);
+    assert_eq!(count(), 1, "the kept schema was used");
+    // The schema's own file changes: inferred again, and the change is seen.
+    std::fs::write(
+        dir.path().join("shared.mjs"),
+        "export const text = { type: 'string', description: 'What to shout' };\n",
+    )
+    .unwrap();
+    let changed = again.infer_node_schema(&tool, None).await.unwrap();
+    assert_eq!(count(), 2);
+    assert_eq!(
+        changed.input_schema["properties"]["text"]["description"],
+        "What to shout"
+    );
 }
