@@ -15,6 +15,7 @@ use crate::cgroup::Usage;
 use crate::config::{Clamp, Limits, Network, RunSpec, Weakening};
 use crate::error::SandboxError;
 use crate::mounts::Scratch;
+use crate::overlay::Upper;
 use crate::sandbox::Sandbox;
 use crate::spawn::{self, Exit, Running};
 
@@ -102,6 +103,10 @@ pub struct Outcome {
     pub stderr_truncated: bool,
     /// The files of [`RunSpec::collect`], read back from the scratch folder.
     pub files: Vec<CollectedFile>,
+    /// The layers of the overlay binds ([`Bind::overlay`](crate::Bind::overlay)), in the
+    /// order of the binds: what the run changed there, for the caller to merge (also
+    /// after a run that was killed). Dropped unmerged, the changes are gone.
+    pub uppers: Vec<Upper>,
     /// The limits the run had.
     pub limits: Limits,
     /// Whether it had the network.
@@ -182,9 +187,16 @@ impl Sandbox {
     /// cap, everything of the sandbox is frozen, killed and reaped. Files listed in
     /// [`RunSpec::collect`] are read back from the scratch folder.
     ///
+    /// An overlay bind's layer is mounted before the start and handed back in
+    /// [`Outcome::uppers`].
+    ///
     /// A failure of the tool (an exit code, a signal, a limit hit) is an [`Outcome`];
     /// an error means the sandbox could not run it at all.
     pub async fn run(&self, spec: RunSpec, stdin: Vec<u8>) -> Result<Outcome, SandboxError> {
+        let (spec, uppers) = match crate::overlay::prepare(&spec)? {
+            Some((prepared, uppers)) => (prepared, uppers),
+            None => (spec, Vec::new()),
+        };
         let (limits, network, clamped) = self.resolve(&spec);
         let (mut running, stdio) = spawn::start(&self.inner, &spec, &limits, network).await?;
         let deadline = tokio::time::Instant::from_std(running.started + limits.timeout());
@@ -262,6 +274,7 @@ impl Sandbox {
             stderr: err.kept,
             stderr_truncated: err.truncated,
             files,
+            uppers,
             limits,
             network,
             clamped,
