@@ -247,6 +247,30 @@ pub struct Refused {
     pub path: PathBuf,
     /// Why, in a sentence.
     pub reason: String,
+    /// Whether it was refused because the folder would hold more than its budget (not
+    /// for what it is: a socket, a device, too deep, a host error).
+    pub over_budget: bool,
+}
+
+/// Why one entry is not merged.
+struct Refusal {
+    reason: String,
+    over_budget: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(reason: String) -> Self {
+        Refusal {
+            reason,
+            over_budget: false,
+        }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(reason: &str) -> Self {
+        Refusal::from(reason.to_owned())
+    }
 }
 
 /// What a merge did.
@@ -262,6 +286,8 @@ pub struct MergeReport {
     pub refused: Vec<Refused>,
     /// How many entries were not merged in all.
     pub refused_count: u64,
+    /// Whether any was refused because of the budget.
+    pub over_budget: bool,
 }
 
 /// The layer of one overlay bind after its run: what the run changed, until it is
@@ -424,12 +450,15 @@ fn join(rel: &Path, name: &CStr) -> PathBuf {
 }
 
 impl Merge {
-    fn refuse(&mut self, path: PathBuf, reason: impl Into<String>) {
+    fn refuse(&mut self, path: PathBuf, why: impl Into<Refusal>) {
+        let why = why.into();
         self.report.refused_count += 1;
+        self.report.over_budget |= why.over_budget;
         if self.report.refused.len() < LISTED_REFUSALS {
             self.report.refused.push(Refused {
                 path,
-                reason: reason.into(),
+                reason: why.reason,
+                over_budget: why.over_budget,
             });
         }
     }
@@ -526,24 +555,30 @@ impl Merge {
 
     /// Whether adding `bytes` and `files` (after freeing `freed_bytes`) stays within the
     /// budget; the reason when not.
-    fn fits(&self, freed_bytes: u64, bytes: u64, files: u64) -> Result<(), String> {
+    fn fits(&self, freed_bytes: u64, bytes: u64, files: u64) -> Result<(), Refusal> {
         let after_bytes = self
             .used
             .bytes
             .saturating_sub(freed_bytes)
             .saturating_add(bytes);
         if after_bytes > self.allowed.bytes {
-            return Err(format!(
-                "not kept: the folder would hold {after_bytes} bytes, more than the {} allowed",
-                self.allowed.bytes
-            ));
+            return Err(Refusal {
+                reason: format!(
+                    "not kept: the folder would hold {after_bytes} bytes, more than the {} allowed",
+                    self.allowed.bytes
+                ),
+                over_budget: true,
+            });
         }
         if self.used.files.saturating_add(files) > self.allowed.files {
-            return Err(format!(
-                "not kept: the folder would hold {} entries, more than the {} allowed",
-                self.used.files + files,
-                self.allowed.files
-            ));
+            return Err(Refusal {
+                reason: format!(
+                    "not kept: the folder would hold {} entries, more than the {} allowed",
+                    self.used.files + files,
+                    self.allowed.files
+                ),
+                over_budget: true,
+            });
         }
         Ok(())
     }
@@ -600,8 +635,8 @@ impl Merge {
                 FileType::RegularFile | FileType::Symlink | FileType::Fifo => {
                     self.entry(upper, host, &name, &st, there.as_ref())
                 }
-                FileType::Socket => Err("not kept: a socket".to_owned()),
-                _ => Err("not kept: a device node".to_owned()),
+                FileType::Socket => Err("not kept: a socket".into()),
+                _ => Err("not kept: a device node".into()),
             };
             if let Err(reason) = result {
                 self.refuse(path, reason);
@@ -622,7 +657,7 @@ impl Merge {
         there: Option<&Stat>,
         path: &Path,
         depth: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let io = |what: &str| {
             let what = what.to_owned();
             move |e: Errno| format!("not kept: {what}: {e}")
@@ -674,7 +709,7 @@ impl Merge {
         name: &CStr,
         st: &Stat,
         there: Option<&Stat>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         if there.is_some_and(|t| kind(t) == FileType::Directory) {
             return Err("not kept: a folder is in its place".into());
         }
@@ -723,7 +758,7 @@ impl Merge {
                     Ok(n) => (temp, n),
                     Err(e) => {
                         let _ = rustix::fs::unlinkat(host, &temp, AtFlags::empty());
-                        return Err(format!("not kept: cannot write it: {e}"));
+                        return Err(format!("not kept: cannot write it: {e}").into());
                     }
                 }
             }
@@ -745,7 +780,7 @@ impl Merge {
                         });
                 if let Err(e) = set {
                     let _ = rustix::fs::unlinkat(host, &temp, AtFlags::empty());
-                    return Err(format!("not kept: cannot set its owner: {e}"));
+                    return Err(format!("not kept: cannot set its owner: {e}").into());
                 }
                 (temp, target.as_bytes().len() as u64)
             }
@@ -757,14 +792,14 @@ impl Merge {
                     rustix::fs::chownat(host, &temp, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
                 {
                     let _ = rustix::fs::unlinkat(host, &temp, AtFlags::empty());
-                    return Err(format!("not kept: cannot set its owner: {e}"));
+                    return Err(format!("not kept: cannot set its owner: {e}").into());
                 }
                 (temp, 0)
             }
         };
         if let Err(e) = rustix::fs::renameat(host, &temp, host, name) {
             let _ = rustix::fs::unlinkat(host, &temp, AtFlags::empty());
-            return Err(format!("not kept: cannot put it in place: {e}"));
+            return Err(format!("not kept: cannot put it in place: {e}").into());
         }
         self.used.bytes = self
             .used
