@@ -305,7 +305,11 @@ impl Folder {
     /// it replaces, whether the file is new, and how many folders it makes.
     pub(crate) fn cost(&self, field: &'static str, rel: &Path) -> Result<WriteCost, FsError> {
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let parents: Vec<_> = rel.parent().into_iter().flat_map(Path::components).collect();
+        let parents: Vec<_> = rel
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+            .collect();
         let mut cur = self
             .fd
             .try_clone()

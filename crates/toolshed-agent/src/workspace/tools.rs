@@ -16,7 +16,9 @@ use toolshed_core::{
     Diagnostics, Effects, ErrorCode, HandlerFuture, Idempotency, Reply, SpecError, Tool,
     ToolContext, ToolError, ToolOutput,
 };
-use toolshed_sandbox::{Bind, KillReason, LimitsRequest, MergeBudget, Network, OverlayRoom, RunSpec};
+use toolshed_sandbox::{
+    Bind, KillReason, LimitsRequest, MergeBudget, Network, OverlayRoom, RunSpec,
+};
 
 use super::fs::{FsError, INSIDE, Kind, WriteCost, check_path};
 use super::{Budget, Opened, Workspaces};
