@@ -174,7 +174,7 @@ async fn changes_reach_the_folder_only_through_the_merge_and_all_of_them_do() {
         "{names:?}"
     );
 
-    // A second run, with another pool uid, sees the merged folder and can change it.
+    // A second run sees the merged folder and can change it.
     let o2 = call(
         &sb,
         dir,

@@ -119,6 +119,12 @@ struct Inner {
     sandbox: OnceLock<Result<Sandbox, SandboxError>>,
     /// One lock per run id in use: a workspace's calls run one at a time.
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// What each workspace holds, as this process last counted it. Only this process's
+    /// merges and file tools change a workspace (sandboxed code writes a layer, never
+    /// the folder; background runs see it read-only; a run is driven by one process at
+    /// a time), and each of them updates its count, so a workspace is walked once per
+    /// process, not before every write.
+    usage: Mutex<HashMap<String, Usage>>,
 }
 
 impl std::fmt::Debug for Workspaces {
@@ -142,6 +148,7 @@ impl Workspaces {
                 config,
                 sandbox: OnceLock::new(),
                 locks: Mutex::new(HashMap::new()),
+                usage: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -211,6 +218,7 @@ impl Workspaces {
         let folder = self.folder(run_id)?;
         let lock = self.lock(run_id);
         let _guard = lock.lock_owned().await;
+        self.set_usage(run_id, None);
         let shown = folder.display().to_string();
         tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&folder) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -255,10 +263,33 @@ impl Workspaces {
             .await
             .map_err(|e| fs::FsError::Io(format!("the workspace could not be opened: {e}")))??;
         Ok(Opened {
+            ws: self.clone(),
+            run_id: run_id.to_owned(),
             folder: fs::Folder::new(fd)?,
             path: folder,
             _guard: guard,
         })
+    }
+
+    fn set_usage(&self, run_id: &str, usage: Option<Usage>) {
+        let mut cache = self
+            .inner
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match usage {
+            Some(u) => cache.insert(run_id.to_owned(), u),
+            None => cache.remove(run_id),
+        };
+    }
+
+    fn cached_usage(&self, run_id: &str) -> Option<Usage> {
+        self.inner
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(run_id)
+            .copied()
     }
 
     fn lock(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -329,15 +360,15 @@ impl Budget {
     }
 
     /// Checks that writing `new_bytes` at a path costing `cost` keeps the workspace
-    /// within the budget; else the error names the argument (`bytes_field` for the
-    /// content, `path` for new entries) and the setting.
+    /// within the budget, and returns what it will then hold; else the error names the
+    /// argument (`bytes_field` for the content, `path` for new entries) and the setting.
     pub(crate) fn check_write(
         &self,
         used: Usage,
         cost: fs::WriteCost,
         new_bytes: u64,
         bytes_field: &'static str,
-    ) -> Result<(), fs::FsError> {
+    ) -> Result<Usage, fs::FsError> {
         let allowed = self.allowed();
         let after = used
             .bytes
@@ -365,22 +396,39 @@ impl Budget {
                 ),
             ));
         }
-        Ok(())
+        Ok(Usage {
+            bytes: after,
+            files: used.files.saturating_add(added),
+        })
     }
 }
 
 /// A run's workspace, open and held.
 struct Opened {
+    ws: Workspaces,
+    run_id: String,
     folder: fs::Folder,
     path: PathBuf,
     _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Opened {
-    /// What the workspace holds now (a walk of the folder).
+    /// What the workspace holds: as this process last counted it, else a walk of the
+    /// folder.
     fn usage(&self) -> Result<Usage, fs::FsError> {
-        toolshed_sandbox::folder_usage(self.folder.fd())
-            .map_err(|e| fs::FsError::Io(format!("cannot measure the workspace: {e}")))
+        if let Some(u) = self.ws.cached_usage(&self.run_id) {
+            return Ok(u);
+        }
+        let u = toolshed_sandbox::folder_usage(self.folder.fd())
+            .map_err(|e| fs::FsError::Io(format!("cannot measure the workspace: {e}")))?;
+        self.ws.set_usage(&self.run_id, Some(u));
+        Ok(u)
+    }
+
+    /// Records what the workspace holds after a change (`None`: unknown, a change
+    /// failed half-way; the next use walks it again).
+    fn set_usage(&self, usage: Option<Usage>) {
+        self.ws.set_usage(&self.run_id, usage);
     }
 }
 

@@ -271,8 +271,10 @@ fn write_file(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecE
                 let content = a.content;
                 let created = on_workspace(&ws, &ctx, given.clone(), move |o| {
                     let cost = o.folder.cost("path", &rel)?;
-                    budget.check_write(o.usage()?, cost, bytes, "content")?;
-                    o.folder.write("path", &rel, content.as_bytes())
+                    let after = budget.check_write(o.usage()?, cost, bytes, "content")?;
+                    let written = o.folder.write("path", &rel, content.as_bytes());
+                    o.set_usage(written.is_ok().then_some(after));
+                    written
                 })
                 .await?;
                 Ok(json!({"path": shown, "bytes": bytes, "created": created}))
@@ -343,8 +345,10 @@ fn edit_file(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecEr
                         return Err(FsError::field("new_string", format!("the edited file would have {} bytes, more than the cap of {cap}", new.len())));
                     }
                     let cost = WriteCost { old_bytes: r.size, new_file: false, new_folders: 0 };
-                    budget.check_write(o.usage()?, cost, new.len() as u64, "new_string")?;
-                    o.folder.write("path", &rel, new.as_bytes())?;
+                    let after = budget.check_write(o.usage()?, cost, new.len() as u64, "new_string")?;
+                    let written = o.folder.write("path", &rel, new.as_bytes());
+                    o.set_usage(written.is_ok().then_some(after));
+                    written?;
                     Ok(json!({"path": shown, "replacements": count, "bytes": new.len()}))
                 })
                 .await
@@ -774,7 +778,12 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
         Some(upper) => {
             let ran_out = upper.ran_out();
             let budget = MergeBudget { used, allowed };
-            match keeping(opened, move |op| upper.merge(op.folder.fd(), budget)).await {
+            let merged = keeping(opened, move |op| {
+                let merged = upper.merge(op.folder.fd(), budget);
+                op.set_usage(merged.as_ref().ok().map(|r| r.usage));
+                merged
+            });
+            match merged.await {
                 Ok((_, Ok(report))) => Ok((report, ran_out)),
                 Ok((_, Err(e))) => Err(format!("{e} [{}]", e.code())),
                 Err(e) => Err(e.message),
