@@ -243,13 +243,18 @@ pub struct MergeBudget {
 /// An entry of the layer that was not merged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refused {
-    /// Its path, relative to the folder.
+    /// Its path, relative to the folder (serialized lossily: a name need not be UTF-8).
+    #[serde(serialize_with = "lossy")]
     pub path: PathBuf,
     /// Why, in a sentence.
     pub reason: String,
     /// Whether it was refused because the folder would hold more than its budget (not
     /// for what it is: a socket, a device, too deep, a host error).
     pub over_budget: bool,
+}
+
+fn lossy<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
 }
 
 /// Why one entry is not merged.

@@ -300,7 +300,25 @@ async fn the_merge_stays_within_its_budget_and_says_what_it_refused() {
             .contains("more than the 2000 allowed"),
         "{report:?}"
     );
+    assert!(report.refused[0].over_budget && report.over_budget);
     assert_eq!(report.usage, usage(dir));
+
+    // A socket is not kept, whatever its name; the report serializes any name.
+    let o = call(
+        &sb,
+        dir,
+        r#"python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(b"sock\xff")'"#,
+        PLENTY,
+        10_000,
+    )
+    .await;
+    assert_eq!(o.exit_code(), Some(0), "{}", show(&o));
+    let report = merge(&o, dir, NO_LIMIT);
+    assert_eq!(report.refused_count, 1, "{report:?}");
+    assert!(!report.over_budget);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["refused"][0]["path"], "sock\u{fffd}", "{json}");
+    assert_eq!(json["refused"][0]["reason"], "not kept: a socket");
 }
 
 #[tokio::test]
