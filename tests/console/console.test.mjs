@@ -1,7 +1,8 @@
 // End-to-end tests of the toolshed console in headless Chromium (Debian's package),
 // driven by playwright-core. Run by crates/toolshed/tests/console.rs, which starts
 // `toolshed serve` with 10,000 seeded tools and passes:
-//   TOOLSHED_URL, TOOLSHED_ADMIN_PASSWORD, TOOLSHED_TOOL_DIR, SCREENSHOTS, CHROMIUM.
+//   TOOLSHED_URL, TOOLSHED_ADMIN_PASSWORD, TOOLSHED_TOOL_DIR, TOOLSHED_PUBLIC_URL,
+//   SCREENSHOTS, CHROMIUM.
 // Every check throws on failure; the process exits non-zero with the reason.
 
 import assert from 'node:assert/strict';
@@ -14,6 +15,8 @@ const adminPassword = process.env.TOOLSHED_ADMIN_PASSWORD;
 const toolDir = process.env.TOOLSHED_TOOL_DIR;
 const shots = process.env.SCREENSHOTS;
 const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+// The server's --public-url (TOOLSHED_PUBLIC_URL): an extra origin the console accepts.
+const publicUrl = process.env.TOOLSHED_PUBLIC_URL;
 const PASSWORD = 'password-123';
 mkdirSync(shots, { recursive: true });
 
@@ -45,6 +48,7 @@ for (const [username, role] of [['dee', 'deployer'], ['ann', 'deployer'], ['vic'
   assert.equal(r.status, 201, JSON.stringify(r.json));
 }
 const dee = await token('dee', PASSWORD);
+const annToken = await token('ann', PASSWORD);
 const shipPy = join(toolDir, 'ship_order.py');
 writeFileSync(shipPy, [
   'import sys',
@@ -90,6 +94,28 @@ const shipSchema = {
 };
 let r = await call(admin, 'POST', '/api/v1/registry/tools', {
   name: 'ship-order', description: 'Ship an order to its address.', endpoint: `python:${shipPy}`, schema_definition: shipSchema,
+});
+assert.equal(r.status, 201, JSON.stringify(r.json));
+const shipId = r.json.data.id;
+// Arrays inside an array's items: a violation the form cannot see (`not`) is placed by
+// the server's pointer, `/rows/1/cells/0`, at its field.
+const gridPy = join(toolDir, 'fill_grid.py');
+writeFileSync(gridPy, 'def fill_grid(rows):\n    return {"cells": sum(len(r["cells"]) for r in rows)}\n');
+r = await call(admin, 'POST', '/api/v1/registry/tools', {
+  name: 'fill-grid', description: 'Fill a grid of cells.', endpoint: `python:${gridPy}`,
+  schema_definition: {
+    type: 'object',
+    required: ['rows'],
+    properties: {
+      rows: {
+        type: 'array', minItems: 1,
+        items: {
+          type: 'object', title: 'row', required: ['cells'],
+          properties: { cells: { type: 'array', minItems: 1, items: { type: 'string', not: { const: 'forbidden' } } } },
+        },
+      },
+    },
+  },
 });
 assert.equal(r.status, 201, JSON.stringify(r.json));
 // A second revision, so the versions diff has two to compare.
@@ -265,6 +291,36 @@ try {
     assert.ok(v.body.error.details.violations.some((x) => x.pointer === '/order/address/city'), JSON.stringify(v.body));
   }
 
+  step('Try it: a violation in an array inside an array item is shown at its field');
+  await page.goto('/tools/fill-grid');
+  await page.getByRole('heading', { name: 'fill-grid', level: 1 }).waitFor();
+  // One row to start with (minItems), with one cell. Two more rows, then the middle one
+  // removed: the last row is now the second, though its fields were made as the third.
+  await page.getByRole('button', { name: 'Add row' }).click();
+  await page.getByRole('button', { name: 'Add row' }).click();
+  await page.getByRole('button', { name: 'Remove rows item 2' }).click();
+  const cells = page.getByLabel('cells 1');
+  assert.equal(await cells.count(), 2);
+  await cells.nth(0).fill('a');
+  await cells.nth(1).fill('forbidden');
+  const refused = page.waitForResponse((res) => res.url().endsWith('/execute'));
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  const answer = await (await refused).json();
+  assert.deepEqual(answer.error.details.violations.map((x) => x.pointer), ['/rows/1/cells/0'], JSON.stringify(answer));
+  await page.locator('#server-errors').waitFor();
+  // At its field: the second row's cell, not the first, and nothing left unplaced.
+  assert.equal(await cells.nth(1).getAttribute('aria-invalid'), 'true');
+  assert.equal(await cells.nth(0).getAttribute('aria-invalid'), null);
+  const cellMessage = (await cells.nth(1).getAttribute('aria-describedby')).split(' ').pop();
+  assert.equal(await page.locator(`[id="${cellMessage}"]:not([hidden])`).count(), 1, 'the message is shown beside the field');
+  assert.equal(await page.locator('#try-status li').count(), 0, await page.locator('#try-status').textContent());
+  await shot(page, '05b-try-it-nested-violation');
+  await cells.nth(1).fill('b');
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  await page.locator('#result').waitFor();
+  assert.deepEqual(JSON.parse(await page.locator('#result pre.json').textContent()), { cells: 2 });
+  assert.equal(await cells.nth(1).getAttribute('aria-invalid'), null, 'the old message is gone');
+
   step('Test in Sandbox: pasted code');
   await page.goto('/sandbox');
   await labelled(page, 'sandbox');
@@ -277,6 +333,28 @@ try {
   assert.deepEqual(JSON.parse(await page.locator('#sb-panel pre.json').textContent()), { doubled: 42 });
   assert.equal(await page.locator('#sb-exit').textContent(), '0');
   await shot(page, '07-sandbox');
+
+  step('Test in Sandbox: a registered tool\'s own code (tool_id)');
+  await page.goto('/tools/ship-order');
+  await page.locator('main').getByRole('link', { name: 'Test in Sandbox' }).click();
+  const ownCode = page.getByLabel('Run the tool\'s own code');
+  await ownCode.waitFor();
+  assert.equal(await ownCode.isChecked(), true);
+  assert.equal(await page.locator('#sb-code').isDisabled(), true, 'the pasted code is not used');
+  await page.getByLabel('Input (JSON)').fill(JSON.stringify({
+    order: { id: 'ORD-7', address: { city: 'Porto' } }, items: [{ sku: 'S-1', qty: 2 }], priority: 'low',
+  }));
+  const sandboxRequest = page.waitForRequest((req) => req.url().endsWith('/api/v1/tools/sandbox/execute') && req.method() === 'POST');
+  await page.getByRole('button', { name: 'Run in sandbox' }).click();
+  const sentBody = JSON.parse((await sandboxRequest).postData());
+  assert.equal(sentBody.tool_id, shipId, JSON.stringify(sentBody));
+  assert.equal(sentBody.code, undefined, 'the tool\'s own code, not pasted code');
+  await page.locator('#sb-panel, #sb-status .error').first().waitFor({ timeout: 60000 });
+  const toolError = await page.locator('#sb-status .error').count();
+  assert.equal(toolError, 0, toolError ? await page.locator('#sb-status .error').textContent() : '');
+  assert.deepEqual(JSON.parse(await page.locator('#sb-panel pre.json').textContent()), { shipped: 2, to: 'Porto', priority: 'low', express: false });
+  assert.match(await page.locator('#sb-stderr').textContent(), /shipping 1 items to Porto/);
+  await shot(page, '07b-sandbox-tool-code');
 
   step('approve a parked call and see its run complete (live queue)');
   const { context: annContext, page: ann } = await session('ann');
@@ -296,6 +374,19 @@ try {
   await ann.locator('#run-status').filter({ hasText: 'completed' }).waitFor();
   assert.match(await ann.locator('ol.timeline').textContent(), /approved by ann: checked the amount/);
   await shot(ann, '09-run-after-approval');
+
+  step('deny a parked call with a reason: the run shows it denied');
+  await ann.goto('/approvals');
+  const toDeny = await park();
+  const denyCard = ann.locator(`article[data-call="${toDeny.call_id}"]`);
+  await denyCard.waitFor({ timeout: 15000 });
+  await denyCard.getByLabel(/Reason/).fill('amount too high');
+  await denyCard.getByRole('button', { name: 'Deny wire-money' }).click();
+  await denyCard.locator(`#decided-${toDeny.call_id}`).waitFor();
+  await denyCard.locator(`#decided-${toDeny.call_id} a`).click();
+  await ann.locator('ol.timeline').filter({ hasText: 'denied by ann: amount too high' }).waitFor();
+  assert.notEqual(await ann.locator('#run-status').textContent(), 'parked');
+  await shot(ann, '09b-run-denied');
   await ann.goto('/runs');
   await ann.locator('#runs table').waitFor();
   await labelled(ann, 'runs');
@@ -314,6 +405,18 @@ try {
     return (await res.json()).error.code;
   }, second.call_id);
   assert.equal(selfApproval, 'SELF_APPROVAL');
+
+  step('a run page: resume a parked run after its approval');
+  const toResume = await park();
+  const approved = await call(annToken, 'POST', `/api/v1/approvals/${toResume.call_id}/approve`, { reason: 'fine by me' });
+  assert.equal(approved.status, 200, JSON.stringify(approved.json));
+  await page.goto(`/runs/${toResume.run_id}`);
+  await page.locator('#run-status').filter({ hasText: 'parked' }).waitFor();
+  await page.getByRole('button', { name: 'Resume' }).click();
+  await page.locator('#run-status').filter({ hasText: 'completed' }).waitFor();
+  assert.match(await page.locator('ol.timeline').textContent(), /approved by ann: fine by me/);
+  assert.equal(await page.getByRole('button', { name: 'Resume' }).count(), 0, 'a finished run has no Resume');
+  await shot(page, '10b-run-resumed');
 
   step('a run page: cancel a parked run');
   const third = await park();
@@ -374,6 +477,13 @@ try {
   await adminPage.getByText('newbie added.').waitFor();
   await adminPage.getByLabel('Role of newbie').selectOption('deployer');
   await adminPage.getByText('newbie is now deployer.').waitFor();
+  // The tenants, from GET /api/v1/tenants: the owner sees every one, `acme` too,
+  // which has 5 seeded tools and no user.
+  const tenantRows = await adminPage.getByRole('table', { name: 'Tenants', exact: true }).locator('tbody tr').evaluateAll(
+    (rows) => rows.map((row) => [...row.cells].map((c) => c.textContent)),
+  );
+  assert.deepEqual(tenantRows.find((t) => t[0] === 'acme'), ['acme', '0', '—', '5', '0', '0'], JSON.stringify(tenantRows));
+  assert.match(tenantRows.find((t) => t[0] === 'default')[2], /admin/, JSON.stringify(tenantRows));
   await shot(adminPage, '13-admin');
 
   step('keyboard: the skip link comes first and moves focus to the content');
@@ -394,11 +504,26 @@ try {
   await page.locator('#login-message').filter({ hasText: 'expired' }).waitFor();
   await shot(page, '14-expired');
 
-  step('logout');
+  step('logout ends the session: a copied cookie is refused');
+  const copied = (await adminContext.cookies()).find((c) => c.name === 'toolshed_session').value;
   await adminPage.getByRole('button', { name: 'Log out' }).click();
   await adminPage.locator('#login-message').filter({ hasText: 'logged out' }).waitFor();
   const me = await adminPage.evaluate(async () => (await fetch('/api/v1/auth/me')).status);
   assert.equal(me, 401);
+  const asCookie = await fetch(`${base}/api/v1/auth/me`, { headers: { cookie: `toolshed_session=${copied}` } });
+  assert.equal(asCookie.status, 401, 'the logged-out cookie, replayed');
+  const asBearer = await call(copied, 'GET', '/api/v1/auth/me');
+  assert.equal(asBearer.status, 401, 'the logged-out token as a bearer token');
+  assert.equal((await call(admin, 'GET', '/api/v1/auth/me')).status, 200, 'the admin\'s other session goes on');
+
+  step('the public URL is an origin of the console, another origin is not');
+  for (const [origin, want] of [[publicUrl, 200], ['http://evil.test', 403]]) {
+    const res = await fetch(`${base}/console/session`, {
+      method: 'POST', headers: { 'content-type': 'application/json', origin },
+      body: JSON.stringify({ username: 'vic', password: PASSWORD }),
+    });
+    assert.equal(res.status, want, `login from ${origin}`);
+  }
 
   assert.deepEqual(problems, [], 'no page errors');
   await Promise.all([annContext.close(), vicContext.close(), adminContext.close(), deeContext.close()]);

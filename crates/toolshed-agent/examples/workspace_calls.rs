@@ -24,7 +24,11 @@ impl Implementations for NoImplementations {
     async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
         Err(ImplementationError::Unsupported(path.display().to_string()))
     }
-    fn handler_for(&self, e: &str, _: &str) -> Result<Arc<dyn Handler>, ImplementationError> {
+    fn handler_for(
+        &self,
+        e: &str,
+        _: &toolshed_core::ToolSpec,
+    ) -> Result<Arc<dyn Handler>, ImplementationError> {
         Err(ImplementationError::Unsupported(e.to_owned()))
     }
 }

@@ -6,14 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use toolshed_core::{Handler, Tool};
+use toolshed_core::{Handler, Tool, ToolSpec};
 use toolshed_dispatch::{Dispatcher, Endpoint, SandboxPolicy};
+use toolshed_sandbox::Network;
 
 use crate::{ImplementationError, Implementations};
 
 /// Loads tools through a [`Dispatcher`]. Their processes run in the dispatcher's
 /// sandbox with [`DispatchImplementations::with_policy`]'s policy (by default: no
-/// network, the server's default limits, nothing of the host but the tool's folder).
+/// network, the server's default limits, nothing of the host but the tool's folder),
+/// plus the network for a tool whose definition declares `network_access: true`.
 #[derive(Clone)]
 pub struct DispatchImplementations {
     dispatcher: Dispatcher,
@@ -71,11 +73,17 @@ impl Implementations for DispatchImplementations {
     fn handler_for(
         &self,
         endpoint: &str,
-        tool_name: &str,
+        spec: &ToolSpec,
     ) -> Result<Arc<dyn Handler>, ImplementationError> {
         let endpoint = Endpoint::parse(endpoint)?;
+        // The network as the tool's spec declares it (`network_access: true`); the
+        // dispatcher's sandbox still clamps it to off where the host allows none.
+        let mut policy = self.policy.clone();
+        if spec.meta.network_access {
+            policy = policy.network(Network::On);
+        }
         Ok(self
             .dispatcher
-            .handler_with(endpoint, tool_name, self.policy.clone()))
+            .handler_with(endpoint, spec.name.as_str(), policy))
     }
 }

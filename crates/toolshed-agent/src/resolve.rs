@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use toolshed_core::file::{FileFormat, ToolFile, parse_tool_file};
-use toolshed_core::{Handler, Tool, ToolSet, ToolSource};
+use toolshed_core::{Handler, Tool, ToolSet, ToolSource, ToolSpec};
 
 use crate::mcp::{AgentMcp, LoadedMcpServer};
 use crate::workspace::{WORKSPACE_TOOLS, Workspaces};
@@ -27,11 +27,12 @@ pub trait Implementations: Send + Sync {
     async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError>;
 
     /// The handler behind an endpoint string (`builtin:…`, `python:…`, `node:…`,
-    /// `exec:…`, `http(s)://…`).
+    /// `exec:…`, `http(s)://…`) for the tool `spec` defines: its name, and what it
+    /// declares of the sandbox it runs in (`network_access`).
     fn handler_for(
         &self,
         endpoint: &str,
-        tool_name: &str,
+        spec: &ToolSpec,
     ) -> Result<Arc<dyn Handler>, ImplementationError>;
 }
 
@@ -545,7 +546,7 @@ async fn load_local(
             "has no `endpoint:`; say where the tool runs, e.g. `endpoint: python:/abs/path/tool.py:fn`".to_owned()
         })?;
         let handler = implementations
-            .handler_for(&endpoint, spec.name.as_str())
+            .handler_for(&endpoint, &spec)
             .map_err(|e| e.to_string())?;
         Tool::from_spec(spec, handler).map_err(|e| e.to_string())
     } else {
@@ -562,7 +563,7 @@ fn registry_tool(
 ) -> Result<Tool, String> {
     let spec = found.definition.into_spec().map_err(|e| e.to_string())?;
     let handler = implementations
-        .handler_for(&found.endpoint, spec.name.as_str())
+        .handler_for(&found.endpoint, &spec)
         .map_err(|e| e.to_string())?;
     Tool::from_spec(spec, handler).map_err(|e| e.to_string())
 }
@@ -596,8 +597,16 @@ fn inline_tool(
     });
     let handler = match (&spec.meta.endpoint, own_file, toolshed_stdlib::get(&snake)) {
         (Some(ep), _, _) => implementations
-            .handler_for(ep, name)
+            .handler_for(ep, &spec)
             .map_err(|e| e.to_string())?,
+        // The definition asks for the network its file's tool was not loaded with: the
+        // file's endpoint again, under this definition.
+        (None, Some((t, _)), _) if spec.meta.network_access => match &t.spec().meta.endpoint {
+            Some(ep) => implementations
+                .handler_for(ep, &spec)
+                .map_err(|e| e.to_string())?,
+            None => t.handler().clone(),
+        },
         (None, Some((t, _)), _) => t.handler().clone(),
         (None, None, Some(t)) => t.handler().clone(),
         (None, None, None) => {

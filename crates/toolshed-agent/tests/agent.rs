@@ -3,8 +3,8 @@
 //! tests; here definitions use `builtin:` endpoints.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::sync::Arc;
+mod common;
+use common::Builtins;
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -13,32 +13,6 @@ use toolshed_agent::{
     load_agent, parse_agent_file,
 };
 use toolshed_core::file::ToolFile;
-use toolshed_core::{Handler, Tool};
-
-/// Resolves `builtin:NAME` from the standard library; code files are out of scope here.
-struct Builtins;
-
-#[async_trait]
-impl Implementations for Builtins {
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
-        Err(ImplementationError::Unsupported(format!(
-            "{} needs the dispatch layer",
-            path.display()
-        )))
-    }
-    fn handler_for(
-        &self,
-        endpoint: &str,
-        _tool: &str,
-    ) -> Result<Arc<dyn Handler>, ImplementationError> {
-        let name = endpoint.strip_prefix("builtin:").ok_or_else(|| {
-            ImplementationError::Unsupported(format!("unsupported endpoint {endpoint}"))
-        })?;
-        toolshed_stdlib::get(name)
-            .map(|t| t.handler().clone())
-            .ok_or_else(|| ImplementationError::Unsupported(format!("no built-in {name}")))
-    }
-}
 
 /// A registry holding one tool (an in-process stand-in for the registry server, which
 /// the registry issue serves over HTTP).
@@ -337,7 +311,10 @@ async fn dispatch_implementations_give_typed_errors_with_clear_messages() {
         }),
     );
     let err = implementations
-        .handler_for("ftp://example.com/tool", "t")
+        .handler_for(
+            "ftp://example.com/tool",
+            &toolshed_core::ToolSpec::new("t", "a tool").unwrap(),
+        )
         .err()
         .unwrap();
     assert!(matches!(err, ImplementationError::Dispatch(_)), "{err:?}");

@@ -3,37 +3,12 @@
 //! the handler as `ctx.env`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::Builtins;
+
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 
-use async_trait::async_trait;
-use toolshed_agent::{AgentError, ImplementationError, Implementations, load_agent};
-use toolshed_core::{Handler, Tool};
-
-struct Builtins;
-
-#[async_trait]
-impl Implementations for Builtins {
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
-        Err(ImplementationError::Unsupported(format!(
-            "{} needs the dispatch layer",
-            path.display()
-        )))
-    }
-    fn handler_for(
-        &self,
-        endpoint: &str,
-        _tool: &str,
-    ) -> Result<Arc<dyn Handler>, ImplementationError> {
-        let name = endpoint.strip_prefix("builtin:").ok_or_else(|| {
-            ImplementationError::Unsupported(format!("unsupported endpoint {endpoint}"))
-        })?;
-        toolshed_stdlib::get(name)
-            .map(|t| t.handler().clone())
-            .ok_or_else(|| ImplementationError::Unsupported(format!("no built-in {name}")))
-    }
-}
+use toolshed_agent::{AgentError, load_agent};
 
 fn project(agent_yaml: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

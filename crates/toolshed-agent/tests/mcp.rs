@@ -4,17 +4,18 @@
 //! tools join the toolset, picked, renamed and declared as agent.yaml says.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::Builtins;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use toolshed_agent::{
-    AgentMcp, ImplementationError, Implementations, LoadOptions, LoadedAgent, RegistryLookup,
-    RegistryLookupError, RegistryTool, ToolEntry, load_agent_with, parse_agent_file,
+    AgentMcp, LoadOptions, LoadedAgent, RegistryLookup, RegistryLookupError, RegistryTool,
+    ToolEntry, load_agent_with, parse_agent_file,
 };
-use toolshed_core::{
-    Approval, Effects, EnvProvider, Handler, Idempotency, Pipeline, RunContext, Tool, ToolCall,
-};
+use toolshed_core::{Approval, Effects, EnvProvider, Idempotency, Pipeline, RunContext, ToolCall};
 use toolshed_mcp::{ClientConfig, Launch, McpHub, McpServerSpec, StdioLaunch};
 use toolshed_sandbox::{Bind, Sandbox, SandboxConfig};
 
@@ -22,31 +23,6 @@ use toolshed_sandbox::{Bind, Sandbox, SandboxConfig};
 const MODULES: &str = "/mcp/node_modules";
 /// Where toolshed-mcp's fixture server appears inside the sandbox.
 const FIXTURES: &str = "/mcp/fixtures";
-
-/// Resolves `builtin:NAME` from the standard library; code files are out of scope here.
-struct Builtins;
-
-#[async_trait]
-impl Implementations for Builtins {
-    async fn load_code_file(&self, path: &Path) -> Result<Tool, ImplementationError> {
-        Err(ImplementationError::Unsupported(format!(
-            "{} needs the dispatch layer",
-            path.display()
-        )))
-    }
-    fn handler_for(
-        &self,
-        endpoint: &str,
-        _tool: &str,
-    ) -> Result<Arc<dyn Handler>, ImplementationError> {
-        let name = endpoint.strip_prefix("builtin:").ok_or_else(|| {
-            ImplementationError::Unsupported(format!("unsupported endpoint {endpoint}"))
-        })?;
-        toolshed_stdlib::get(name)
-            .map(|t| t.handler().clone())
-            .ok_or_else(|| ImplementationError::Unsupported(format!("no built-in {name}")))
-    }
-}
 
 /// A registry holding one MCP server, `registered`.
 struct OneServer;

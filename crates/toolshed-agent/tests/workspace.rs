@@ -27,7 +27,11 @@ impl Implementations for NoImplementations {
             path.display()
         )))
     }
-    fn handler_for(&self, e: &str, _: &str) -> Result<Arc<dyn Handler>, ImplementationError> {
+    fn handler_for(
+        &self,
+        e: &str,
+        _: &toolshed_core::ToolSpec,
+    ) -> Result<Arc<dyn Handler>, ImplementationError> {
         Err(ImplementationError::Unsupported(format!("no endpoint {e}")))
     }
 }

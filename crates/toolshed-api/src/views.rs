@@ -287,6 +287,37 @@ pub struct DeletedUser {
     pub deleted: bool,
 }
 
+/// A logout's answer: the session's tokens (access and refresh, of the login and of
+/// every refresh after it) are refused from now on; the user's other sessions go on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LoggedOut {
+    /// Always true.
+    pub logged_out: bool,
+    /// Whether a session was ended server-side (false when the request carried no
+    /// valid session token: nothing was left to end).
+    pub session_ended: bool,
+}
+
+/// A tenant: a name that users, tools, agents and MCP server entries belong to, with
+/// what it owns and who manages it. Tenants have no record of their own: one exists
+/// while something belongs to it (a tenant's first user is added with
+/// `POST /api/v1/users` and `tenant`, by an organisation owner).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TenantView {
+    /// The tenant's name.
+    pub name: String,
+    /// How many users it has.
+    pub users: u64,
+    /// Its users with the admin or owner role, by name.
+    pub admins: Vec<String>,
+    /// How many active registry tools it owns.
+    pub tools: u64,
+    /// How many registry agents it owns.
+    pub agents: u64,
+    /// How many MCP server entries it has.
+    pub mcp_servers: u64,
+}
+
 /// A login's (or a refresh's, or a password change's) answer: a short-lived access
 /// token and the refresh token that buys the next one. `Debug` prints the tokens as `***`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -8,7 +8,9 @@
 //! request, and a longer-lived refresh token that only buys new access tokens. Both
 //! carry the user's token generation: the server refuses a token whose generation is
 //! not the user's current one, so deleting a user, changing its role, tenant or
-//! password ends every token it had.
+//! password ends every token it had. Both also carry their login's session id
+//! ([`Claims::sid`]), shared by every token that login and its refreshes give: logging
+//! out ends that session's tokens, and no other.
 //!
 //! ```
 //! use std::time::Duration;
@@ -24,6 +26,15 @@
 //! assert!(claims.require(Role::Deployer).is_ok());
 //! assert!(claims.require(Role::Admin).is_err());
 //! assert_eq!(claims.principal().tenant.as_deref(), Some("acme"));
+//!
+//! // A login: an access and a refresh token of one session; a refresh continues it.
+//! let login = tokens.issue_session("ana", Role::Deployer, Some("acme"), 7, None).unwrap();
+//! let refreshed = tokens
+//!     .issue_session("ana", Role::Deployer, Some("acme"), 7, Some(&login.session_id))
+//!     .unwrap();
+//! let sid = |t: &str| tokens.verify(t).unwrap().sid;
+//! assert_eq!(sid(&login.refresh), Some(login.session_id.clone()));
+//! assert_eq!(sid(&refreshed.access), Some(login.session_id));
 //! ```
 
 use std::fmt;
@@ -218,6 +229,12 @@ pub struct Claims {
     /// Access or refresh; a token without one is an access token.
     #[serde(default, rename = "typ")]
     pub kind: TokenKind,
+    /// The login session the token belongs to: the same for the access and refresh
+    /// tokens of a login and of every refresh that followed it, so logging out (which
+    /// revokes the session id) ends all of them and no other session of the user. A
+    /// token without one was issued before sessions existed; the server refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<String>,
 }
 
 impl Claims {
@@ -241,6 +258,31 @@ impl Claims {
             })
         }
     }
+}
+
+/// The two tokens of a login (or of a refresh) and the session they belong to.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionTokens {
+    /// The access token.
+    pub access: String,
+    /// The refresh token.
+    pub refresh: String,
+    /// The session id both carry ([`Claims::sid`]).
+    pub session_id: String,
+}
+
+impl fmt::Debug for SessionTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The tokens are credentials: never in a log line.
+        f.debug_struct("SessionTokens")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A new session id: 122 random bits from the OS (a UUID v4), as 32 hex digits.
+fn new_session_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// Issues and verifies signed tokens.
@@ -298,7 +340,7 @@ impl Tokens {
     }
 
     /// An access token for `sub` with `role` (and a tenant, if any), at the user's
-    /// token `generation`.
+    /// token `generation`, in a session of its own.
     pub fn issue(
         &self,
         sub: &str,
@@ -306,10 +348,11 @@ impl Tokens {
         tenant: Option<&str>,
         generation: u64,
     ) -> Result<String, AuthError> {
-        self.sign(TokenKind::Access, sub, role, tenant, generation)
+        let session = new_session_id();
+        self.sign(TokenKind::Access, sub, role, tenant, generation, &session)
     }
 
-    /// A refresh token for the same.
+    /// A refresh token for the same, in a session of its own.
     pub fn issue_refresh(
         &self,
         sub: &str,
@@ -317,7 +360,40 @@ impl Tokens {
         tenant: Option<&str>,
         generation: u64,
     ) -> Result<String, AuthError> {
-        self.sign(TokenKind::Refresh, sub, role, tenant, generation)
+        let session = new_session_id();
+        self.sign(TokenKind::Refresh, sub, role, tenant, generation, &session)
+    }
+
+    /// A login's access and refresh tokens: in a new session when `session` is `None`,
+    /// else in that one (a refresh continues the session it was given).
+    pub fn issue_session(
+        &self,
+        sub: &str,
+        role: Role,
+        tenant: Option<&str>,
+        generation: u64,
+        session: Option<&str>,
+    ) -> Result<SessionTokens, AuthError> {
+        let session_id = session.map_or_else(new_session_id, str::to_owned);
+        Ok(SessionTokens {
+            access: self.sign(
+                TokenKind::Access,
+                sub,
+                role,
+                tenant,
+                generation,
+                &session_id,
+            )?,
+            refresh: self.sign(
+                TokenKind::Refresh,
+                sub,
+                role,
+                tenant,
+                generation,
+                &session_id,
+            )?,
+            session_id,
+        })
     }
 
     fn sign(
@@ -327,6 +403,7 @@ impl Tokens {
         role: Role,
         tenant: Option<&str>,
         generation: u64,
+        session: &str,
     ) -> Result<String, AuthError> {
         let now = now_secs();
         let ttl = match kind {
@@ -342,6 +419,7 @@ impl Tokens {
             exp: now + ttl.as_secs().max(1),
             generation,
             kind,
+            sid: Some(session.to_owned()),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Internal(format!("cannot sign the token: {e}")))

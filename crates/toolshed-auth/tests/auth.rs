@@ -177,4 +177,42 @@ fn access_and_refresh_tokens_carry_kind_and_generation() {
     .unwrap();
     let claims = t.verify(&old).unwrap();
     assert_eq!((claims.kind, claims.generation), (TokenKind::Access, 0));
+    // ... and has no session (the server refuses it).
+    assert_eq!(claims.sid, None);
+}
+
+#[test]
+fn a_logins_tokens_share_one_session_and_a_refresh_continues_it() {
+    let t = tokens();
+    let sid = |token: &str| t.verify(token).unwrap().sid.unwrap();
+    let login = t
+        .issue_session("ana", Role::Viewer, Some("acme"), 3, None)
+        .unwrap();
+    assert_eq!(sid(&login.access), login.session_id);
+    assert_eq!(sid(&login.refresh), login.session_id);
+    assert_eq!(t.verify(&login.refresh).unwrap().kind, TokenKind::Refresh);
+    let refreshed = t
+        .issue_session(
+            "ana",
+            Role::Viewer,
+            Some("acme"),
+            3,
+            Some(&login.session_id),
+        )
+        .unwrap();
+    assert_eq!(sid(&refreshed.access), login.session_id);
+    // Another login is another session, and so is a lone token.
+    let other = t
+        .issue_session("ana", Role::Viewer, Some("acme"), 3, None)
+        .unwrap();
+    assert_ne!(other.session_id, login.session_id);
+    let lone = t.issue("ana", Role::Viewer, None, 3).unwrap();
+    assert_ne!(sid(&lone), login.session_id);
+    assert_eq!(login.session_id.len(), 32);
+    // The tokens never show in a debug line.
+    let shown = format!("{login:?}");
+    assert!(
+        !shown.contains(&login.access) && !shown.contains(&login.refresh),
+        "{shown}"
+    );
 }

@@ -284,6 +284,12 @@ impl Dispatcher {
         self.launcher.python_executable("python").await
     }
 
+    /// The JavaScript module this dispatcher runs for a TypeScript file: transpiled
+    /// once (sucrase), cached by content under the cache folder.
+    pub async fn typescript_output(&self, source: &Path) -> Result<PathBuf, DispatchError> {
+        self.launcher.typescript(source).await
+    }
+
     /// [`infer::infer_python_schema`] with this dispatcher's settings.
     pub async fn infer_python_schema(
         &self,

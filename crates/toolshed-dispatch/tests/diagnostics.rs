@@ -20,10 +20,7 @@ async fn call(mode: Mode, target: &str, args: serde_json::Value, timeout: Durati
         .await
 }
 
-// Every test here runs on a multi-threaded runtime: a std spawn on the runtime thread
-// can wait on a sandbox child that needs that thread to finish its setup (the deadlock
-// in the 2026-12-01 note; the fix belongs in the sandbox, closing inherited fds early).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let out = call(mode, "tools.py:noisy", json!({}), Duration::from_secs(20)).await;
@@ -42,7 +39,7 @@ async fn a_reply_carries_stdout_stderr_and_the_exit_code() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let out = call(
@@ -69,7 +66,7 @@ async fn a_failed_call_keeps_its_stderr_and_exit_code() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_stream_reports_its_diagnostics_at_its_end() {
     let out = call(
         Mode::OneShot,
@@ -88,16 +85,20 @@ async fn a_stream_reports_its_diagnostics_at_its_end() {
     assert_eq!(out.diagnostics.exit_code, Some(0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     for mode in [Mode::OneShot, Mode::Pool] {
-        let out = call(
-            mode,
-            "tools.py:chatty_sleeper",
-            json!({}),
+        let d = dispatcher(mode);
+        warm(&d).await;
+        let sleeper = tool(
+            &d,
+            "t",
+            endpoint("python", "tools.py:chatty_sleeper"),
             Duration::from_secs(2),
-        )
-        .await;
+        );
+        let out = pipeline(vec![sleeper])
+            .call(&RunContext::ephemeral(), ToolCall::new("t", json!({})))
+            .await;
         let err = out.result.unwrap_err();
         assert_eq!(err.code, ErrorCode::Timeout, "{mode:?}");
         assert_eq!(err.message, "tool t timed out after 2000ms");
@@ -125,6 +126,7 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
         std::fs::set_permissions(&script, perms).unwrap();
         // Unsandboxed: the script writes its pids beside itself.
         let d = Dispatcher::new(unsandboxed(mode));
+        warm(&d).await;
         let ep = Endpoint::parse(&format!("exec:{}", script.display())).unwrap();
         let out = pipeline(vec![tool(&d, "drip", ep, Duration::from_secs(2))])
             .call(&RunContext::ephemeral(), ToolCall::new("drip", json!({})))
@@ -143,9 +145,10 @@ async fn a_pipeline_timeout_keeps_what_the_tool_wrote_so_far() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn execute_reports_its_own_timeout_in_the_diagnostics() {
     let d = dispatcher(Mode::Pool);
+    warm(&d).await;
     let run = d
         .execute(
             &endpoint("python", "tools.py:chatty_sleeper"),

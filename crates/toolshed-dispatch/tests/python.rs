@@ -448,6 +448,7 @@ async fn a_tool_past_its_timeout_is_killed_with_its_children() {
     for mode in [Mode::OneShot, Mode::Pool] {
         // Unsandboxed: the tool writes its host pids to a host file.
         let d = Dispatcher::new(unsandboxed(mode));
+        warm(&d).await;
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pids");
         let slow = tool(
@@ -479,6 +480,7 @@ async fn a_stream_that_hangs_is_killed_when_the_pipeline_gives_up() {
     for mode in [Mode::OneShot, Mode::Pool] {
         // Unsandboxed: the tool writes its host pids to a host file.
         let d = Dispatcher::new(unsandboxed(mode));
+        warm(&d).await;
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pids");
         let pipeline = pipeline(vec![tool(
@@ -506,6 +508,7 @@ async fn execute_enforces_its_timeout() {
         let pid_file = dir.path().join("pids");
         // Unsandboxed: the tool writes its host pids to a host file.
         let d = Dispatcher::new(unsandboxed(mode));
+        warm(&d).await;
         let run = d
             .execute(
                 &endpoint("python", "tools.py:sleepy"),

@@ -1,7 +1,7 @@
 //! # toolshed-registry
 //!
 //! The registry's store: tools (every revision kept), agents and the agent → tool usage
-//! graph, and users, behind one trait ([`RegistryStore`]) with two backends that pass
+//! graph, users (and their revoked sessions) and the tenants they make up, behind one trait ([`RegistryStore`]) with two backends that pass
 //! the same behavioural test suite: SQLite and PostgreSQL.
 //!
 //! The registry lives in the same database as the journal (one `sqlite://` file or one
@@ -255,6 +255,20 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
 
     /// How many users exist (the server seeds an admin when there are none).
     async fn count_users(&self) -> Result<u64>;
+
+    /// End a session (a logout): its tokens are refused until `expires_at_ms`. Revoking
+    /// it again keeps the later expiry. Sessions whose tokens have all expired are
+    /// pruned in the same transaction.
+    async fn revoke_session(&self, session: RevokedSession) -> Result<()>;
+
+    /// The ids of a user's revoked sessions whose tokens may still be alive (not yet
+    /// expired), ordered.
+    async fn revoked_sessions(&self, username: &str) -> Result<Vec<String>>;
+
+    /// The tenants in `scope` (one, or every tenant), by name: each name a user, an
+    /// active tool, an agent or an MCP server entry belongs to, with its counts and its
+    /// admins. A tenant has no row of its own; it exists while something belongs to it.
+    async fn list_tenants(&self, scope: &TenantScope) -> Result<Vec<TenantRecord>>;
 
     /// A server setting shared by every process using this database (e.g. the token
     /// signing secret): the stored value of `key`, or `value` stored and returned when

@@ -323,6 +323,38 @@ impl std::fmt::Debug for UserRecord {
     }
 }
 
+/// A session ended by a logout: the tokens carrying its id are refused until
+/// `expires_at_ms`, when every one of them has expired anyway.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokedSession {
+    /// The session id its tokens carry (`Claims::sid` of toolshed-auth).
+    pub session_id: String,
+    /// The user it belongs to (the refusal is read with the user's token generation).
+    pub username: String,
+    /// When its last token expires, in milliseconds since the Unix epoch; the row is
+    /// pruned after that.
+    pub expires_at_ms: i64,
+}
+
+/// A tenant as the registry knows it: a name that owns users, tools, agents and MCP
+/// server entries. It has no row of its own: it exists while something belongs to it
+/// (a user's `tenant`, a tool's or agent's owner), so it is read, never created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// The tenant's name.
+    pub name: String,
+    /// How many users it has.
+    pub users: u64,
+    /// Its users who manage it (the admin and owner roles), by name.
+    pub admins: Vec<String>,
+    /// How many active tools it owns.
+    pub tools: u64,
+    /// How many agents it owns.
+    pub agents: u64,
+    /// How many MCP server entries it has.
+    pub mcp_servers: u64,
+}
+
 /// One run of the sandbox's execute route, as recorded: who ran what on which input, and
 /// the answer it got. The code itself is not kept (it may embed keys), only its SHA-256
 /// and size; the input is kept up to the server's cap.

@@ -14,8 +14,9 @@ use toolshed_store::{Executor, Param, Row};
 use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution,
-    NewTool, NewUser, Page, RegistryError, Result, SandboxExecutionRecord, TenantScope, ToolFilter,
-    ToolRecord, ToolStatus, ToolUsage, UserChange, UserRecord,
+    NewTool, NewUser, Page, RegistryError, Result, RevokedSession, SandboxExecutionRecord,
+    TenantRecord, TenantScope, ToolFilter, ToolRecord, ToolStatus, ToolUsage, UserChange,
+    UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -768,6 +769,78 @@ fn user_from_row(row: &Row) -> Result<UserRecord> {
         token_generation: row.get(5)?,
         username,
     })
+}
+
+// ---- revoked sessions ----
+
+/// Revoke a session until its tokens expire, and prune the sessions whose tokens all
+/// have (so the table holds one refresh-token lifetime of logouts, whatever the
+/// traffic). In one write transaction.
+pub(crate) async fn revoke_session(db: &mut dyn Executor, session: RevokedSession) -> Result<()> {
+    db.run(&sql::PRUNE_REVOKED_SESSIONS, &[now_ms().into()])
+        .await?;
+    db.run(
+        &sql::REVOKE_SESSION,
+        &[
+            session.session_id.into(),
+            session.username.into(),
+            session.expires_at_ms.into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A user's revoked sessions that may still have live tokens.
+pub(crate) async fn revoked_sessions(db: &mut dyn Executor, username: &str) -> Result<Vec<String>> {
+    db.rows(&sql::REVOKED_SESSIONS, &[username.into(), now_ms().into()])
+        .await?
+        .iter()
+        .map(|row| Ok(row.get(0)?))
+        .collect()
+}
+
+// ---- tenants ----
+
+/// The tenants in scope, by name: every name a user, an active tool, an agent or an MCP
+/// server entry belongs to, with what it owns and who manages it.
+pub(crate) async fn tenants(
+    db: &mut dyn Executor,
+    scope: &TenantScope,
+) -> Result<Vec<TenantRecord>> {
+    let params = [
+        scope.tenant().unwrap_or_default().into(),
+        i64::from(scope == &TenantScope::All).into(),
+    ];
+    let mut tenants: BTreeMap<String, TenantRecord> = BTreeMap::new();
+    for row in db.rows(&sql::TENANT_COUNTS, &params).await? {
+        let name: String = row.get(0)?;
+        let kind: String = row.get(1)?;
+        let count: i64 = row.get(2)?;
+        let count = u64::try_from(count).unwrap_or(0);
+        let tenant = tenants.entry(name.clone()).or_insert_with(|| TenantRecord {
+            name,
+            ..TenantRecord::default()
+        });
+        match kind.as_str() {
+            "users" => tenant.users = count,
+            "tools" => tenant.tools = count,
+            "agents" => tenant.agents = count,
+            "mcp_servers" => tenant.mcp_servers = count,
+            other => {
+                return Err(RegistryError::Backend(format!(
+                    "the tenants statement gave an unknown kind `{other}`"
+                )));
+            }
+        }
+    }
+    for row in db.rows(&sql::TENANT_ADMINS, &params).await? {
+        let name: String = row.get(0)?;
+        if let Some(tenant) = tenants.get_mut(&name) {
+            tenant.admins.push(row.get(1)?);
+        }
+    }
+    Ok(tenants.into_values().collect())
 }
 
 // ---- settings ----

@@ -249,6 +249,49 @@ pub(crate) const DELETE_USER: Sql = Sql::same("DELETE FROM registry_users WHERE 
 /// How many users exist.
 pub(crate) const COUNT_USERS: Sql = Sql::same("SELECT COUNT(*) FROM registry_users");
 
+// ---- revoked sessions ----
+
+/// Forget the revoked sessions whose every token has expired. ?1 now.
+pub(crate) const PRUNE_REVOKED_SESSIONS: Sql =
+    Sql::same("DELETE FROM registry_revoked_sessions WHERE expires_at_ms <= ?1");
+
+/// Revoke a session; revoked again, it keeps the later of the two expiries.
+/// ?1 session id, ?2 username, ?3 expires_at_ms.
+pub(crate) const REVOKE_SESSION: Sql = Sql::same(
+    "INSERT INTO registry_revoked_sessions (session_id, username, expires_at_ms) \
+     VALUES (?1, ?2, ?3) ON CONFLICT (session_id) DO UPDATE \
+     SET expires_at_ms = excluded.expires_at_ms \
+     WHERE excluded.expires_at_ms > registry_revoked_sessions.expires_at_ms",
+);
+
+/// A user's revoked sessions whose tokens may still be alive. ?1 username, ?2 now.
+pub(crate) const REVOKED_SESSIONS: Sql = Sql::same(
+    "SELECT session_id FROM registry_revoked_sessions \
+     WHERE username = ?1 AND expires_at_ms > ?2 ORDER BY session_id",
+);
+
+// ---- tenants ----
+
+/// What each tenant in scope owns, one row per tenant and kind: tenant, kind (`users`,
+/// `tools`, `agents`, `mcp_servers`), count. ?1 tenant, ?2 every tenant (1) or not (0).
+pub(crate) const TENANT_COUNTS: Sql = Sql::same(
+    "SELECT tenant, 'users', COUNT(*) FROM registry_users \
+     WHERE tenant = ?1 OR ?2 = 1 GROUP BY tenant \
+     UNION ALL SELECT tenant, 'tools', COUNT(*) FROM registry_tools \
+     WHERE status = 'active' AND (tenant = ?1 OR ?2 = 1) GROUP BY tenant \
+     UNION ALL SELECT tenant, 'agents', COUNT(*) FROM registry_agents \
+     WHERE tenant = ?1 OR ?2 = 1 GROUP BY tenant \
+     UNION ALL SELECT tenant, 'mcp_servers', COUNT(*) FROM registry_mcp_servers \
+     WHERE tenant = ?1 OR ?2 = 1 GROUP BY tenant",
+);
+
+/// The users who manage the tenants in scope (admins and owners): tenant, username, by
+/// name. ?1 tenant, ?2 every tenant (1) or not (0).
+pub(crate) const TENANT_ADMINS: Sql = Sql::same(
+    "SELECT tenant, username FROM registry_users \
+     WHERE (role = 'admin' OR role = 'owner') AND (tenant = ?1 OR ?2 = 1) ORDER BY username",
+);
+
 // ---- settings ----
 
 /// A setting's value.

@@ -7,7 +7,8 @@ use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
 use crate::{
     AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
-    SandboxExecutionRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
+    RevokedSession, SandboxExecutionRecord, TenantRecord, TenantScope, ToolFilter, ToolRecord,
+    ToolUsage, UserChange, UserRecord,
 };
 use crate::{McpPing, McpServerRecord, McpSync, McpTools, NewMcpServer, mcp_rules, rules};
 
@@ -48,6 +49,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 6,
             sqlite: include_str!("../migrations/sqlite/0006_mcp_servers.sql"),
             postgres: include_str!("../migrations/postgres/0006_mcp_servers.sql"),
+        },
+        Migration {
+            version: 7,
+            sqlite: include_str!("../migrations/sqlite/0007_revoked_sessions.sql"),
+            postgres: include_str!("../migrations/postgres/0007_revoked_sessions.sql"),
         },
     ],
 };
@@ -257,6 +263,26 @@ impl RegistryStore for SqlRegistry {
     async fn count_users(&self) -> Result<u64> {
         self.db
             .read(move |db| Box::pin(rules::count_users(db)))
+            .await
+    }
+
+    async fn revoke_session(&self, session: RevokedSession) -> Result<()> {
+        self.db
+            .write(move |db| Box::pin(rules::revoke_session(db, session)))
+            .await
+    }
+
+    async fn revoked_sessions(&self, username: &str) -> Result<Vec<String>> {
+        let username = username.to_owned();
+        self.db
+            .read(move |db| Box::pin(async move { rules::revoked_sessions(db, &username).await }))
+            .await
+    }
+
+    async fn list_tenants(&self, scope: &TenantScope) -> Result<Vec<TenantRecord>> {
+        let scope = scope.clone();
+        self.db
+            .read(move |db| Box::pin(async move { rules::tenants(db, &scope).await }))
             .await
     }
 

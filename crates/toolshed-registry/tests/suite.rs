@@ -118,6 +118,8 @@ suite!(
     an_archive_is_stored_once_per_hash,
     mcp_servers_are_per_tenant_entries_with_revisions,
     mcp_discover_synchronises_the_servers_tools_in_one_transaction,
+    sessions_are_revoked_until_their_tokens_expire,
+    tenants_are_listed_in_scope,
 );
 
 // ---- helpers ----
@@ -1220,6 +1222,161 @@ async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
     );
 }
 
+// ---- sessions and tenants ----
+
+async fn sessions_are_revoked_until_their_tokens_expire(store: Arc<dyn RegistryStore>) {
+    use toolshed_registry::RevokedSession;
+    let now = toolshed_store::time::now_ms();
+    let revoke = |id: &str, user: &str, expires_at_ms: i64| RevokedSession {
+        session_id: id.to_owned(),
+        username: user.to_owned(),
+        expires_at_ms,
+    };
+    assert!(store.revoked_sessions("ann").await.unwrap().is_empty());
+    store
+        .revoke_session(revoke("s-2", "ann", now + 60_000))
+        .await
+        .unwrap();
+    store
+        .revoke_session(revoke("s-1", "ann", now + 60_000))
+        .await
+        .unwrap();
+    store
+        .revoke_session(revoke("s-3", "bob", now + 60_000))
+        .await
+        .unwrap();
+    // Only the user's own, ordered; another user's sessions are not listed.
+    assert_eq!(store.revoked_sessions("ann").await.unwrap(), ["s-1", "s-2"]);
+    assert_eq!(store.revoked_sessions("bob").await.unwrap(), ["s-3"]);
+    assert!(store.revoked_sessions("carol").await.unwrap().is_empty());
+    // Revoked again (a second logout, another server): no error, still listed once.
+    store
+        .revoke_session(revoke("s-1", "ann", now + 30_000))
+        .await
+        .unwrap();
+    assert_eq!(store.revoked_sessions("ann").await.unwrap(), ["s-1", "s-2"]);
+    // A session whose tokens have all expired is no longer listed, and the next logout
+    // prunes it from the table: what is left is only what can still be refused.
+    store
+        .revoke_session(revoke("s-old", "ann", now - 1))
+        .await
+        .unwrap();
+    assert_eq!(store.revoked_sessions("ann").await.unwrap(), ["s-1", "s-2"]);
+    // Revoking an expired row again with a later expiry brings it back (the later of
+    // the two wins), so no order of logouts on two servers shortens a revocation.
+    store
+        .revoke_session(revoke("s-2", "ann", now + 120_000))
+        .await
+        .unwrap();
+    store
+        .revoke_session(revoke("s-4", "ann", now + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.revoked_sessions("ann").await.unwrap(),
+        ["s-1", "s-2", "s-4"]
+    );
+    // Concurrent logouts of one session from several servers all succeed.
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                store
+                    .revoke_session(RevokedSession {
+                        session_id: "s-race".into(),
+                        username: "bob".into(),
+                        expires_at_ms: now + 60_000 + i,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        store.revoked_sessions("bob").await.unwrap(),
+        ["s-3", "s-race"]
+    );
+}
+
+async fn tenants_are_listed_in_scope(store: Arc<dyn RegistryStore>) {
+    assert!(
+        store
+            .list_tenants(&TenantScope::All)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.create_user(user("ann", "admin")).await.unwrap();
+    store.create_user(user("root", "owner")).await.unwrap();
+    store.create_user(user("vic", "viewer")).await.unwrap();
+    store
+        .create_user(NewUser {
+            tenant: "globex".into(),
+            ..user("gus", "admin")
+        })
+        .await
+        .unwrap();
+    let t1 = store.create_tool(tool("lookup")).await.unwrap();
+    store.create_tool(tool("ship")).await.unwrap();
+    let gone = store.create_tool(tool("gone")).await.unwrap();
+    store.delete_tool(&gone.id, &home()).await.unwrap();
+    // A tenant with a tool and no user at all (seeded, or its users removed).
+    store
+        .create_tool(NewTool {
+            tenant: "initech".into(),
+            ..tool("stapler")
+        })
+        .await
+        .unwrap();
+    store
+        .upsert_agent(agent("bot", &[&t1.id]), &home())
+        .await
+        .unwrap();
+    store
+        .create_mcp_server(mcp_server("everything", "globex"))
+        .await
+        .unwrap();
+
+    let all = store.list_tenants(&TenantScope::All).await.unwrap();
+    let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, [HOME, "globex", "initech"]);
+    let acme = &all[0];
+    assert_eq!(
+        (acme.users, acme.tools, acme.agents, acme.mcp_servers),
+        (3, 2, 1, 0),
+        "{acme:?}"
+    );
+    assert_eq!(acme.admins, ["ann", "root"]);
+    let globex = &all[1];
+    assert_eq!(
+        (
+            globex.users,
+            globex.tools,
+            globex.agents,
+            globex.mcp_servers
+        ),
+        (1, 0, 0, 1),
+        "{globex:?}"
+    );
+    assert_eq!(globex.admins, ["gus"]);
+    let initech = &all[2];
+    assert_eq!((initech.users, initech.tools), (0, 1), "{initech:?}");
+    assert!(initech.admins.is_empty());
+
+    // One tenant's scope sees that tenant only, never another's counts or admins.
+    assert_eq!(
+        store.list_tenants(&home()).await.unwrap(),
+        std::slice::from_ref(acme)
+    );
+    assert_eq!(
+        store.list_tenants(&of("globex")).await.unwrap(),
+        std::slice::from_ref(globex)
+    );
+    assert!(store.list_tenants(&of("nobody")).await.unwrap().is_empty());
+}
+
 // ---- errors ----
 
 async fn unknown_ids_are_not_found(store: Arc<dyn RegistryStore>) {
@@ -1572,7 +1729,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1700,7 +1857,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = sqlite_at(&path).await.unwrap();
-        assert_eq!(store.applied_migrations(), [3, 4, 5, 6]);
+        assert_eq!(store.applied_migrations(), [3, 4, 5, 6, 7]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
         assert_eq!(
             store.tool_versions("t1").await.unwrap()[0].tenant,
@@ -1756,7 +1913,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (6)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (7)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -1887,7 +2044,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6, 7]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -1914,6 +2071,7 @@ mod postgres_only {
                     "registry_code",
                     "registry_mcp_server_tools",
                     "registry_mcp_servers",
+                    "registry_revoked_sessions",
                     "registry_sandbox_executions",
                     "registry_settings",
                     "registry_tool_code",
@@ -1982,7 +2140,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2, 3, 4, 5]);
-                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

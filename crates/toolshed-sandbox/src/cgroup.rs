@@ -2,9 +2,10 @@
 //! a hierarchy with the memory, pids and cpu controllers exists, else v1 (memory with
 //! swap counted through `memsw`, pids, cpu quota, cpuacct, freezer).
 //!
-//! The parent creates the run's cgroup with its limits and moves the child into it
-//! before the child does anything; at the end it freezes the cgroup, kills everything
-//! in it, reads the accounting and removes it.
+//! The parent creates the run's cgroup with its limits; the child is born in it (v2) or
+//! moves itself in as its first step (v1), before it runs anything of the tool. At the
+//! end the parent freezes the cgroup, kills everything in it, reads the accounting and
+//! removes it.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -386,18 +387,24 @@ impl RunCgroup {
         matches!(*self.hierarchy, Hierarchy::V2 { .. }).then(|| self.dir("memory"))
     }
 
-    /// Moves a process (the child, before it runs anything) into the cgroup. Under v2
-    /// the child was born in it (`CLONE_INTO_CGROUP`): nothing to do. Under v1 this is
-    /// a migration, which waits for an RCU grace period when none happened recently.
-    pub(crate) fn attach(&self, pid: i32) -> io::Result<()> {
+    /// cgroup v1: the `tasks` file of each of this cgroup's folders, opened for writing,
+    /// through which the child moves itself in (see `child::setup_and_exec`). Empty
+    /// under v2, where the child is born in its cgroup (`CLONE_INTO_CGROUP`).
+    pub(crate) fn v1_tasks(&self) -> io::Result<Vec<std::os::fd::OwnedFd>> {
         if matches!(*self.hierarchy, Hierarchy::V2 { .. }) {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let pid = pid.to_string();
-        for dir in self.dirs() {
-            write(&dir.join("cgroup.procs"), &pid)?;
-        }
-        Ok(())
+        self.dirs()
+            .into_iter()
+            .map(|dir| {
+                rustix::fs::open(
+                    dir.join("tasks"),
+                    rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )
+                .map_err(io::Error::from)
+            })
+            .collect()
     }
 
     /// The host pids in the cgroup.

@@ -27,7 +27,9 @@ pub(crate) const INSIDE_ID: u32 = 1000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub(crate) enum Step {
-    Wait = 1,
+    CloseInherited = 1,
+    Cgroup,
+    Wait,
     Identity,
     ParentDeath,
     CgroupNamespace,
@@ -52,7 +54,9 @@ pub(crate) enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 22] = [
+    const ALL: [Step; 24] = [
+        Step::CloseInherited,
+        Step::Cgroup,
         Step::Wait,
         Step::Identity,
         Step::ParentDeath,
@@ -84,6 +88,8 @@ impl Step {
     /// The step's name in errors.
     pub(crate) fn name(self) -> &'static str {
         match self {
+            Step::CloseInherited => "close the supervisor's other fds",
+            Step::Cgroup => "move into its cgroup",
             Step::Wait => "wait for the supervisor",
             Step::Identity => "switch to the sandbox uid and gid",
             Step::ParentDeath => "die with the supervisor (PR_SET_PDEATHSIG)",
@@ -129,6 +135,12 @@ pub(crate) struct ChildPlan {
     pub mounts: Vec<(RawFd, CString)>,
     /// The Landlock ruleset to enforce, if any.
     pub ruleset: Option<RawFd>,
+    /// cgroup v1: the `tasks` file of each of the run's cgroup folders, opened by the
+    /// parent; the child moves itself into each (empty under v2, where it is born in its
+    /// cgroup).
+    pub cgroup_tasks: Vec<RawFd>,
+    /// Every fd above, ascending: the only ones the child keeps from the clone on.
+    pub keep: Vec<RawFd>,
     /// Seccomp programs to install, in order.
     pub seccomp: Vec<std::sync::Arc<[sock_filter]>>,
     /// The program (absolute, inside the sandbox).
@@ -192,12 +204,29 @@ fn setup_and_exec(
     plan: &ChildPlan,
     pointers: &Pointers,
 ) -> Result<std::convert::Infallible, Failed> {
-    // 0. Die with the supervisor while waiting too: EOF on the go socket cannot tell,
-    //    since this child holds a copy of every fd the supervisor had when it cloned (the
-    //    socket's other end included, and those of other sandboxes starting at once). A
-    //    supervisor that exits between the clone and "go" (a runtime shut down while a
-    //    warm worker starts) would otherwise leave the child waiting forever. Step 2
-    //    clears it; step 3 sets it again.
+    // 0. Close every fd of the supervisor this child does not use, before it waits for
+    //    anything. The clone copied the whole fd table: the other ends of its own pipes,
+    //    other sandboxes' go sockets, and the close-on-exec error pipe of a `Command`
+    //    that another thread of the supervisor is spawning at this moment. That spawn
+    //    waits for EOF on its pipe; had this child kept a copy while waiting for "go"
+    //    from the thread blocked in that spawn, both would wait forever.
+    at_io(Step::CloseInherited, sys::close_all_but(&plan.keep))?;
+
+    // 0b. cgroup v1: move itself into the run's cgroup, through the `tasks` files the
+    //     parent opened (the kernel checks the opener's credentials). A thread moving
+    //     itself skips the cgroup core's thread-group lock, whose write side waits for an
+    //     RCU grace period (6 to 16 ms when the lock has gone cold) when the parent
+    //     moves the process through `cgroup.procs`. The child runs only supervisor code
+    //     until its exec, which waits for this.
+    for fd in &plan.cgroup_tasks {
+        at_io(Step::Cgroup, sys::write_exact(*fd, b"0"))?;
+    }
+
+    // 0c. Die with the supervisor while waiting too: EOF on the go socket is not enough,
+    //     since another sandbox cloned at the same moment may hold a copy of its other
+    //     end for a moment. A supervisor that exits between the clone and "go" (a
+    //     runtime shut down while a warm worker starts) would otherwise leave the child
+    //     waiting forever. Step 2 clears it; step 3 sets it again.
     at(
         Step::ParentDeath,
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)),
@@ -337,9 +366,9 @@ fn setup_and_exec(
     )?;
     sys::reset_signals();
 
-    // 8. Only once the parent has put this process in its cgroup (and its network is up)
+    // 8. Only once its network is up (and, under v2, the parent has checked its cgroup)
     //    may it go on: wait for the second byte; then its own cgroup namespace, rooted at
-    //    that cgroup (the last step needing a capability).
+    //    its cgroup (the last step needing a capability).
     loop {
         match rustix::io::read(sync, &mut go) {
             Ok(1) if go[0] == b'x' => break,

@@ -106,7 +106,19 @@ pub enum Code {
     Inline(String),
     /// A host file: bound read-only at `/tool/<its name>`.
     File(PathBuf),
+    /// A file of a folder of code (a registered tool's uploaded files, or the folder of
+    /// its file on the server): the folder bound read-only at `/tool`, the file run from
+    /// there, so it imports the modules beside it.
+    InFolder {
+        /// The folder, on the host.
+        folder: PathBuf,
+        /// The file, relative to the folder (plain names, no `.` or `..`).
+        file: PathBuf,
+    },
 }
+
+/// Where [`Snippet::libraries`] appear inside the sandbox: `/tool-libs/0`, `/tool-libs/1`…
+const LIBRARIES_INSIDE: &str = "/tool-libs";
 
 /// What the runner calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -130,6 +142,10 @@ pub struct Snippet {
     pub code: Code,
     /// What the runner calls.
     pub entry: Entry,
+    /// Folders of installed dependencies, bound read-only and searched first: Python's
+    /// `sys.path` (after the code's own folder), Node's `NODE_PATH` (which `require`
+    /// honours and an ES module's bare `import` does not, as for dispatched tools).
+    pub libraries: Vec<PathBuf>,
 }
 
 /// What a run of a snippet produced, read from its [`Outcome`].
@@ -154,6 +170,9 @@ pub const RESULT_FILE: &str = ".toolshed-output.json";
 const PYTHON_RUNNER: &str = r#"
 import json, sys, types
 path, kind, name = sys.argv[1], sys.argv[2], sys.argv[3]
+# The code's own folder, then its libraries, come first on the import path (isolated
+# mode adds neither).
+sys.path[:0] = [path.rsplit("/", 1)[0]] + json.loads(sys.argv[4])
 # Loaded by hand: importlib.util and inspect would double the start-up time.
 module = types.ModuleType("tool")
 module.__file__ = path
@@ -230,7 +249,14 @@ impl Snippet {
             language,
             code,
             entry: Entry::Run,
+            libraries: Vec::new(),
         }
+    }
+
+    /// The same, with these dependency folders (see [`Snippet::libraries`]).
+    pub fn with_libraries(mut self, libraries: Vec<PathBuf>) -> Snippet {
+        self.libraries = libraries;
+        self
     }
 
     /// The same, calling `entry` instead.
@@ -269,16 +295,45 @@ impl Snippet {
                 let inside = format!("/tool/{name}");
                 (inside.clone(), Some(Bind::read_only(host, inside)), None)
             }
+            Code::InFolder { folder, file } => {
+                if file.as_os_str().is_empty()
+                    || file
+                        .components()
+                        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+                {
+                    return Err(SandboxError::config(
+                        "code.file",
+                        "must be a path relative to the code's folder, without `.` or `..`",
+                    ));
+                }
+                let inside = Path::new("/tool").join(file).to_string_lossy().into_owned();
+                (inside, Some(Bind::read_only(folder, "/tool")), None)
+            }
         };
+        let libraries: Vec<String> = (0..self.libraries.len())
+            .map(|i| format!("{LIBRARIES_INSIDE}/{i}"))
+            .collect();
         let (kind, name) = match &self.entry {
             Entry::Run => ("run", "run"),
             Entry::Function(f) => ("function", f.as_str()),
         };
         let mut spec = match self.language {
-            Language::Python => RunSpec::new(
-                interpreter,
-                ["-I", "-c", PYTHON_RUNNER, inside.as_str(), kind, name],
-            ),
+            Language::Python => {
+                let sys_path =
+                    serde_json::to_string(&libraries).unwrap_or_else(|_| "[]".to_owned());
+                RunSpec::new(
+                    interpreter,
+                    [
+                        "-I",
+                        "-c",
+                        PYTHON_RUNNER,
+                        inside.as_str(),
+                        kind,
+                        name,
+                        sys_path.as_str(),
+                    ],
+                )
+            }
             Language::Node => RunSpec::new(
                 interpreter,
                 [
@@ -297,6 +352,12 @@ impl Snippet {
         };
         if let Some(bind) = bind {
             spec = spec.bind(bind);
+        }
+        for (host, inside) in self.libraries.iter().zip(&libraries) {
+            spec = spec.bind(Bind::read_only(host, inside));
+        }
+        if self.language == Language::Node && !libraries.is_empty() {
+            spec = spec.env("NODE_PATH", libraries.join(":"));
         }
         if let Some(file) = file {
             spec.files.push(file);
@@ -426,6 +487,67 @@ mod tests {
                     .iter()
                     .any(|(k, v)| k == "TOOLSHED_INPUT" && v == "{\"n\":1}")
             );
+        }
+    }
+
+    #[test]
+    fn a_file_in_a_folder_binds_the_folder_and_its_libraries_join_the_path() {
+        let input = serde_json::json!({});
+        let folder = Snippet::new(
+            Language::Python,
+            Code::InFolder {
+                folder: "/srv/code/abc".into(),
+                file: "pkg/tool.py".into(),
+            },
+        )
+        .with_entry(Entry::Function("lookup".into()))
+        .with_libraries(vec!["/srv/deps/1".into()]);
+        let spec = folder.spec(&input).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            spec.binds,
+            vec![
+                Bind::read_only("/srv/code/abc", "/tool"),
+                Bind::read_only("/srv/deps/1", "/tool-libs/0"),
+            ]
+        );
+        let args: Vec<String> = spec
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args[3..],
+            [
+                "/tool/pkg/tool.py",
+                "function",
+                "lookup",
+                "[\"/tool-libs/0\"]"
+            ]
+        );
+        let node = Snippet::new(
+            Language::Node,
+            Code::InFolder {
+                folder: "/srv/code/abc".into(),
+                file: "tool.mjs".into(),
+            },
+        )
+        .with_libraries(vec!["/srv/deps/2".into()]);
+        let spec = node.spec(&input).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            spec.env
+                .iter()
+                .any(|(k, v)| k == "NODE_PATH" && v == "/tool-libs/0")
+        );
+        // The file must stay inside its folder.
+        for bad in ["../x.py", "/etc/passwd", ""] {
+            let escape = Snippet::new(
+                Language::Python,
+                Code::InFolder {
+                    folder: "/srv/code/abc".into(),
+                    file: bad.into(),
+                },
+            );
+            assert!(escape.spec(&input).is_err(), "{bad:?} was accepted");
         }
     }
 }

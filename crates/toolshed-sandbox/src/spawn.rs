@@ -1,6 +1,7 @@
 //! Starting a sandbox: prepare everything the child needs, clone it on the spawner
-//! thread, set its identity, cgroup, rlimits and network while it waits, let it go, and
-//! learn whether its exec worked. Ending one: freeze, kill everything, reap, account,
+//! thread (it closes what it does not need and joins its cgroup at once), set its
+//! identity, rlimits and network while it waits, let it go, and learn whether its exec
+//! worked. Ending one: freeze, kill everything, reap, account,
 //! clean up.
 
 use std::ffi::{CString, OsStr, OsString};
@@ -29,8 +30,8 @@ use crate::uidpool::Lease;
 /// How long the child may take from "go" to its exec.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The namespaces of every sandbox (the cgroup namespace is unshared by the child after
-/// the parent has moved it into its cgroup).
+/// The namespaces of every sandbox (the cgroup namespace is unshared by the child once
+/// it is in its cgroup).
 const NAMESPACES: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
@@ -406,8 +407,16 @@ pub(crate) async fn start(
     let (stdout_r, stdout_w) = pipe("stdout")?;
     let (stderr_r, stderr_w) = pipe("stderr")?;
 
+    let cgroup_tasks = match &cgroup {
+        Some(cg) => cg.v1_tasks().map_err(|e| {
+            cg.clone().remove_later();
+            SandboxError::io("cannot open the run's cgroup", e)
+        })?,
+        None => Vec::new(),
+    };
+
     let netns = inner.netns.take().await;
-    let plan = ChildPlan {
+    let mut plan = ChildPlan {
         loopback: netns.is_none(),
         sync: sync_r.as_raw_fd(),
         report: report_w.as_raw_fd(),
@@ -424,11 +433,22 @@ pub(crate) async fn start(
             .map(|(fd, target)| (fd.as_raw_fd(), target.clone()))
             .collect(),
         ruleset: ruleset.as_ref().map(AsRawFd::as_raw_fd),
+        cgroup_tasks: cgroup_tasks.iter().map(AsRawFd::as_raw_fd).collect(),
+        keep: Vec::new(),
         seccomp: inner.seccomp.clone(),
         program: program_c,
         argv,
         envp,
     };
+    plan.keep = [plan.sync, plan.report, plan.root]
+        .into_iter()
+        .chain(plan.stdio)
+        .chain(plan.mounts.iter().map(|(fd, _)| *fd))
+        .chain(plan.ruleset)
+        .chain(plan.cgroup_tasks.iter().copied())
+        .collect();
+    plan.keep.sort_unstable();
+    plan.keep.dedup();
     let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
     let cgroup_fd = match cgroup.as_ref().and_then(RunCgroup::v2_dir) {
         Some(dir) => Some(
@@ -481,6 +501,7 @@ pub(crate) async fn start(
         prepared.root,
         prepared.mounts,
         ruleset,
+        cgroup_tasks,
     ));
 
     // Hold the sandbox's mount namespace: its teardown (an RCU grace period) then runs
@@ -558,8 +579,8 @@ fn clone_error(e: std::io::Error) -> SandboxError {
     }
 }
 
-/// The parent's half of the start, while the child waits: identity, cgroup, rlimits,
-/// network; then "go", and the child's report.
+/// The parent's half of the start, while the child waits: identity and rlimits, then
+/// "go", then the network; then "exec", and the child's report.
 #[allow(
     clippy::too_many_arguments,
     reason = "one call site, the steps of one start"
@@ -588,24 +609,10 @@ async fn release(
     }
     set_rlimits(pid, limits)?;
 
-    // Go: the child sets itself up (identity, root, lock-down) while the parent moves it
-    // into its cgroup (under v1 a migration, which may wait for an RCU grace period, so
-    // on a blocking thread) and starts its network; only the exec waits for both.
+    // Go: the child sets itself up (identity, root, lock-down) while the parent starts
+    // its network; only the exec waits for that. (It is in its cgroup already: born
+    // there under v2, moved in by itself as its first step under v1.)
     send(&sync_w, b'g').map_err(|e| SandboxError::io("cannot release the sandbox", e))?;
-    let attach = async {
-        match running.cgroup.clone() {
-            Some(cg) => tokio::task::spawn_blocking(move || cg.attach(pid))
-                .await
-                .map_err(|e| {
-                    SandboxError::io(
-                        "the cgroup attach task failed",
-                        std::io::Error::other(e.to_string()),
-                    )
-                })?
-                .map_err(|e| SandboxError::io("cannot move the sandbox into its cgroup", e)),
-            None => Ok(()),
-        }
-    };
     let net = async {
         if network != Network::On {
             return Ok(None);
@@ -625,20 +632,12 @@ async fn release(
         .await
         .map(Some)
     };
-    let (attached, net) = tokio::join!(attach, net);
-    let failed = match (attached, net) {
-        (Ok(()), Ok(net)) => {
+    let failed = match net.await {
+        Ok(net) => {
             running.net = net;
             None
         }
-        (Err(e), net) => {
-            // Keep a started helper, so the cleanup stops it.
-            if let Ok(Some(n)) = net {
-                running.net = Some(n);
-            }
-            Some(e)
-        }
-        (Ok(()), Err(e)) => Some(e),
+        Err(e) => Some(e),
     };
     // Exec. A child that already failed reads nothing; its report says why. Without
     // `x` (a failure above), it reads the end of the socket and exits.

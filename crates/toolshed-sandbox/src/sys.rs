@@ -185,6 +185,51 @@ pub(crate) fn landlock_restrict_self(ruleset: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Closes every fd from 3 up except those in `keep` (ascending). Async-signal-safe.
+pub(crate) fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
+    let close_range = |first: u32, last: u32| -> io::Result<()> {
+        // SAFETY: close_range only closes fds of this process's own table (the child's
+        // copy); `keep` names every fd the caller still uses.
+        let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        if ret != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    let mut first: u32 = 3;
+    for &fd in keep {
+        let Ok(fd) = u32::try_from(fd) else { continue };
+        if fd < first {
+            continue;
+        }
+        if fd > first {
+            close_range(first, fd - 1)?;
+        }
+        first = fd + 1;
+    }
+    close_range(first, u32::MAX)
+}
+
+/// Writes all of a small buffer to an fd in one `write` (a cgroupfs file takes a
+/// value in one write). Async-signal-safe.
+pub(crate) fn write_exact(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    loop {
+        // SAFETY: `buf` is valid for its length; a bad fd only yields an error.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if n as usize != buf.len() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        return Ok(());
+    }
+}
+
 /// Marks every fd from `first` up close-on-exec. Async-signal-safe.
 pub(crate) fn close_range_cloexec(first: u32) -> io::Result<()> {
     // SAFETY: close_range only changes fd flags of this process.
@@ -489,6 +534,7 @@ pub(crate) fn bpf_prog_attach(
 /// A borrowed fd from a raw one the plan owns for the child's whole setup.
 pub(crate) fn borrow(fd: RawFd) -> BorrowedFd<'static> {
     // SAFETY: the parent keeps every fd of the plan open until the child has exec'd or
-    // exited, and the child never closes them before exec (close-on-exec does).
+    // exited, and the child never closes them before exec (close-on-exec does; the
+    // child's first step closes only fds outside the plan's `keep`).
     unsafe { BorrowedFd::borrow_raw(fd) }
 }

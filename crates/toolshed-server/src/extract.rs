@@ -14,8 +14,9 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The caller, from `Authorization: Bearer TOKEN` or the console's session cookie
-/// (a changing request with the cookie must pass the CSRF check: 403 `CSRF_REJECTED`). Missing, malformed, tampered,
-/// expired, a refresh token, or withdrawn (its user removed or changed since) → 401.
+/// (a changing request with the cookie must pass the CSRF check: 403 `CSRF_REJECTED`).
+/// Missing, malformed, tampered, expired, a refresh token, withdrawn (its user removed
+/// or changed since) or logged out (its session revoked) → 401.
 #[derive(Debug, Clone)]
 pub struct Auth(pub Claims);
 
@@ -63,7 +64,11 @@ impl FromRequestParts<AppState> for Auth {
                     ));
                 };
                 if crate::console::session::is_changing(&parts.method) {
-                    crate::console::session::check_csrf(&parts.headers, token)?;
+                    crate::console::session::check_csrf(
+                        &parts.headers,
+                        token,
+                        state.config().public_url.as_ref(),
+                    )?;
                 }
                 token
             }

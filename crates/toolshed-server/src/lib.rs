@@ -48,6 +48,7 @@ mod listen;
 pub mod login_limits;
 pub mod mcp;
 pub mod mcp_gateway;
+pub mod public_url;
 mod retention;
 pub mod routes;
 pub mod sandbox;
@@ -117,6 +118,11 @@ pub struct ServerConfig {
     pub four_eyes: bool,
     /// `/mcp`: the extra allowed origins and the prompts and resources offered.
     pub mcp_gateway: mcp_gateway::McpSettings,
+    /// The URL people reach the server at (`toolshed serve --public-url`), when a proxy
+    /// stands in front of it: an `https://` one makes the console's cookies `Secure`,
+    /// and its origin passes the console's same-origin check. `None` (the default): the
+    /// request's own `Host` is the console's origin.
+    pub public_url: Option<public_url::PublicUrl>,
     /// Host folders bound into the sandbox of every MCP stdio server the registry
     /// starts (read-only), e.g. a shared `node_modules` of pinned servers. Empty by
     /// default: `npx -y` and `uvx` servers download into their per-server cache.
@@ -141,6 +147,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("dispatcher", &self.dispatcher)
             .field("sandbox", &self.sandbox)
             .field("credentials", &self.credentials)
+            .field("public_url", &self.public_url)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +174,7 @@ impl ServerConfig {
             retain_runs: None,
             four_eyes: false,
             mcp_gateway: mcp_gateway::McpSettings::default(),
+            public_url: None,
             mcp_binds: Vec::new(),
         }
     }

@@ -4,19 +4,20 @@
 //! ([`view`], which `toolshed sandbox run` prints too).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use toolshed_api::ApiCode;
 use toolshed_api::views::{SandboxClamp, SandboxExecutionView, SandboxLimits};
 use toolshed_core::file::ToolFile;
-use toolshed_dispatch::Endpoint;
+use toolshed_dispatch::{Dispatcher, Endpoint};
 use toolshed_registry::ToolRecord;
 use toolshed_sandbox::snippet::{Code, Entry, Language, Snippet, SnippetResult};
 use toolshed_sandbox::{Bind, Limits, Network, Outcome, RunSpec, Sandbox, SandboxConfig};
 use toolshed_sandbox::{SandboxCode, SandboxError};
 
+use crate::code::RunEnv;
 use crate::error::ApiError;
 
 const MIB: u64 = 1024 * 1024;
@@ -152,18 +153,21 @@ impl Prepared {
         })
     }
 
-    /// A registered tool's own code on `input`, its file bound read-only: `python:`
-    /// calls its function with the input's fields as keyword arguments, `node:` its
-    /// export with `(input, ctx)`, `exec:` gets one wire-protocol request line. Its
-    /// declared timeout and `network_access` apply unless the request sets them.
-    /// `endpoint` is the endpoint as this server runs it (uploaded code's file in the
-    /// code cache), when it differs from the stored one.
-    pub(crate) fn tool(
+    /// A registered tool's own code on `input`, run as the registry runs it: its code's
+    /// folder bound read-only at `/tool` (the uploaded files, or the folder of its file on
+    /// the server), so it imports the modules beside it, and its installed dependencies
+    /// searched first. `python:` calls its function with the input's fields as keyword
+    /// arguments, `node:` its export with `(input, ctx)` (a TypeScript file as the
+    /// dispatcher transpiles it), `exec:` gets one wire-protocol request line. Its
+    /// declared timeout and `network_access` apply unless the request sets them. `env` is
+    /// how this server runs the tool ([`crate::tools::run_env`]).
+    pub(crate) async fn tool(
+        dispatcher: &Dispatcher,
         record: &ToolRecord,
-        endpoint: Option<&str>,
+        env: &RunEnv,
         input: &Value,
     ) -> Result<Prepared, ApiError> {
-        let Some(text) = endpoint.or(record.endpoint.as_deref()) else {
+        let Some(text) = env.endpoint.as_deref().or(record.endpoint.as_deref()) else {
             return Err(not_sandboxable(record, "has no endpoint"));
         };
         let endpoint = Endpoint::parse(text).map_err(|e| {
@@ -172,28 +176,68 @@ impl Prepared {
                 format!("tool `{}` cannot run: {e}", record.name),
             )
         })?;
-        let (snippet, path) = match &endpoint {
-            Endpoint::Python { path, function } => (
-                Some(
-                    Snippet::new(Language::Python, Code::File(path.clone()))
-                        .with_entry(Entry::Function(function.clone())),
-                ),
-                path,
-            ),
-            Endpoint::Node { .. } if endpoint.is_typescript() => {
-                return Err(not_sandboxable(
-                    record,
-                    "is TypeScript, which the dispatcher transpiles; run it with POST /api/v1/registry/tools/{id}/execute",
-                ));
+        // The folder shown at /tool and the file's place in it.
+        let in_folder = |path: &Path| -> Result<(PathBuf, PathBuf), ApiError> {
+            let split = match &env.root {
+                Some(root) => path
+                    .strip_prefix(root)
+                    .ok()
+                    .map(|rel| (root.clone(), rel.to_path_buf())),
+                None => None,
             }
-            Endpoint::Node { path, export } => (
-                Some(
-                    Snippet::new(Language::Node, Code::File(path.clone())).with_entry(
-                        Entry::Function(export.clone().unwrap_or_else(|| "default".into())),
+            .or_else(|| {
+                Some((
+                    path.parent()?.to_path_buf(),
+                    PathBuf::from(path.file_name()?),
+                ))
+            });
+            split.ok_or_else(|| {
+                ApiError::new(
+                    ApiCode::InvalidDefinition,
+                    format!(
+                        "tool `{}` cannot run: its endpoint names no file ({text})",
+                        record.name
                     ),
-                ),
-                path,
-            ),
+                )
+            })
+        };
+        let (snippet, path) = match &endpoint {
+            Endpoint::Python { path, function } => {
+                let (folder, file) = in_folder(path)?;
+                (
+                    Some(
+                        Snippet::new(Language::Python, Code::InFolder { folder, file })
+                            .with_entry(Entry::Function(function.clone()))
+                            .with_libraries(env.libraries.clone()),
+                    ),
+                    path,
+                )
+            }
+            Endpoint::Node { path, export } => {
+                let entry = Entry::Function(export.clone().unwrap_or_else(|| "default".into()));
+                let code = if endpoint.is_typescript() {
+                    // The JavaScript the dispatcher runs for it (transpiled once, cached):
+                    // the file alone, so it may import packages, not sibling `.ts` files.
+                    let js = dispatcher.typescript_output(path).await.map_err(|e| {
+                        ApiError::new(
+                            ApiCode::InvalidDefinition,
+                            format!("tool `{}` cannot run: {e}", record.name),
+                        )
+                    })?;
+                    Code::File(js)
+                } else {
+                    let (folder, file) = in_folder(path)?;
+                    Code::InFolder { folder, file }
+                };
+                (
+                    Some(
+                        Snippet::new(Language::Node, code)
+                            .with_entry(entry)
+                            .with_libraries(env.libraries.clone()),
+                    ),
+                    path,
+                )
+            }
             Endpoint::Exec { path } => (None, path),
             Endpoint::Builtin { .. } | Endpoint::Http { .. } => {
                 return Err(not_sandboxable(
@@ -238,9 +282,13 @@ impl Prepared {
                 })
             }
             None => {
-                let inside = format!("/tool/{}", file_name(path));
-                let spec = RunSpec::new(inside.clone(), Vec::<String>::new())
-                    .bind(Bind::executable(path, inside));
+                let (folder, file) = in_folder(path)?;
+                let inside = Path::new("/tool")
+                    .join(&file)
+                    .to_string_lossy()
+                    .into_owned();
+                let spec = RunSpec::new(inside, Vec::<String>::new())
+                    .bind(Bind::executable(folder, "/tool"));
                 let request = WireRequest {
                     id: "call_0",
                     tool: &record.name,
@@ -289,12 +337,6 @@ fn not_sandboxable(record: &ToolRecord, why: &str) -> ApiError {
         ApiCode::NotSandboxable,
         format!("tool `{}` {why}", record.name),
     )
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "tool".into())
 }
 
 /// SHA-256 in hex.

@@ -1,6 +1,6 @@
 //! What every request handler shares: the stores, the token signer, the dispatcher, the
 //! sandbox, the login limiter, and the caches of registry tools ready to execute, of
-//! verified tokens and of users' token generations.
+//! verified tokens and of users' token generations and revoked sessions.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +36,11 @@ const VERIFIED_TOKENS: u64 = 4096;
 /// hit; this only bounds how long an unused entry stays.
 const VERIFIED_TTL: Duration = Duration::from_secs(600);
 
-/// How long a user's token generation (and role and tenant) is trusted before the
-/// store is asked again. Changes made through this server invalidate at once; this
-/// bounds how long a token withdrawn by another server sharing the database (or by
-/// `toolshed user` writing to it directly) stays usable.
+/// How long a user's token generation (and role, tenant and revoked sessions) is
+/// trusted before the store is asked again. Changes and logouts made through this
+/// server invalidate at once; this bounds how long a token withdrawn or logged out on
+/// another server sharing the database (or by `toolshed user` writing to it directly)
+/// stays usable.
 const USER_STAMP_TTL: Duration = Duration::from_secs(2);
 
 /// Users whose stamp is remembered at most. A miss costs one read of the user's row.
@@ -70,13 +71,20 @@ struct Inner {
     attachments: Option<crate::routes::attachments::AttachmentStores>,
 }
 
-/// What a user's current tokens carry: a token saying anything else was withdrawn.
+/// What a user's current tokens carry: a token saying anything else was withdrawn; and
+/// the user's sessions ended by a logout (sorted), whose tokens are refused.
 #[derive(Debug, PartialEq, Eq)]
 struct UserStamp {
     generation: i64,
     role: Role,
     tenant: String,
+    revoked: Vec<String>,
 }
+
+/// How much longer than its tokens' lifetime a revoked session is remembered: a
+/// refresh that read the user's stamp just before the logout (on another server, within
+/// `USER_STAMP_TTL`) can still issue tokens of the session a moment after it.
+const REVOCATION_MARGIN: Duration = Duration::from_secs(60);
 
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
 /// one tool.
@@ -267,37 +275,90 @@ impl AppState {
 
     /// Refuse a token that was withdrawn: its user is gone, or its generation, role or
     /// tenant is no longer the user's (a password, role or tenant change bumps the
-    /// generation). Role and tenant are compared too, so a change that forgot the
-    /// generation still ends the token. The user's row is read at most once per
-    /// `USER_STAMP_TTL` per server; on a hit this is one cache lookup.
+    /// generation); or that was logged out: its session was revoked (or it has none,
+    /// being older than sessions). Role and tenant are compared too, so a change that
+    /// forgot the generation still ends the token. The user's row and revoked sessions
+    /// are read at most once per `USER_STAMP_TTL` per server; on a hit this is one
+    /// cache lookup and a binary search.
     pub async fn check_current(&self, claims: &Claims) -> Result<(), ApiError> {
         let stamp = match self.inner.users.get(&claims.sub) {
             Some(stamp) => stamp,
             None => {
-                let stamp = self.registry().get_user(&claims.sub).await?.map(|u| {
-                    Arc::new(UserStamp {
-                        generation: u.token_generation,
-                        role: u.role,
-                        tenant: u.tenant,
-                    })
-                });
+                let stamp = match self.registry().get_user(&claims.sub).await? {
+                    Some(u) => {
+                        let mut revoked = self.registry().revoked_sessions(&u.username).await?;
+                        revoked.sort_unstable();
+                        Some(Arc::new(UserStamp {
+                            generation: u.token_generation,
+                            role: u.role,
+                            tenant: u.tenant,
+                            revoked,
+                        }))
+                    }
+                    None => None,
+                };
                 self.inner.users.insert(claims.sub.clone(), stamp.clone());
                 stamp
             }
         };
-        let current = stamp.is_some_and(|s| {
+        let Some(stamp) = stamp.filter(|s| {
             u64::try_from(s.generation).ok() == Some(claims.generation)
                 && s.role == claims.role
                 && claims.tenant.as_deref() == Some(s.tenant.as_str())
+        }) else {
+            return Err(ApiError::new(
+                ApiCode::Unauthenticated,
+                "the token was withdrawn (its user was removed, or its password, role or tenant changed); log in again (POST /api/v1/auth/login)",
+            ));
+        };
+        let live = claims.sid.as_deref().is_some_and(|sid| {
+            stamp
+                .revoked
+                .binary_search_by(|r| r.as_str().cmp(sid))
+                .is_err()
         });
-        if current {
+        if live {
             Ok(())
         } else {
             Err(ApiError::new(
                 ApiCode::Unauthenticated,
-                "the token was withdrawn (its user was removed, or its password, role or tenant changed); log in again (POST /api/v1/auth/login)",
+                "the token's session was ended (logged out); log in again (POST /api/v1/auth/login)",
             ))
         }
+    }
+
+    /// End the session `claims` belongs to (a logout): every token carrying its id,
+    /// access and refresh, of the login and of every refresh after it, is refused from
+    /// the next request on here, and on every server sharing the database within
+    /// `USER_STAMP_TTL`. The user's other sessions go on. The revocation is kept until
+    /// the last of the session's tokens has expired. `false` for a token without a
+    /// session (nothing to end: the server refuses it anyway).
+    pub async fn revoke_session(&self, claims: &Claims) -> Result<bool, ApiError> {
+        let Some(sid) = claims.sid.clone() else {
+            return Ok(false);
+        };
+        let tokens = self.tokens();
+        let lifetime = tokens.ttl().max(tokens.refresh_ttl()) + REVOCATION_MARGIN;
+        let until = std::time::SystemTime::now() + lifetime;
+        let ms = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0)
+        };
+        // A token issued by a server with longer lifetimes than ours outlives our
+        // estimate: never keep the row shorter than the token in hand.
+        let own = i64::try_from(claims.exp)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000);
+        self.registry()
+            .revoke_session(toolshed_registry::RevokedSession {
+                session_id: sid,
+                username: claims.sub.clone(),
+                expires_at_ms: ms(until).max(own),
+            })
+            .await?;
+        self.forget_user(&claims.sub);
+        Ok(true)
     }
 
     /// Forget what is known of a user's tokens (after this server changed or removed

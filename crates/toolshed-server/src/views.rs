@@ -4,11 +4,11 @@
 use serde_json::Value;
 use toolshed_api::views::{
     AgentView, Budgets, CallStatus, CallView, Decision, Gate, HumanAnswer, RunStatus, RunView,
-    ToolDetail, ToolStatus, ToolSummary, UsageView, UserView,
+    TenantView, ToolDetail, ToolStatus, ToolSummary, UsageView, UserView,
 };
 use toolshed_api::{PageMeta, Paged};
 use toolshed_journal as journal;
-use toolshed_registry::{AgentRecord, Page, ToolRecord, ToolUsage, UserRecord};
+use toolshed_registry::{AgentRecord, Page, TenantRecord, ToolRecord, ToolUsage, UserRecord};
 
 /// A page of the store mapped to views.
 pub fn paged<S, T>(page: Page<S>, f: impl Fn(S) -> T) -> Paged<T> {
@@ -108,6 +108,18 @@ pub fn user(u: UserRecord) -> UserView {
         role: role(u.role),
         tenant: u.tenant,
         created_at: time(u.created_at_ms),
+    }
+}
+
+/// A tenant.
+pub fn tenant(t: TenantRecord) -> TenantView {
+    TenantView {
+        name: t.name,
+        users: t.users,
+        admins: t.admins,
+        tools: t.tools,
+        agents: t.agents,
+        mcp_servers: t.mcp_servers,
     }
 }
 

@@ -91,6 +91,23 @@ async fn execute(s: &TestServer, name: &str, args: Value) -> Value {
     answer["data"]["output"].clone()
 }
 
+/// The seed's "Test in Sandbox" of a registered tool (`tool_id`): its own code in a
+/// fresh sandbox, as the registry runs it; the decoded output.
+async fn sandbox_test(s: &TestServer, name: &str, input: Value) -> Value {
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/tools/sandbox/execute",
+            Some(&s.deployer),
+            Some(json!({"tool_id": name, "input_json": input})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["data"]["error"].is_null(), "{answer}");
+    assert_ne!(answer["data"]["host_uid"], 0, "{answer}");
+    answer["data"]["output_value"].clone()
+}
+
 #[tokio::test]
 async fn uploaded_code_runs_from_the_servers_cache_with_no_shared_path() {
     let s = TestServer::start().await;
@@ -225,6 +242,11 @@ async fn a_package_with_a_manifest_runs_with_its_own_modules() {
     assert_eq!(
         execute(&s, "greeter", json!({"name": "ada"})).await,
         json!("hello, ada")
+    );
+    // Tested in the sandbox by id, its package's own modules import as well.
+    assert_eq!(
+        sandbox_test(&s, "greeter", json!({"name": "bo"})).await,
+        json!("hello, bo")
     );
     // An endpoint naming a file the package does not hold is refused before anything runs.
     let (status, answer) = register(
@@ -532,6 +554,11 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
         json!("1.16.0:True")
     );
     assert_eq!(installed(), 1);
+    // Tested in the sandbox by id, it imports its installed dependency too.
+    assert_eq!(
+        sandbox_test(&s, "kind", json!({"x": "c"})).await,
+        json!("1.16.0:True")
+    );
     // The tool sees the installed folder read-only.
     s.stop().await;
 }
@@ -605,6 +632,10 @@ async fn node_dependencies_from_package_json_are_installed_from_npm_and_required
         execute(&s, "pad", json!({"text": "ab"})).await,
         json!("***ab")
     );
+    assert_eq!(
+        sandbox_test(&s, "pad", json!({"text": "cd"})).await,
+        json!("***cd")
+    );
     // A dependency that would come from elsewhere than the registry is refused.
     let bytes = archive(&[
         ("pad.cjs", tool),
@@ -623,5 +654,32 @@ async fn node_dependencies_from_package_json_are_installed_from_npm_and_required
     assert_eq!(status, 422, "{answer}");
     let m = answer["error"]["message"].as_str().unwrap();
     assert!(m.contains("code.package.json.dependencies.left-pad"), "{m}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_uploaded_typescript_tool_is_tested_in_the_sandbox_by_id() {
+    let s = TestServer::start().await;
+    let bytes = archive(&[(
+        "shout.ts",
+        "export function shout(input: { text: string }): string {\n  const loud: string = input.text.toUpperCase();\n  return loud + '!';\n}\n",
+    )]);
+    let (status, answer) = register(
+        &s,
+        &s.deployer,
+        json!({"name": "shout", "description": "shouts", "endpoint": "node:shout.ts:shout", "code": code(&bytes),
+               "schema_definition": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(
+        execute(&s, "shout", json!({"text": "hey"})).await,
+        json!("HEY!")
+    );
+    // The same transpiled module, in a fresh sandbox of its own.
+    assert_eq!(
+        sandbox_test(&s, "shout", json!({"text": "ho"})).await,
+        json!("HO!")
+    );
     s.stop().await;
 }

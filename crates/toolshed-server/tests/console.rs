@@ -1,6 +1,8 @@
 //! The console's server side: its embedded files (types, CSP, caching), the cookie
 //! session (flags, refresh, logout, expiry) and the attacks on it: a forged changing
-//! request without or with a wrong CSRF token, from another origin, a forged login.
+//! request without or with a wrong CSRF token, from another origin, a forged login; a
+//! logged-out session's tokens reused (as cookies or bearer tokens); the operator's
+//! public URL (`Secure` cookies, its origin accepted, forged ones refused).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -197,11 +199,23 @@ async fn login_sets_strict_http_only_cookies_that_the_api_accepts() {
     let refresh = session
         .set_cookies
         .iter()
-        .find(|c| c.starts_with("toolshed_refresh="))
+        .find(|c| c.starts_with("toolshed_refresh=") && !c.contains("Max-Age=0"))
         .unwrap();
+    // Sent to the console's session routes (refresh, logout), never to the API.
     assert!(
-        refresh.contains("HttpOnly") && refresh.contains("Path=/console/refresh"),
+        refresh.contains("HttpOnly") && refresh.contains("Path=/console;"),
         "{refresh}"
+    );
+    // The cookie of the path it had before is cleared, so it cannot shadow this one.
+    assert!(
+        session
+            .set_cookies
+            .iter()
+            .any(|c| c.starts_with("toolshed_refresh=;")
+                && c.contains("Path=/console/refresh")
+                && c.contains("Max-Age=0")),
+        "{:?}",
+        session.set_cookies
     );
     let csrf = session
         .set_cookies
@@ -488,6 +502,10 @@ async fn a_forged_login_refresh_and_logout() {
         );
     }
 
+    // Another login of the same user: a session of its own, which the logout below
+    // leaves alone (as it leaves the API's bearer token alone).
+    let other = login(&s, "admin", common::ADMIN_PASSWORD, &[]).await;
+
     // Logout needs the CSRF token too, and clears every cookie.
     let (status, body) =
         with_cookie(&s, "POST", "/console/logout", &session.cookie, &[], None).await;
@@ -495,10 +513,13 @@ async fn a_forged_login_refresh_and_logout() {
         (status, body["error"]["code"].as_str()),
         (403, Some("CSRF_REJECTED"))
     );
+    // A forged logout changed nothing: the session still works.
+    let (status, _) = with_cookie(&s, "GET", "/api/v1/auth/me", &session.cookie, &[], None).await;
+    assert_eq!(status, 200);
     let resp = s
         .client
         .post(format!("{}/console/logout", s.base))
-        .header("cookie", &session.cookie)
+        .header("cookie", format!("{}; {}", session.cookie, session.refresh))
         .header("origin", &s.base)
         .header("x-csrf-token", &session.csrf)
         .send()
@@ -506,10 +527,244 @@ async fn a_forged_login_refresh_and_logout() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let cleared = set_cookies(resp.headers());
-    assert_eq!(cleared.len(), 3, "{cleared:?}");
+    assert_eq!(cleared.len(), 4, "{cleared:?}");
     assert!(
         cleared.iter().all(|c| c.contains("Max-Age=0")),
         "{cleared:?}"
     );
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["data"]["session_ended"], true, "{body}");
+
+    // The attack: copies of the logged-out session's tokens, reused at once.
+    let access = &session.cookie["toolshed_session=".len()..];
+    let refresh = &session.refresh["toolshed_refresh=".len()..];
+    for (what, cookie) in [
+        ("the session cookie", session.cookie.clone()),
+        ("the cookie of a refresh since", fresh.clone()),
+    ] {
+        let (status, body) = with_cookie(&s, "GET", "/api/v1/auth/me", &cookie, &[], None).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (401, Some("UNAUTHENTICATED")),
+            "{what}: {body}"
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("logged out"),
+            "{body}"
+        );
+    }
+    let (status, body) = s.call("GET", "/api/v1/auth/me", Some(access), None).await;
+    assert_eq!(status, 401, "the cookie's token as a bearer token: {body}");
+    let (status, body) =
+        with_cookie(&s, "POST", "/console/refresh", &session.refresh, &[], None).await;
+    assert_eq!(status, 401, "the refresh cookie: {body}");
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/auth/refresh",
+            None,
+            Some(json!({"refresh_token": refresh})),
+        )
+        .await;
+    assert_eq!(status, 401, "the refresh token at the API: {body}");
+    // ... and with a CSRF token a page could still hold, nothing changes.
+    let (status, _) = with_cookie(
+        &s,
+        "POST",
+        "/api/v1/users",
+        &session.cookie,
+        &[("origin", &s.base), ("x-csrf-token", &session.csrf)],
+        Some(json!({"username": "mallory", "password": "password-123", "role": "viewer"})),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    // The user's other sessions go on: another console login, the API's bearer token.
+    let (status, _) = with_cookie(&s, "GET", "/api/v1/auth/me", &other.cookie, &[], None).await;
+    assert_eq!(status, 200, "another console session");
+    let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&s.admin), None).await;
+    assert_eq!(status, 200, "an API session");
+
+    // With the access cookie gone (expired), the refresh cookie still names the
+    // session: logout ends it too, and its access token with it.
+    let resp = s
+        .client
+        .post(format!("{}/console/logout", s.base))
+        .header("cookie", &other.refresh)
+        .header("origin", &s.base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["data"]["session_ended"], true, "{body}");
+    let (status, _) = with_cookie(&s, "GET", "/api/v1/auth/me", &other.cookie, &[], None).await;
+    assert_eq!(status, 401);
+    // Without any cookie there is nothing to end; the answer still clears the cookies.
+    let resp = s
+        .client
+        .post(format!("{}/console/logout", s.base))
+        .header("origin", &s.base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["data"]["session_ended"], false, "{body}");
+
+    // The API's own logout ends a bearer session the same way, and only it.
+    let second = s.login("admin", common::ADMIN_PASSWORD).await;
+    let (status, body) = s
+        .call("POST", "/api/v1/auth/logout", Some(&second), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["logged_out"], true);
+    let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&second), None).await;
+    assert_eq!(status, 401);
+    let (status, _) = s
+        .call("POST", "/api/v1/auth/logout", Some(&second), None)
+        .await;
+    assert_eq!(status, 401, "a second logout with the ended token");
+    let (status, _) = s.call("GET", "/api/v1/auth/me", Some(&s.admin), None).await;
+    assert_eq!(status, 200);
+    // A token from before sessions existed (no `sid`), current in every other way, is
+    // refused: no logout could end it.
+    let key = jsonwebtoken::DecodingKey::from_secret(common::SECRET.as_bytes());
+    let mut validation = jsonwebtoken::Validation::default();
+    validation.set_issuer(&["toolshed"]);
+    let mut claims = jsonwebtoken::decode::<Value>(&s.admin, &key, &validation)
+        .unwrap()
+        .claims;
+    assert!(claims["sid"].is_string(), "{claims}");
+    claims.as_object_mut().unwrap().remove("sid");
+    let sessionless = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(common::SECRET.as_bytes()),
+    )
+    .unwrap();
+    let (status, body) = s
+        .call("GET", "/api/v1/auth/me", Some(&sessionless), None)
+        .await;
+    assert_eq!(status, 401, "{body}");
+    // A logout by cookie without the CSRF token is refused like any change.
+    let third = login(&s, "admin", common::ADMIN_PASSWORD, &[]).await;
+    let (status, body) = with_cookie(
+        &s,
+        "POST",
+        "/api/v1/auth/logout",
+        &third.cookie,
+        &[("origin", "http://evil.example")],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("CSRF_REJECTED"))
+    );
+    let (status, _) = with_cookie(&s, "GET", "/api/v1/auth/me", &third.cookie, &[], None).await;
+    assert_eq!(status, 200, "the forged logout ended nothing");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_public_url_makes_cookies_secure_and_is_the_only_other_origin() {
+    let s = TestServer::start_with(|c| {
+        c.public_url = Some(
+            toolshed_server::public_url::PublicUrl::parse("https://tools.example.com").unwrap(),
+        );
+    })
+    .await;
+    let public = "https://tools.example.com";
+    // Through the proxy: the page's origin is the public URL, the server hears its own
+    // address over plain HTTP, and no X-Forwarded-Proto says so: the cookies are Secure.
+    let session = login(&s, "admin", common::ADMIN_PASSWORD, &[("origin", public)]).await;
+    assert!(
+        session.set_cookies.iter().all(|c| c.contains("; Secure")),
+        "{:?}",
+        session.set_cookies
+    );
+    // The console's own request from the public origin.
+    let (status, body) = with_cookie(
+        &s,
+        "POST",
+        "/api/v1/users",
+        &session.cookie,
+        &[("origin", public), ("x-csrf-token", &session.csrf)],
+        Some(json!({"username": "carol", "password": "password-123", "role": "viewer"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // Forged origins, each with the right CSRF token: refused, nothing done.
+    for forged in [
+        "https://evil.example",
+        "https://tools.example.com.evil.example",
+        "https://evil.example/https://tools.example.com",
+        "http://tools.example.com",
+        "null",
+    ] {
+        let (status, body) = with_cookie(
+            &s,
+            "POST",
+            "/api/v1/users",
+            &session.cookie,
+            &[("origin", forged), ("x-csrf-token", &session.csrf)],
+            Some(json!({"username": "eve", "password": "password-123", "role": "admin"})),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (403, Some("CSRF_REJECTED")),
+            "{forged}: {body}"
+        );
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(public),
+            "the message names the accepted origin: {body}"
+        );
+        // A forged login from there is refused too.
+        let resp = s
+            .client
+            .post(format!("{}/console/session", s.base))
+            .header("content-type", "application/json")
+            .header("origin", forged)
+            .body(json!({"username": "admin", "password": common::ADMIN_PASSWORD}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{forged}");
+        assert!(set_cookies(resp.headers()).is_empty());
+    }
+    // The plain-HTTP page of the public host is refused even when a proxy passes that
+    // Host on (the Host rule alone would take it).
+    let (status, body) = with_cookie(
+        &s,
+        "POST",
+        "/api/v1/users",
+        &session.cookie,
+        &[
+            ("origin", "http://tools.example.com"),
+            ("host", "tools.example.com"),
+            ("x-csrf-token", &session.csrf),
+        ],
+        Some(json!({"username": "eve", "password": "password-123", "role": "admin"})),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    let (_, users) = s.call("GET", "/api/v1/users", Some(&s.admin), None).await;
+    assert!(
+        !users["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["username"] == "eve"),
+        "{users}"
+    );
+    // The server's own address is still an origin of the console (an operator on the
+    // host, past the proxy); its cookies are Secure all the same.
+    let direct = login(&s, "vic", "password-123", &[]).await;
+    assert!(direct.set_cookies.iter().all(|c| c.contains("; Secure")));
     s.stop().await;
 }

@@ -395,6 +395,39 @@ async fn an_admin_lists_and_removes_only_its_own_tenants_users() {
         .collect();
     assert_eq!(names, ["ada", "ann", "oli"], "only acme's users");
 
+    // The tenants list, in the same scope: an admin sees its own tenant only (never
+    // the default tenant's counts or admins), the owner every tenant.
+    let ada = s.login("ada", PASSWORD).await;
+    register(&s, &ada, "acme-lookup").await;
+    let (status, tenants) = s.call("GET", "/api/v1/tenants", Some(&ann), None).await;
+    assert_eq!(status, 200, "{tenants}");
+    assert_eq!(
+        tenants["data"],
+        json!([{"name": "acme", "users": 3, "admins": ["ann", "oli"], "tools": 1, "agents": 0, "mcp_servers": 0}])
+    );
+    let (status, tenants) = s.call("GET", "/api/v1/tenants", Some(&s.admin), None).await;
+    assert_eq!(status, 200, "{tenants}");
+    let listed: Vec<(&str, u64)> = tenants["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["users"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(listed, [("acme", 3), ("default", 3)], "{tenants}");
+    assert_eq!(tenants["data"][1]["admins"], json!(["admin"]));
+    // Below the admin role, in either tenant: 403, and no tenant named.
+    for token in [&ada, &s.deployer, &s.viewer] {
+        let (status, answer) = s.call("GET", "/api/v1/tenants", Some(token), None).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (403, Some("FORBIDDEN")),
+            "{answer}"
+        );
+        assert!(!answer.to_string().contains("acme"), "{answer}");
+    }
+    let (status, _) = s.call("GET", "/api/v1/tenants", None, None).await;
+    assert_eq!(status, 401);
+
     // Another tenant's user is a 404, as an unknown name is, and stays.
     let (status, answer) = s
         .call("DELETE", "/api/v1/users/dee", Some(&ann), None)

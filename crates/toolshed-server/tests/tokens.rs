@@ -1,6 +1,7 @@
 //! Tokens can be withdrawn, over real HTTP: a deleted, demoted or moved user's tokens,
-//! and the tokens of a user whose password changed, are refused (on the server that
-//! made the change at once, on another server sharing the database within seconds);
+//! the tokens of a user whose password changed, and a logged-out session's tokens, are
+//! refused (on the server that made the change at once, on another server sharing the
+//! database within seconds);
 //! refresh tokens buy access tokens until the user is withdrawn; logins are limited
 //! with 429 and `Retry-After`.
 #![allow(clippy::unwrap_used)]
@@ -148,6 +149,43 @@ async fn a_demoted_or_moved_users_token_is_refused() {
     let s = TestServer::start().await;
     let other = Other::on(&s).await;
     assert_eq!(other.status("/api/v1/runs", &s.deployer).await, 200);
+
+    // A logout ends one session on both servers; the user's other session goes on.
+    let (status, first) =
+        login_body(&s, json!({"username": "vic", "password": "password-123"})).await;
+    assert_eq!(status, 200);
+    let gone = first["data"]["token"].as_str().unwrap().to_owned();
+    let gone_refresh = first["data"]["refresh_token"].as_str().unwrap().to_owned();
+    // Both servers have seen the token and remember the user as it is.
+    assert_eq!(other.status("/api/v1/auth/me", &gone).await, 200);
+    assert_eq!(other.status("/api/v1/auth/me", &s.viewer).await, 200);
+    let (status, answer) = s
+        .call("POST", "/api/v1/auth/logout", Some(&gone), None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["session_ended"], true);
+    let (status, answer) = s.call("GET", "/api/v1/auth/me", Some(&gone), None).await;
+    assert_eq!(status, 401, "here: at once; {answer}");
+    until("the logged-out token on the other server", 401, || {
+        other.status("/api/v1/auth/me", &gone)
+    })
+    .await;
+    // Its refresh token is refused there too: no new tokens for the ended session.
+    let refreshed = other
+        .client
+        .post(format!("{}/api/v1/auth/refresh", other.base))
+        .json(&json!({"refresh_token": gone_refresh}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(refreshed, 401);
+    assert_eq!(other.status("/api/v1/auth/me", &s.viewer).await, 200);
+    let (status, _) = s
+        .call("GET", "/api/v1/auth/me", Some(&s.viewer), None)
+        .await;
+    assert_eq!(status, 200, "vic's other session");
 
     let (status, user) = s
         .call(

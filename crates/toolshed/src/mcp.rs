@@ -157,6 +157,7 @@ async fn serve_registry(db: &Db) -> Result<(), Failure> {
         exp: u64::MAX,
         generation: 0,
         kind: toolshed_auth::TokenKind::Access,
+        sid: None,
     };
     let gateway = Arc::new(toolshed_server::mcp_gateway::RegistryGateway::new(
         state.clone(),

@@ -122,6 +122,14 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     mcp_allowed_origins: Vec<String>,
+    /// The URL people open the console at, when a proxy stands in front of the server
+    /// (e.g. `https://tools.example.com`): an `https://` one makes the console's
+    /// cookies `Secure`, and its origin passes the console's same-origin check. An
+    /// absolute http(s) URL with no path beyond `/`, no credentials, query or fragment.
+    /// (Checked when the server starts, not by the parser, which would echo a password
+    /// in the URL.)
+    #[arg(long, env = "TOOLSHED_PUBLIC_URL", value_name = "URL")]
+    public_url: Option<String>,
     /// The prompts and resources `/mcp` offers beside the tools: a YAML file with
     /// `prompts:`, `resources:` and `templates:` (docs/design/mcp.md, "Server").
     #[arg(long, env = "TOOLSHED_MCP_CATALOG", value_name = "FILE")]
@@ -173,6 +181,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.retain_runs = Some(retention);
     }
     config.four_eyes = args.four_eyes;
+    config.public_url = args.public_url.as_deref().map(public_url).transpose()?;
     config.mcp_gateway.allowed_origins = args.mcp_allowed_origins.clone();
     if let Some(path) = &args.mcp_catalog {
         config.mcp_gateway.catalog = toolshed_mcp::server::Catalog::load(path)
@@ -238,6 +247,13 @@ fn sandbox_settings(
         .validate()
         .map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
     Ok(())
+}
+
+/// The checked `--public-url`, or bad input naming the flag (the message never repeats
+/// credentials found in the URL).
+fn public_url(text: &str) -> Result<toolshed_server::public_url::PublicUrl, Failure> {
+    toolshed_server::public_url::PublicUrl::parse(text)
+        .map_err(|e| Failure::bad_input(anyhow!("--public-url (TOOLSHED_PUBLIC_URL): {e}")))
 }
 
 /// A secret from the environment; empty counts as unset.
@@ -434,6 +450,45 @@ mod tests {
             err.contains("10.0.0.0/40") && err.contains("prefix"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn public_url_takes_an_origin_and_names_itself_when_refused() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .ok()
+                .and_then(|c| c.serve.public_url)
+                .map(|u| super::public_url(&u))
+        };
+        if std::env::var_os("TOOLSHED_PUBLIC_URL").is_none() {
+            assert!(parse(&[]).is_none(), "none by default");
+        }
+        let url = parse(&["--public-url", "https://Tools.example.com/"])
+            .and_then(Result::ok)
+            .map(|u| (u.origin().to_owned(), u.is_https()));
+        assert_eq!(url, Some(("https://tools.example.com".to_owned(), true)));
+        for (bad, says) in [
+            ("tools.example.com", "not an absolute URL"),
+            ("https://tools.example.com/console", "path"),
+            ("https://tools.example.com/?x=1", "query"),
+            ("ftp://tools.example.com", "scheme"),
+            ("https://ann:secret@tools.example.com", "credentials"),
+        ] {
+            let err = match parse(&["--public-url", bad]) {
+                Some(Err(crate::output::Failure::Error { code, error })) => {
+                    assert_eq!(code, crate::output::EXIT_BAD_INPUT, "{bad}");
+                    format!("{error:#}")
+                }
+                other => panic!(
+                    "{bad}: expected bad input, got {:?}",
+                    other.map(|r| r.is_ok())
+                ),
+            };
+            assert!(
+                err.contains("--public-url") && err.contains(says) && !err.contains("secret"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -633,3 +633,56 @@ fn a_runs_workspace_goes_when_the_run_ends_and_stays_while_it_is_parked() {
     assert_eq!(json_of(&o)["status"], "completed");
     assert!(!workspace(&run_id).exists());
 }
+
+/// An agent's own tools get the network exactly as their definitions declare it
+/// (`network_access: true`), a tool.yaml of the tools folder and an inline definition
+/// over a code file alike; every other tool sees only its sandbox's loopback.
+#[test]
+fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
+    let p = Project::new();
+    let interfaces = "def interfaces() -> dict:\n    \"\"\"The network interfaces this process sees.\"\"\"\n    with open('/proc/net/dev') as f:\n        lines = f.read().splitlines()[2:]\n    return {'interfaces': sorted(l.split(':')[0].strip() for l in lines)}\n";
+    for name in ["net_inline", "net_plain"] {
+        p.write(
+            &format!("tools/{name}.py"),
+            &interfaces.replace("def interfaces", &format!("def {name}")),
+        );
+    }
+    p.write("tools/interfaces.py", interfaces);
+    let code_file = p.path().join("tools/interfaces.py");
+    p.write(
+        "tools/net_yaml.yaml",
+        &format!(
+            "spec_version: v1\nname: net_yaml\ndescription: The interfaces, with the network.\nendpoint: python:{}:interfaces\nnetwork_access: true\ninput_schema: {{type: object}}\n",
+            code_file.display()
+        ),
+    );
+    let agent = std::fs::read_to_string(p.path().join("agent.yaml")).unwrap();
+    let agent = agent.replace(
+        "builtin_tools:",
+        "  - name: net_inline\n    description: The interfaces, with the network.\n    network_access: true\n    schema: {type: object}\nbuiltin_tools:",
+    );
+    p.write("agent.yaml", &agent);
+
+    let seen = |tool: &str| -> Vec<String> {
+        let o = p.run(&["tools", "run", tool, "--json", "--args", "{}"]);
+        assert_eq!(code(&o), 0, "{tool}: {}", stderr(&o));
+        let v = json_of(&o);
+        v["result"]["interfaces"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{tool}: no interfaces in {v}"))
+            .iter()
+            .map(|i| i.as_str().unwrap().to_owned())
+            .collect()
+    };
+    for tool in ["net_yaml", "net_inline"] {
+        let on = seen(tool);
+        assert!(on.iter().any(|i| i == "lo"), "{tool}: {on:?}");
+        assert!(
+            on.len() > 1,
+            "{tool} declares network_access: true, so it has an outbound interface: {on:?}"
+        );
+    }
+    for tool in ["net_plain", "interfaces"] {
+        assert_eq!(seen(tool), vec!["lo".to_owned()], "{tool}");
+    }
+}

@@ -1,10 +1,12 @@
 //! The web console end to end, in headless Chromium: `toolshed serve` on a free port
 //! over a database seeded with 10,000 tools, and `tests/console/console.test.mjs`
 //! (playwright-core driving Debian's `/usr/bin/chromium`) logging in, searching,
-//! running a tool from its generated form, testing code in the sandbox, approving a
-//! parked call (four-eyes: by another user), cancelling a run, checking a viewer's
-//! page and forged requests, and saving a screenshot of each page under
-//! `target/console-screenshots/`.
+//! running a tool from its generated form (a violation deep in nested arrays shown at
+//! its field), testing pasted code and a registered tool's own code in the sandbox,
+//! approving and denying parked calls (four-eyes: by another user), resuming and
+//! cancelling runs, checking a viewer's page and forged requests, the tenants on the
+//! admin page, a logged-out session's cookie refused, and saving a screenshot of each
+//! page under `target/console-screenshots/`.
 //!
 //! Needs Chromium (`apt-get install -y chromium`, or `CHROMIUM=/path`) and the script's
 //! packages (`npm ci --prefix tests/console`); without them it fails saying so.
@@ -15,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 const ADMIN_PASSWORD: &str = "admin-password-1";
+/// The server's `--public-url` (through `TOOLSHED_PUBLIC_URL`): not where the test
+/// reaches it, an extra origin the console accepts (the script checks both ways).
+const PUBLIC_URL: &str = "http://console.toolshed.test";
 /// Tools seeded besides the stdlib's.
 const TOOLS: usize = 10_000;
 
@@ -102,6 +107,7 @@ fn the_console_end_to_end_in_headless_chromium() {
         .current_dir(dir.path())
         .env("TOOLSHED_DATABASE_URL", &db)
         .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
+        .env("TOOLSHED_PUBLIC_URL", PUBLIC_URL)
         .env_remove("TOOLSHED_JWT_SECRET")
         .env_remove("TOOLSHED_LOG")
         .stdin(Stdio::null())
@@ -131,6 +137,7 @@ fn the_console_end_to_end_in_headless_chromium() {
         .env("TOOLSHED_URL", &base)
         .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
         .env("TOOLSHED_TOOL_DIR", &tools)
+        .env("TOOLSHED_PUBLIC_URL", PUBLIC_URL)
         .env("SCREENSHOTS", &screenshots)
         .env("CHROMIUM", &chromium)
         .stdin(Stdio::null())
@@ -150,8 +157,12 @@ fn the_console_end_to_end_in_headless_chromium() {
         "01-login",
         "03-tool",
         "05-try-it-result",
+        "05b-try-it-nested-violation",
         "07-sandbox",
+        "07b-sandbox-tool-code",
         "09-run-after-approval",
+        "09b-run-denied",
+        "10b-run-resumed",
         "13-admin",
     ] {
         assert!(

@@ -57,6 +57,21 @@ pub fn dispatcher(mode: Mode) -> Dispatcher {
     Dispatcher::new(config(mode))
 }
 
+/// Sets a dispatcher up by one quick call (`tools.py:add`): its first call also probes
+/// the interpreter and, sandboxed, builds the sandbox, which on a loaded machine can
+/// take longer than a test's short timeout. Tests of what a timeout does warm their
+/// dispatcher first, so the timeout measures the call alone.
+pub async fn warm(dispatcher: &Dispatcher) {
+    let run = dispatcher
+        .execute(
+            &endpoint("python", "tools.py:add"),
+            toolshed_dispatch::Request::new("add", json!({"a": 1}))
+                .timeout(Duration::from_secs(120)),
+        )
+        .await;
+    assert!(run.result.is_ok(), "the warm-up call failed: {run:?}");
+}
+
 /// A tool whose implementation is `endpoint`, accepting any object.
 pub fn tool(dispatcher: &Dispatcher, name: &str, endpoint: Endpoint, timeout: Duration) -> Tool {
     Tool::builder(name)

@@ -139,11 +139,17 @@ window.addEventListener('popstate', () => {
 });
 
 document.getElementById('logout').addEventListener('click', async () => {
+  // The server ends the session (every copy of its tokens is refused from now on) and
+  // clears the cookies; if it could not record that, say the session lives on.
+  let message = 'You are logged out.';
   try {
     await api('POST', '/console/logout');
-  } finally {
-    showLogin('You are logged out.');
+  } catch (e) {
+    if (!(e instanceof SessionEnded)) {
+      message = `You are logged out of this page, but the server could not end the session (${e.message}); it ends when it expires.`;
+    }
   }
+  showLogin(message);
 });
 
 async function boot() {

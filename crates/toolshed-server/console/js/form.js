@@ -272,28 +272,28 @@ export function schemaForm(schema) {
   const registry = new Map();
   const root = schema || { type: 'object' };
   const node = build(root, { type: 'object', ...root }, [], 'args', true, registry);
-  const find = (pointer) => {
-    if (registry.has(pointer)) return registry.get(pointer);
-    for (const [k, v] of registry) {
+  // A field by JSON pointer, at any depth: a map holds its own fields, its choices'
+  // current variants and its arrays' items, each item a map of its own (registered
+  // under the pointer it was created at; the pointer given names its current place).
+  const findIn = (map, pointer) => {
+    const own = map.get(pointer);
+    if (own && own.show) return own;
+    for (const [k, v] of map) {
       if (k.endsWith('#choice')) {
-        const hit = v.lookup(pointer);
+        const hit = findIn(v.sub(), pointer);
+        if (hit) return hit;
+      } else if (k.endsWith('#array')) {
+        const base = k.slice(0, -'#array'.length);
+        const m = pointer.startsWith(`${base}/`) ? /^\/(\d+)(.*)$/.exec(pointer.slice(base.length)) : null;
+        const it = m && v.items[Number(m[1])];
+        if (!it) continue;
+        const hit = findIn(it.sub, it.node.pointer + m[2]);
         if (hit) return hit;
       }
     }
-    // Inside an array item: look in the item's own fields.
-    for (const [k, v] of registry) {
-      if (!k.endsWith('#array')) continue;
-      const base = k.slice(0, -'#array'.length);
-      const m = pointer.startsWith(`${base}/`) ? /^\/(\d+)(.*)$/.exec(pointer.slice(base.length)) : null;
-      if (!m) continue;
-      const it = v.items[Number(m[1])];
-      if (!it) continue;
-      const inner = it.node.pointer + m[2];
-      const hit = it.sub.get(inner);
-      if (hit) return hit;
-    }
     return null;
   };
+  const find = (pointer) => findIn(registry, pointer);
   const all = () => {
     const out = [];
     const walk = (map) => {

@@ -147,7 +147,8 @@ async fn login(
     Body(body): Body<LoginBody>,
 ) -> Result<Response, ApiError> {
     // A forged login would sign the victim in as the attacker.
-    session::check_origin(&headers)?;
+    let public = state.config().public_url.as_ref();
+    session::check_origin(&headers, public)?;
     let user =
         crate::routes::session::check_password(&state, &body.username, body.password, addr).await?;
     let Some(user) = user else {
@@ -156,20 +157,23 @@ async fn login(
             "wrong user name or password",
         ));
     };
-    let tokens = crate::routes::session::tokens_for(&state, &user)?;
+    let tokens = crate::routes::session::tokens_for(&state, &user, None)?;
     Ok(session_answer(
         &headers,
         &tokens,
         user.username,
         user.role.to_string(),
         user.tenant,
+        public,
     ))
 }
 
-/// `POST /console/refresh`: new cookies from the refresh cookie, while the user is
-/// unchanged (a password, role or tenant change ends the session).
+/// `POST /console/refresh`: new cookies from the refresh cookie, in the same session,
+/// while the user is unchanged (a password, role or tenant change ends the session)
+/// and the session was not logged out.
 async fn refresh(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    session::check_origin(&headers)?;
+    let public = state.config().public_url.as_ref();
+    session::check_origin(&headers, public)?;
     let ended = || ApiError::new(ApiCode::Unauthenticated, "the session ended; log in again");
     let token = session::cookie(&headers, session::REFRESH_COOKIE).ok_or_else(ended)?;
     let claims = state.verify_token(token).map_err(|_| ended())?;
@@ -180,13 +184,14 @@ async fn refresh(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
     let Some(user) = state.registry().get_user(&claims.sub).await? else {
         return Err(ended());
     };
-    let tokens = crate::routes::session::tokens_for(&state, &user)?;
+    let tokens = crate::routes::session::tokens_for(&state, &user, claims.sid.as_deref())?;
     Ok(session_answer(
         &headers,
         &tokens,
         user.username,
         user.role.to_string(),
         user.tenant,
+        public,
     ))
 }
 
@@ -196,6 +201,7 @@ fn session_answer(
     username: String,
     role: String,
     tenant: String,
+    public: Option<&crate::public_url::PublicUrl>,
 ) -> Response {
     let view = SessionView {
         username,
@@ -213,7 +219,7 @@ fn session_answer(
             &tokens.refresh_token,
             tokens.refresh_expires_in,
         )),
-        session::secure(request),
+        session::secure(request, public),
     );
     response
         .headers_mut()
@@ -221,19 +227,50 @@ fn session_answer(
     response
 }
 
-/// `POST /console/logout`: clear the session's cookies. With a session cookie, the
-/// request must carry its CSRF token (a forged logout is a nuisance, not a breach, but
-/// it is refused like any other changing request).
-async fn logout(headers: HeaderMap) -> Result<Response, ApiError> {
-    if let Some(token) = session::cookie(&headers, session::SESSION_COOKIE) {
-        session::check_csrf(&headers, token)?;
-    } else {
-        session::check_origin(&headers)?;
+/// `POST /console/logout`: end the session server-side and clear its cookies. The
+/// session is found from the access cookie, or, when that has expired, from the refresh
+/// cookie (sent to `/console/…`); its id is revoked, so the access and refresh tokens of
+/// this login and of every refresh since are refused from now on, here and on every
+/// server sharing the database, whoever holds a copy. The user's other sessions go on.
+/// With a session cookie the request must carry its CSRF token (a forged logout is a
+/// nuisance, not a breach, but it is refused like any other changing request).
+///
+/// The cookies are cleared even when the revocation cannot be stored (the database is
+/// down): the answer is then the error, so the page can say that the session still
+/// lives until it expires.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let public = state.config().public_url.as_ref();
+    let access = session::cookie(&headers, session::SESSION_COOKIE);
+    match access {
+        Some(token) => session::check_csrf(&headers, token, public)?,
+        None => session::check_origin(&headers, public)?,
     }
-    let mut response = Json(Data {
-        data: serde_json::json!({"logged_out": true}),
-    })
-    .into_response();
-    session::set_cookies(response.headers_mut(), None, session::secure(&headers));
+    // Any valid token of the session names it; an expired, tampered or foreign one
+    // names nothing (and a withdrawn user's tokens are refused anyway).
+    let claims = access
+        .into_iter()
+        .chain(session::cookie(&headers, session::REFRESH_COOKIE))
+        .find_map(|t| state.verify_token(t).ok());
+    let ended = match &claims {
+        Some(claims) => state.revoke_session(claims).await.inspect(|_| {
+            tracing::info!(user = %claims.sub, "logged out of the console; the session's tokens are revoked");
+        }),
+        None => Ok(false),
+    };
+    let mut response = match ended {
+        Ok(ended) => Json(Data {
+            data: toolshed_api::views::LoggedOut {
+                logged_out: true,
+                session_ended: ended,
+            },
+        })
+        .into_response(),
+        Err(e) => e.into_response(),
+    };
+    session::set_cookies(
+        response.headers_mut(),
+        None,
+        session::secure(&headers, public),
+    );
     Ok(response)
 }

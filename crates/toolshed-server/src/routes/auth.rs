@@ -1,12 +1,13 @@
 //! `POST /api/v1/auth/login` and user management: an admin manages its own tenant's
 //! users (another tenant's are not listed, and removing one is a 404 as for an unknown
-//! name; adding one there is a 403), the organisation's owner every tenant's. The rest
+//! name; adding one there is a 403), the organisation's owner every tenant's; the
+//! tenants list, in the same scope. The rest
 //! of a session (refresh, me, password changes, user changes) is in `session`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use toolshed_api::requests::{LoginBody, NewUserBody};
-use toolshed_api::views::{DeletedUser, TokenView, UserView};
+use toolshed_api::views::{DeletedUser, TenantView, TokenView, UserView};
 use toolshed_api::{ApiCode, Data, ErrorEnvelope, FieldProblem};
 use toolshed_auth::Role;
 use toolshed_registry::NewUser;
@@ -56,7 +57,7 @@ pub async fn login(
         ));
     };
     Ok(Json(Data {
-        data: super::session::tokens_for(&state, &user)?,
+        data: super::session::tokens_for(&state, &user, None)?,
     }))
 }
 
@@ -149,6 +150,27 @@ pub async fn list_users(
     let users = state.registry().list_users(&scope_of(claims)).await?;
     Ok(Json(Data {
         data: users.into_iter().map(crate::views::user).collect(),
+    }))
+}
+
+/// List the tenants (admin: its own; owner: every tenant), by name, each with its
+/// user count, its admins, and how many tools, agents and MCP server entries it owns.
+/// A tenant is every name something belongs to; a new one comes with its first user
+/// (`POST /api/v1/users` with `tenant`, by an owner).
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "auth", security(("bearer" = [])),
+    responses(
+        (status = 200, body = Data<Vec<TenantView>>),
+        (status = 401, body = ErrorEnvelope),
+        (status = 403, description = "Below the admin role", body = ErrorEnvelope),
+    ))]
+pub async fn list_tenants(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<Data<Vec<TenantView>>>, ApiError> {
+    let claims = auth.require(Role::Admin)?;
+    let tenants = state.registry().list_tenants(&scope_of(claims)).await?;
+    Ok(Json(Data {
+        data: tenants.into_iter().map(crate::views::tenant).collect(),
     }))
 }
 

@@ -28,6 +28,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(auth::login))
         .routes(routes!(auth::list_users, auth::add_user))
         .routes(routes!(auth::delete_user))
+        .routes(routes!(auth::list_tenants))
         .routes(routes!(registry::list_tools, registry::create_tool))
         .routes(routes!(
             registry::get_tool,
@@ -52,6 +53,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::answer))
         .routes(routes!(registry::tool_code))
         .routes(routes!(session::refresh))
+        .routes(routes!(session::logout))
         .routes(routes!(session::me))
         .routes(routes!(session::change_password))
         .routes(routes!(session::update_user))

@@ -114,7 +114,7 @@ pub async fn execute(
                 &record,
             )
             .await?;
-            let prepared = Prepared::tool(&record, env.endpoint.as_deref(), &input)?;
+            let prepared = Prepared::tool(state.dispatcher(), &record, &env, &input).await?;
             if let Some(l) = body.language
                 && l.as_str() != prepared.language
             {

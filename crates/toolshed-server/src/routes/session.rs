@@ -1,12 +1,14 @@
 //! A user's session after login: refresh (`POST /api/v1/auth/refresh`), who am I
-//! (`GET /api/v1/auth/me`), a password change (`POST /api/v1/auth/change-password`),
-//! and an admin's change to a user (`PATCH /api/v1/users/{username}`). Every change
-//! of a user bumps its token generation, which ends the tokens it had: the answer to
-//! the user's own change carries new ones.
+//! (`GET /api/v1/auth/me`), logout (`POST /api/v1/auth/logout`), a password change
+//! (`POST /api/v1/auth/change-password`), and an admin's change to a user
+//! (`PATCH /api/v1/users/{username}`). Every change of a user bumps its token
+//! generation, which ends the tokens it had: the answer to the user's own change
+//! carries new ones. A logout ends one session (the tokens of one login and its
+//! refreshes), and no other.
 
 use axum::extract::{Path, State};
 use toolshed_api::requests::{ChangePasswordBody, RefreshBody, UserChangeBody};
-use toolshed_api::views::{MeView, TokenView, UserView};
+use toolshed_api::views::{LoggedOut, MeView, TokenView, UserView};
 use toolshed_api::{ApiCode, Data, ErrorEnvelope};
 use toolshed_auth::{Role, TokenKind};
 use toolshed_registry::{TenantScope, UserChange, UserRecord};
@@ -38,14 +40,40 @@ pub async fn refresh(
     }
     state.check_current(&claims).await?;
     // The stamp matched: the role and tenant in the claims are the user's current ones.
+    // The new tokens continue the refresh token's session, so a logout ends them too.
     let answer = tokens(
         &state,
         &claims.sub,
         claims.role,
         claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT),
         claims.generation,
+        claims.sid.as_deref(),
     )?;
     Ok(Json(Data { data: answer }))
+}
+
+/// End the caller's session: its access token, and every token of the same login
+/// (its refresh token, and the tokens of every refresh since), are refused from now
+/// on, here at once and on every server sharing the database within seconds. The
+/// user's other sessions go on.
+#[utoipa::path(post, path = "/api/v1/auth/logout", tag = "auth", security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The session is ended", body = Data<LoggedOut>),
+        (status = 401, description = "No valid, current token (nothing to end)", body = ErrorEnvelope),
+        (status = 403, description = "With the console's cookie: no or a wrong CSRF token, or another origin (`CSRF_REJECTED`)", body = ErrorEnvelope),
+    ))]
+pub async fn logout(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<Data<LoggedOut>>, ApiError> {
+    let ended = state.revoke_session(auth.claims()).await?;
+    tracing::info!(user = %auth.claims().sub, "logged out; the session's tokens are revoked");
+    Ok(Json(Data {
+        data: LoggedOut {
+            logged_out: true,
+            session_ended: ended,
+        },
+    }))
 }
 
 /// The caller: user name, role, tenant (also under AgentBreeder's names).
@@ -140,7 +168,8 @@ pub async fn change_password(
         .await?;
     state.forget_user(&username);
     tracing::info!(user = %username, "password changed; the user's earlier tokens are withdrawn");
-    let answer = tokens_for(&state, &user)?;
+    // The caller's session goes on with the new tokens; every other one has ended.
+    let answer = tokens_for(&state, &user, auth.claims().sid.as_deref())?;
     Ok(Json(Data { data: answer }))
 }
 
@@ -252,15 +281,26 @@ pub(crate) async fn check_password(
 }
 
 /// A login's answer for `user`: an access and a refresh token at its current
-/// generation.
-pub(crate) fn tokens_for(state: &AppState, user: &UserRecord) -> Result<TokenView, ApiError> {
+/// generation, in a new session (`None`) or continuing `session`.
+pub(crate) fn tokens_for(
+    state: &AppState,
+    user: &UserRecord,
+    session: Option<&str>,
+) -> Result<TokenView, ApiError> {
     let generation = u64::try_from(user.token_generation).map_err(|_| {
         ApiError::internal(
             "the user's token generation is negative",
             user.token_generation,
         )
     })?;
-    tokens(state, &user.username, user.role, &user.tenant, generation)
+    tokens(
+        state,
+        &user.username,
+        user.role,
+        &user.tenant,
+        generation,
+        session,
+    )
 }
 
 fn tokens(
@@ -269,16 +309,16 @@ fn tokens(
     role: Role,
     tenant: &str,
     generation: u64,
+    session: Option<&str>,
 ) -> Result<TokenView, ApiError> {
     let t = state.tokens();
-    let token = t.issue(username, role, Some(tenant), generation)?;
-    let refresh_token = t.issue_refresh(username, role, Some(tenant), generation)?;
+    let issued = t.issue_session(username, role, Some(tenant), generation, session)?;
     Ok(TokenView {
-        access_token: token.clone(),
-        token,
+        access_token: issued.access.clone(),
+        token: issued.access,
         token_type: "bearer".into(),
         expires_in: t.ttl().as_secs().max(1),
-        refresh_token,
+        refresh_token: issued.refresh,
         refresh_expires_in: t.refresh_ttl().as_secs().max(1),
         role: views::role(role),
     })

@@ -177,9 +177,8 @@ export async function adminPage(main, ctx) {
     field('User name', username), field('Password', password), field('Role', role),
     ctx.can('owner') ? field('Tenant', tenant) : null, h('button', { type: 'submit' }, 'Add user'));
   const load = async () => {
-    const users = await get('/api/v1/users');
-    const tenants = new Map();
-    for (const u of users) tenants.set(u.tenant, [...(tenants.get(u.tenant) || []), u]);
+    // Both in the caller's scope: an admin's own tenant, an owner's every tenant.
+    const [users, tenants] = await Promise.all([get('/api/v1/users'), get('/api/v1/tenants')]);
     const roleSelect = (u) => {
       const s = h('select', { 'aria-label': `Role of ${u.username}` }, roles.concat(roles.includes(u.role) ? [] : [u.role]).map((r) => h('option', { value: r }, r)));
       s.value = u.role;
@@ -210,8 +209,11 @@ export async function adminPage(main, ctx) {
           },
         }, 'Remove')])),
       h('h2', {}, 'Tenants'),
-      table('Tenants and their users', ['Tenant', 'Users', 'Admins'], [...tenants].map(([t, us]) => [t, String(us.length),
-        us.filter((u) => u.role === 'admin' || u.role === 'owner').map((u) => u.username).join(', ')])));
+      table('Tenants', ['Tenant', 'Users', 'Admins', 'Tools', 'Agents', 'MCP servers'], tenants.map((t) => [
+        t.name, String(t.users), t.admins.join(', ') || '—', String(t.tools), String(t.agents), String(t.mcp_servers)])),
+      h('p', { class: 'muted' }, ctx.can('owner')
+        ? 'A tenant comes with its first user: add a user with a new tenant name.'
+        : 'You manage your own tenant; an organisation owner adds users to other tenants.'));
   };
   add.addEventListener('submit', async (ev) => {
     ev.preventDefault();
