@@ -64,6 +64,15 @@ pub struct SandboxSettings {
     /// `timeout_seconds` may ask for less, never more.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
+    /// The most a run's workspace may hold, in MiB of file contents (default 1024): the
+    /// file tools refuse a write past it, and a `bash` call writes into a layer no
+    /// larger than what is left (see `docs/agent-projects.md`).
+    #[serde(default)]
+    pub workspace_mb: Option<u64>,
+    /// The most files, folders and symlinks a run's workspace may hold (default
+    /// 100000).
+    #[serde(default)]
+    pub workspace_files: Option<u64>,
 }
 
 impl SandboxSettings {
@@ -75,6 +84,16 @@ impl SandboxSettings {
     /// The longest a `bash` call may take, in seconds.
     pub fn timeout_seconds(&self) -> u64 {
         self.timeout_seconds.unwrap_or(30)
+    }
+
+    /// The most a workspace may hold, in MiB.
+    pub fn workspace_mb(&self) -> u64 {
+        self.workspace_mb.unwrap_or(1024)
+    }
+
+    /// The most entries a workspace may hold.
+    pub fn workspace_files(&self) -> u64 {
+        self.workspace_files.unwrap_or(100_000)
     }
 }
 
@@ -202,6 +221,8 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
                 for (name, value, max) in [
                     ("memory_mb", s.memory_mb, 1_048_576),
                     ("timeout_seconds", s.timeout_seconds, 86_400),
+                    ("workspace_mb", s.workspace_mb, 1_048_576),
+                    ("workspace_files", s.workspace_files, 100_000_000),
                 ] {
                     if let Some(v) = value
                         && (v == 0 || v > max)
@@ -220,7 +241,7 @@ pub fn parse_agent_file(text: &str, origin: &str) -> Result<AgentFile, AgentErro
         },
         Some(_) => {
             problems.push(
-                "field `sandbox`: must be true, false, or a mapping like `{network_enabled: true, memory_mb: 512, timeout_seconds: 60}`".into(),
+                "field `sandbox`: must be true, false, or a mapping like `{network_enabled: true, memory_mb: 512, timeout_seconds: 60, workspace_mb: 1024, workspace_files: 100000}`".into(),
             );
             (false, SandboxSettings::default())
         }

@@ -943,3 +943,256 @@ async fn search_files_stops_at_its_byte_and_file_budgets() {
     // The binary file is skipped, and the file over the per-file size too.
     assert_eq!(found["files_skipped"], 2, "{found}");
 }
+
+// ---- the workspace's budget and bash's changes ----
+
+/// What the host folder of a run's workspace holds: (bytes of files and symlink
+/// targets, entries), counted as the budget counts.
+fn held(dir: &Path) -> (u64, u64) {
+    let mut bytes = 0;
+    let mut files = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let meta = std::fs::symlink_metadata(e.path()).unwrap();
+        files += 1;
+        if meta.is_dir() {
+            let (b, f) = held(&e.path());
+            bytes += b;
+            files += f;
+        } else if meta.is_file() || meta.file_type().is_symlink() {
+            bytes += meta.len();
+        }
+    }
+    (bytes, files)
+}
+
+#[tokio::test]
+async fn a_disk_fill_and_an_inode_exhaustion_in_bash_stop_at_the_workspaces_cap() {
+    let a = agent_with(
+        "name: coder\nsandbox: {workspace_mb: 4, workspace_files: 60}\n",
+        |_| {},
+    )
+    .await;
+    let r = run("run-fill");
+    let fill = a
+        .ok(
+            &r,
+            "bash",
+            json!({"command": "for i in $(seq 1 100); do head -c 1048576 /dev/zero > f$i; done; echo done"}),
+        )
+        .await;
+    assert_eq!(fill["stdout"], "done\n", "{fill}");
+    assert!(
+        fill["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{fill}"
+    );
+    assert_eq!(fill["workspace"]["full"], true, "{fill}");
+    assert_eq!(fill["workspace"]["bytes_allowed"], 4 * 1024 * 1024);
+    assert!(
+        fill["workspace"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`workspace_mb`: 4"),
+        "{fill}"
+    );
+    let (bytes, _) = held(&a.folder("run-fill"));
+    assert!(bytes <= 4 * 1024 * 1024, "{bytes}");
+    assert!(bytes >= 3 * 1024 * 1024, "the room was used: {bytes}");
+    assert_eq!(fill["workspace"]["bytes"], bytes);
+
+    // A full workspace still lets bash read and delete; what it writes is an error.
+    let over = a
+        .call(
+            &r,
+            "bash",
+            json!({"command": "echo more > more.txt; ls | wc -l"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(over.message.contains("the workspace is full"), "{over}");
+    assert!(over.message.contains("`more.txt`"), "{over}");
+    assert!(!a.folder("run-fill").join("more.txt").exists());
+    let freed = a.bash(&r, "rm f1 f2 && ls | wc -l").await;
+    assert_eq!(freed["workspace"]["full"], false, "{freed}");
+    assert!(!a.folder("run-fill").join("f1").exists());
+
+    let inodes = a
+        .ok(
+            &r,
+            "bash",
+            json!({"command": "for i in $(seq 1 200); do touch n$i 2>/dev/null; done; echo done"}),
+        )
+        .await;
+    assert_eq!(inodes["workspace"]["full"], true, "{inodes}");
+    let (_, files) = held(&a.folder("run-fill"));
+    assert!(files <= 60, "{files}");
+    assert_eq!(files, 60, "the room was used");
+}
+
+#[tokio::test]
+async fn what_a_killed_bash_call_wrote_is_kept() {
+    let a = agent().await;
+    let r = run("run-killed");
+    let out = a
+        .ok(
+            &r,
+            "bash",
+            json!({"command": "echo before > kept.txt; sleep 30", "timeout_seconds": 1}),
+        )
+        .await;
+    assert_eq!(out["timed_out"], true, "{out}");
+    let read = a.ok(&r, "read_file", json!({"path": "kept.txt"})).await;
+    assert_eq!(read["content"], "     1\tbefore", "{read}");
+}
+
+#[tokio::test]
+async fn deletions_renames_and_replaced_folders_carry_across_calls() {
+    let a = agent().await;
+    let r = run("run-changes");
+    a.ok(
+        &r,
+        "write_file",
+        json!({"path": "tree/a/b.txt", "content": "b"}),
+    )
+    .await;
+    a.bash(
+        &r,
+        "echo gone > gone.txt && echo moved > old.txt && mkdir -p redo && echo old > redo/old.txt",
+    )
+    .await;
+    a.bash(
+        &r,
+        "rm gone.txt && mv old.txt new.txt && rm -rf tree && rm -rf redo && mkdir redo && echo new > redo/new.txt",
+    )
+    .await;
+    let listed = a.ok(&r, "list_files", json!({"recursive": true})).await;
+    let paths: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["new.txt", "redo", "redo/new.txt"], "{listed}");
+    let out = a.bash(&r, "cat new.txt redo/new.txt").await;
+    assert_eq!(out["stdout"], "moved\nnew\n", "{out}");
+}
+
+#[tokio::test]
+async fn a_planted_symlink_never_redirects_what_bash_wrote() {
+    let p = planted().await;
+    // The symlink to a host folder, replaced by a real folder in the next call.
+    p.a.bash(
+        &p.run,
+        "rm outdir && mkdir outdir && echo pwned > outdir/inner.txt && echo pwned > outdir/new.txt",
+    )
+    .await;
+    p.unchanged();
+    let folder = p.a.folder("run-planted");
+    assert!(
+        std::fs::symlink_metadata(folder.join("outdir"))
+            .unwrap()
+            .is_dir()
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("outdir/new.txt")).unwrap(),
+        "pwned\n"
+    );
+    // Writing through the symlink inside the sandbox reaches nothing of the host.
+    let through =
+        p.a.ok(&p.run, "bash", json!({"command": "echo pwned > victim"}))
+            .await;
+    assert_ne!(through["exit_code"], 0, "{through}");
+    p.unchanged();
+    assert!(
+        std::fs::symlink_metadata(folder.join("victim"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[tokio::test]
+async fn write_file_and_edit_file_refuse_a_write_past_the_budget() {
+    let a = agent_with(
+        "name: coder\nsandbox: {workspace_mb: 1, workspace_files: 4}\n",
+        |c| c.caps.write_bytes = 2 * 1024 * 1024,
+    )
+    .await;
+    let r = run("run-budget");
+    let half = "x".repeat(600 * 1024);
+    a.ok(&r, "write_file", json!({"path": "a.txt", "content": half}))
+        .await;
+    let e = refused(
+        a.call(&r, "write_file", json!({"path": "b.txt", "content": half}))
+            .await,
+        "content",
+        "past workspace_mb",
+    );
+    assert!(e.message.contains("`workspace_mb`: 1"), "{e}");
+    assert!(
+        e.message.contains("it holds 614400 of the 1048576 bytes"),
+        "{e}"
+    );
+    assert!(!a.folder("run-budget").join("b.txt").exists());
+    // Replacing a file counts only the difference.
+    let bigger = format!("START\n{}", "x".repeat(1000 * 1024));
+    a.ok(
+        &r,
+        "write_file",
+        json!({"path": "a.txt", "content": bigger}),
+    )
+    .await;
+    let e = refused(
+        a.call(
+            &r,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "START", "new_string": "y".repeat(100_000)}),
+        )
+        .await,
+        "new_string",
+        "an edit past workspace_mb",
+    );
+    assert!(e.message.contains("`workspace_mb`"), "{e}");
+    // New files and their folders count against workspace_files.
+    let e = refused(
+        a.call(
+            &r,
+            "write_file",
+            json!({"path": "d/e/f/g.txt", "content": "g"}),
+        )
+        .await,
+        "path",
+        "past workspace_files",
+    );
+    assert!(e.message.contains("`workspace_files`"), "{e}");
+    assert!(e.message.contains("would add 4"), "{e}");
+    a.ok(&r, "write_file", json!({"path": "d/g.txt", "content": "g"}))
+        .await;
+    assert_eq!(held(&a.folder("run-budget")).1, 3);
+}
+
+#[tokio::test]
+async fn a_workspace_is_deleted_on_demand_and_listed_by_run_id() {
+    let a = agent().await;
+    a.ok(
+        &run("run-a"),
+        "write_file",
+        json!({"path": "x", "content": "x"}),
+    )
+    .await;
+    a.bash(&run("run-b"), "ln -s / root-link && mkdir -p d/e")
+        .await;
+    std::fs::create_dir_all(a.root.path().join("workspaces/.not-a-run")).unwrap();
+    assert_eq!(a.workspaces.run_ids().unwrap(), ["run-a", "run-b"]);
+    assert!(a.workspaces.remove("run-b").await.unwrap());
+    assert!(!a.folder("run-b").exists());
+    assert!(!a.workspaces.remove("run-b").await.unwrap());
+    assert!(
+        Path::new("/usr").exists(),
+        "the symlink was removed, not followed"
+    );
+    assert_eq!(a.workspaces.run_ids().unwrap(), ["run-a"]);
+}

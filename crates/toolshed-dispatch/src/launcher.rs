@@ -671,11 +671,10 @@ impl View {
             !inside
         });
         let target = Self::target(dir);
-        self.binds.push(Bind {
-            source: dir.to_path_buf(),
-            target: target.clone(),
-            exec,
-            writable: false,
+        self.binds.push(if exec {
+            Bind::executable(dir, target.clone())
+        } else {
+            Bind::read_only(dir, target.clone())
         });
         target
     }

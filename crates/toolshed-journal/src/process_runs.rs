@@ -163,6 +163,11 @@ const OWNED: Sql = Sql::same(
 const LIST: Sql = Sql::same(
     "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE tenant = ?1 AND agent = ?2 ORDER BY created_at DESC, id DESC LIMIT ?3",
 );
+// Scans the table (no index on `run_id`): it holds a few rows per agent, and a run's
+// end asks it once.
+const UNFINISHED_OF_RUN: Sql = Sql::same(
+    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE run_id = ?1 AND status IN ('starting', 'running') ORDER BY created_at, id",
+);
 // `?5` and `?6` are the statuses `allowed_from` lists (repeated when it lists one).
 const MARK_RUNNING: Sql = Sql::same(
     "UPDATE process_runs SET status = ?2, supervisor_pid = ?3, supervisor_start = ?4, started_at = ?7 WHERE id = ?1 AND (status = ?5 OR status = ?6)",
@@ -367,6 +372,24 @@ impl ProcessRuns {
                         Some(row) => decode(&row).map(Some),
                         None => Ok(None),
                     }
+                })
+            })
+            .await
+    }
+
+    /// The background runs that run `run_id` started and that are recorded as not
+    /// ended (`starting` or `running`; a supervisor may have vanished since, which only
+    /// a check of it tells), oldest first, whoever owns them.
+    pub async fn unfinished_of_run(&self, run_id: &str) -> Result<Vec<ProcessRunRecord>> {
+        let params: Vec<Param> = vec![run_id.into()];
+        self.db
+            .read(move |x| {
+                Box::pin(async move {
+                    x.rows(&UNFINISHED_OF_RUN, &params)
+                        .await?
+                        .iter()
+                        .map(decode)
+                        .collect::<Result<Vec<_>>>()
                 })
             })
             .await

@@ -32,6 +32,17 @@ fn end(status: ProcessStatus, exit_code: Option<i32>) -> ProcessEnd {
     }
 }
 
+/// The ids of `run-1`'s background runs that are not final.
+async fn unfinished(store: &ProcessRuns) -> Vec<String> {
+    store
+        .unfinished_of_run("run-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+}
+
 async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
     let store = ProcessRuns::open_at(&scratch.location()).await.unwrap();
     let Inserted::New(first) = store.insert(new("p1", "default", "a")).await.unwrap() else {
@@ -44,6 +55,8 @@ async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
         panic!("a second insert of the id must find the first");
     };
     assert_eq!(again, first);
+    assert_eq!(unfinished(&store).await, ["p1"]);
+    assert!(store.unfinished_of_run("run-2").await.unwrap().is_empty());
 
     let running = store
         .mark_running("p1", 4242, 987_654, 1_500)
@@ -79,6 +92,7 @@ async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
         .unwrap();
     assert_eq!(failed.status, ProcessStatus::Failed);
     assert_eq!(failed.message.as_deref(), Some("why"));
+    assert!(unfinished(&store).await.is_empty(), "both ended");
 
     // A running run stopped (`stop_run`) is final as well: the exit its supervisor
     // reports afterwards changes nothing.

@@ -270,7 +270,10 @@ pub enum Network {
 
 /// A host file or folder shown inside the sandbox: read-only for a tool's code, the
 /// runners, a dependency cache, or (on a developer's own machine) the project folder;
-/// read-write for an agent's workspace folder ([`Bind::read_write`]).
+/// read-write for a package cache ([`Bind::package_cache`]) or a folder the caller
+/// trusts the run with ([`Bind::read_write`]); or a folder the run may change only
+/// through a bounded layer of its own, merged back by the caller afterwards
+/// ([`Bind::overlay`]: an agent's workspace).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bind {
@@ -288,32 +291,62 @@ pub struct Bind {
     /// Whether the sandbox may write under it (a host folder only). Before each run the
     /// folder's tree is given to the run's pool uid, never following a symlink, so a
     /// run can change what earlier runs (with other pool uids) or the supervisor left;
-    /// what it writes is owned by that uid, never root. Nothing limits its size but
-    /// the host filesystem and the per-file limit (`file_size_bytes`): the caller caps
-    /// the folder it hands in.
+    /// what it writes is owned by that uid, never root. Without [`Bind::overlay`],
+    /// nothing limits its size but the host filesystem and the per-file limit
+    /// (`file_size_bytes`).
     #[serde(default)]
     pub writable: bool,
+    /// An overlay bind ([`Bind::overlay`]): the run sees the folder read-write, but
+    /// what it changes lands in a fresh layer of at most this room, never in the
+    /// folder; the caller merges the layer afterwards ([`Upper::merge`](crate::Upper::merge)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<OverlayRoom>,
+    /// The overlay mounted for one run by [`Sandbox::run`](crate::Sandbox::run) before
+    /// the start (never given by a caller).
+    #[serde(skip)]
+    pub(crate) prepared: Option<crate::overlay::PreparedRef>,
+}
+
+/// How much one run may write through an overlay bind: the size and the inodes of the
+/// layer its changes land in (a tmpfs, so its pages are also memory of the run's
+/// cgroup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverlayRoom {
+    /// Bytes, counted by the tmpfs in whole pages: rounded down to a page, and at least
+    /// one page (a tmpfs cannot be smaller). A file changed in place is copied whole
+    /// into the layer first.
+    pub bytes: u64,
+    /// New entries (files, folders, symlinks; a folder holding a change or a deletion
+    /// is one too). A few more inodes are added for the layer's own structure.
+    pub files: u64,
 }
 
 impl Bind {
-    /// A read-only bind of `source` at `target`, not executable.
-    pub fn read_only(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
+    fn with(
+        source: impl Into<PathBuf>,
+        target: impl Into<PathBuf>,
+        exec: bool,
+        writable: bool,
+    ) -> Bind {
         Bind {
             source: source.into(),
             target: target.into(),
-            exec: false,
-            writable: false,
+            exec,
+            writable,
+            overlay: None,
+            prepared: None,
         }
+    }
+
+    /// A read-only bind of `source` at `target`, not executable.
+    pub fn read_only(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
+        Bind::with(source, target, false, false)
     }
 
     /// A read-only bind whose programs may be executed.
     pub fn executable(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
-        Bind {
-            source: source.into(),
-            target: target.into(),
-            exec: true,
-            writable: false,
-        }
+        Bind::with(source, target, true, false)
     }
 
     /// A package cache: a read-write bind whose programs may also be executed (what
@@ -324,22 +357,33 @@ impl Bind {
     /// Its tree is given to the run's pool uid before the run, as for
     /// [`Bind::read_write`].
     pub fn package_cache(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
-        Bind {
-            source: source.into(),
-            target: target.into(),
-            exec: true,
-            writable: true,
-        }
+        Bind::with(source, target, true, true)
     }
 
     /// A read-write bind of the host folder `source` at `target`, not executable: its
     /// tree is given to the run's pool uid before the run (see [`Bind::writable`]).
     pub fn read_write(source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Bind {
+        Bind::with(source, target, false, true)
+    }
+
+    /// The host folder `source` at `target` as an overlay, for one-shot runs
+    /// ([`Sandbox::run`](crate::Sandbox::run)): the run reads the folder and may change
+    /// anything in it, but every change (a new or changed file, a deletion, a rename)
+    /// lands in a fresh tmpfs layer limited to `room`, and the folder itself is never
+    /// written while the run lasts, so a run can never fill the host's disk or inodes
+    /// through it. The layer comes back in [`Outcome::uppers`](crate::Outcome::uppers)
+    /// for the caller to merge into the folder under its own budget
+    /// ([`Upper::merge`](crate::Upper::merge)), also after a run that was killed. Not
+    /// executable, never set-uid or devices; the folder's tree is given to the run's
+    /// pool uid first, as for [`Bind::read_write`].
+    pub fn overlay(
+        source: impl Into<PathBuf>,
+        target: impl Into<PathBuf>,
+        room: OverlayRoom,
+    ) -> Bind {
         Bind {
-            source: source.into(),
-            target: target.into(),
-            exec: false,
-            writable: true,
+            overlay: Some(room),
+            ..Bind::with(source, target, false, true)
         }
     }
 }

@@ -39,6 +39,7 @@ mod landlock;
 mod mounts;
 mod net;
 mod netns;
+mod overlay;
 mod run;
 mod sandbox;
 mod seccomp;
@@ -50,10 +51,12 @@ mod uidpool;
 
 pub use check::{HostSupport, Mechanism, MechanismReport, Status, check};
 pub use config::{
-    Bind, Clamp, Limits, LimitsRequest, Network, RunSpec, SandboxConfig, UidPool, Weakening,
+    Bind, Clamp, Limits, LimitsRequest, Network, OverlayRoom, RunSpec, SandboxConfig, UidPool,
+    Weakening,
 };
 pub use error::{SandboxCode, SandboxError};
 pub use mounts::{FileKind, FileStat, Scratch};
+pub use overlay::{MAX_MERGE_DEPTH, MergeBudget, MergeReport, Refused, Upper, Usage, folder_usage};
 pub use run::{
     Accounting, ChildStderr, ChildStdin, ChildStdout, CollectedFile, ExitReport, KillReason,
     Outcome, SandboxedChild,

@@ -7,8 +7,10 @@
 //! user of the host). Each run, the parent prepares *detached* mounts (new mount API):
 //! a read-only clone of the skeleton, read-only clones of `/usr` and the binds (a
 //! writable bind is a writable clone of one folder, given to the run's uid first), the three
-//! device nodes, and two fresh size-limited tmpfs (`/tmp` and the scratch folder). The
-//! child only attaches them in its own mount namespace and pivots into the result.
+//! device nodes, and two fresh size-limited tmpfs (`/tmp` and the scratch folder); an
+//! overlay bind's overlay is mounted even earlier (`overlay.rs`) and only given to the
+//! run's uid here. The child only attaches them in its own mount namespace and pivots
+//! into the result.
 //!
 //! The parent keeps the scratch mount's fd: files the tool wrote are read back through
 //! it with beneath-only, no-symlink opens, after the tool is gone.
@@ -302,7 +304,12 @@ fn setattr(
 }
 
 /// A fresh tmpfs, owned by the sandbox's host uid, limited in size and inodes.
-fn tmpfs(bytes: u64, inodes: u64, uid: u32, what: &'static str) -> Result<OwnedFd, SandboxError> {
+pub(crate) fn tmpfs(
+    bytes: u64,
+    inodes: u64,
+    uid: u32,
+    what: &'static str,
+) -> Result<OwnedFd, SandboxError> {
     let err = |e: rustix::io::Errno| SandboxError::SetupFailed {
         step: what,
         source: e.into(),
@@ -391,7 +398,18 @@ pub(crate) fn prepare(
     )?);
     mounts.push((dup(&scratch)?, rel("work")));
 
-    for b in binds {
+    for (i, b) in binds.iter().enumerate() {
+        if b.overlay.is_some() {
+            // Mounted before the start (`overlay::prepare`): given to the run's uid now.
+            let Some(prepared) = &b.prepared else {
+                return Err(SandboxError::config(
+                    format!("binds[{i}]"),
+                    "an overlay bind is for one-shot runs (`Sandbox::run`), whose caller merges its layer",
+                ));
+            };
+            mounts.push((prepared.attach(uid)?, rel(&b.target.to_string_lossy())));
+            continue;
+        }
         if b.writable {
             own_tree(&b.source, uid)?;
             // One folder, not the mounts below it; writable, and executable only for a
@@ -459,7 +477,12 @@ fn own_tree(source: &Path, uid: u32) -> Result<(), SandboxError> {
     own_folder(source, top, uid, 0)
 }
 
-fn own_folder(source: &Path, dir: OwnedFd, uid: u32, depth: usize) -> Result<(), SandboxError> {
+pub(crate) fn own_folder(
+    source: &Path,
+    dir: OwnedFd,
+    uid: u32,
+    depth: usize,
+) -> Result<(), SandboxError> {
     use rustix::fs::{AtFlags, FileType};
     let io = |what: &str, e: rustix::io::Errno| {
         SandboxError::io(

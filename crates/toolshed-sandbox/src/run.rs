@@ -15,6 +15,7 @@ use crate::cgroup::Usage;
 use crate::config::{Clamp, Limits, Network, RunSpec, Weakening};
 use crate::error::SandboxError;
 use crate::mounts::Scratch;
+use crate::overlay::Upper;
 use crate::sandbox::Sandbox;
 use crate::spawn::{self, Exit, Running};
 
@@ -102,6 +103,10 @@ pub struct Outcome {
     pub stderr_truncated: bool,
     /// The files of [`RunSpec::collect`], read back from the scratch folder.
     pub files: Vec<CollectedFile>,
+    /// The layers of the overlay binds ([`Bind::overlay`](crate::Bind::overlay)), in the
+    /// order of the binds: what the run changed there, for the caller to merge (also
+    /// after a run that was killed). Dropped unmerged, the changes are gone.
+    pub uppers: Vec<Upper>,
     /// The limits the run had.
     pub limits: Limits,
     /// Whether it had the network.
@@ -182,11 +187,23 @@ impl Sandbox {
     /// cap, everything of the sandbox is frozen, killed and reaped. Files listed in
     /// [`RunSpec::collect`] are read back from the scratch folder.
     ///
+    /// An overlay bind's layer is mounted before the start and handed back in
+    /// [`Outcome::uppers`].
+    ///
     /// A failure of the tool (an exit code, a signal, a limit hit) is an [`Outcome`];
     /// an error means the sandbox could not run it at all.
     pub async fn run(&self, spec: RunSpec, stdin: Vec<u8>) -> Result<Outcome, SandboxError> {
+        let preferred = preferred_uid(&spec);
+        let (spec, uppers) = match crate::overlay::prepare(&spec)? {
+            Some((prepared, uppers)) => (prepared, uppers),
+            None => (spec, Vec::new()),
+        };
         let (limits, network, clamped) = self.resolve(&spec);
-        let (mut running, stdio) = spawn::start(&self.inner, &spec, &limits, network).await?;
+        let (mut running, stdio) = start_preferring(
+            preferred,
+            spawn::start(&self.inner, &spec, &limits, network),
+        )
+        .await?;
         let deadline = tokio::time::Instant::from_std(running.started + limits.timeout());
         let host_uid = running.uid();
 
@@ -262,6 +279,7 @@ impl Sandbox {
             stderr: err.kept,
             stderr_truncated: err.truncated,
             files,
+            uppers,
             limits,
             network,
             clamped,
@@ -276,7 +294,11 @@ impl Sandbox {
     /// it too); every other limit does.
     pub async fn spawn(&self, spec: RunSpec) -> Result<SandboxedChild, SandboxError> {
         let (limits, network, clamped) = self.resolve(&spec);
-        let (running, stdio) = spawn::start(&self.inner, &spec, &limits, network).await?;
+        let (running, stdio) = start_preferring(
+            preferred_uid(&spec),
+            spawn::start(&self.inner, &spec, &limits, network),
+        )
+        .await?;
         Ok(SandboxedChild {
             stdin: Some(stdio.stdin),
             stdout: Some(stdio.stdout),
@@ -290,6 +312,27 @@ impl Sandbox {
             clamped,
             report: None,
         })
+    }
+}
+
+/// The owner of the spec's first writable bind's folder: the pool uid of the run that
+/// last had it, which a start prefers (a folder already its run's needs no re-owning).
+fn preferred_uid(spec: &RunSpec) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let bind = spec.binds.iter().find(|b| b.writable)?;
+    std::fs::symlink_metadata(&bind.source)
+        .ok()
+        .map(|m| m.uid())
+}
+
+/// Runs a start with `preferred` as the uid its lease tries first.
+async fn start_preferring<T>(
+    preferred: Option<u32>,
+    start: impl std::future::Future<Output = T>,
+) -> T {
+    match preferred {
+        Some(uid) => crate::uidpool::PREFERRED.scope(uid, start).await,
+        None => start.await,
     }
 }
 

@@ -12,6 +12,14 @@ use rustix::fs::FlockOperation;
 use crate::config::UidPool;
 use crate::error::SandboxError;
 
+tokio::task_local! {
+    /// The uid a start would rather lease (set by `Sandbox::run` and `Sandbox::spawn`
+    /// around the start): the owner of its writable bind's folder, so that giving the
+    /// folder's tree to the run's uid only stats, when that uid is free. Only a
+    /// preference: a uid another sandbox holds is never leased twice.
+    pub(crate) static PREFERRED: u32;
+}
+
 /// The pool: where its lease files live and where the next search starts.
 #[derive(Debug)]
 pub(crate) struct Pool {
@@ -52,39 +60,50 @@ impl Pool {
         })
     }
 
-    /// Leases a free uid.
+    /// Leases a free uid: the one [`PREFERRED`] names when it is in the pool and free,
+    /// else the next free one.
     pub(crate) fn lease(&self) -> Result<Lease, SandboxError> {
+        if let Ok(uid) = PREFERRED.try_with(|u| *u)
+            && uid >= self.pool.first
+            && u64::from(uid) < u64::from(self.pool.first) + u64::from(self.pool.count)
+            && let Some(lease) = self.try_lease(uid)?
+        {
+            return Ok(lease);
+        }
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for i in 0..self.pool.count {
             let offset = start.wrapping_add(i) % self.pool.count;
             let uid = self.pool.first + offset;
-            let path = self.dir.join(uid.to_string());
-            let file = File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(|e| {
-                    SandboxError::io(format!("cannot open the uid lease {}", path.display()), e)
-                })?;
-            match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => {
-                    self.next.store(offset.wrapping_add(1), Ordering::Relaxed);
-                    return Ok(Lease { uid, _lock: file });
-                }
-                Err(rustix::io::Errno::WOULDBLOCK) => continue,
-                Err(e) => {
-                    return Err(SandboxError::io(
-                        format!("cannot lock the uid lease {}", path.display()),
-                        e.into(),
-                    ));
-                }
+            if let Some(lease) = self.try_lease(uid)? {
+                self.next.store(offset.wrapping_add(1), Ordering::Relaxed);
+                return Ok(lease);
             }
         }
         Err(SandboxError::UidPoolExhausted {
             first: self.pool.first,
             count: self.pool.count,
         })
+    }
+
+    /// Leases `uid` if it is free.
+    fn try_lease(&self, uid: u32) -> Result<Option<Lease>, SandboxError> {
+        let path = self.dir.join(uid.to_string());
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                SandboxError::io(format!("cannot open the uid lease {}", path.display()), e)
+            })?;
+        match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(Lease { uid, _lock: file })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(SandboxError::io(
+                format!("cannot lock the uid lease {}", path.display()),
+                e.into(),
+            )),
+        }
     }
 }
 
@@ -111,5 +130,23 @@ mod tests {
         let freed = a.id();
         drop(a);
         assert_eq!(pool.lease().map(|l| l.id()).ok(), Some(freed));
+    }
+
+    #[tokio::test]
+    async fn a_preferred_uid_is_leased_when_free_and_only_then() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let first = 3_000_000_000;
+        let pool =
+            Pool::new(UidPool { first, count: 4 }, dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let lease = |uid| PREFERRED.sync_scope(uid, || pool.lease().map(|l| l.id()).ok());
+        let held =
+            PREFERRED.sync_scope(first + 2, || pool.lease().unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(held.id(), first + 2);
+        // Held: another free uid instead, never the same one twice.
+        assert_ne!(lease(first + 2), Some(first + 2));
+        // Outside the pool: ignored.
+        assert!(lease(7).is_some_and(|u| u >= first && u < first + 4));
+        drop(held);
+        assert_eq!(lease(first + 2), Some(first + 2));
     }
 }

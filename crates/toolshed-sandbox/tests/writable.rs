@@ -125,7 +125,13 @@ async fn giving_the_tree_to_the_run_never_follows_a_planted_symlink() {
     )
     .await;
     assert_eq!(o.exit_code(), Some(0), "{}", show(&o));
-    // The next run re-owns the tree: the links themselves, never their targets.
+    // Left to root (as the supervisor might), so the next run, whatever uid it gets
+    // (it would rather have the folder's owner's), re-owns the tree: the links
+    // themselves, never their targets.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::os::unix::fs::lchown(entry.unwrap().path(), Some(0), Some(0)).unwrap();
+    }
+    std::os::unix::fs::lchown(dir.path(), Some(0), Some(0)).unwrap();
     let o2 = run(
         &sb,
         sh("ls -la /workspace", LimitsRequest::default())

@@ -259,10 +259,7 @@ pub(crate) async fn load_project(dir: &Path) -> Result<Project, Failure> {
 /// this very binary (`toolshed sandbox supervise DIR`, detached), or by the
 /// `toolshed-sandbox-exec` that `TOOLSHED_SANDBOX_EXEC` names.
 fn processes(sandbox: toolshed_sandbox::SandboxConfig) -> Result<Processes, Failure> {
-    let root = std::env::var_os("TOOLSHED_PROCESSES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".toolshed/processes"));
-    let mut config = ProcessConfig::new(root, crate::db::remembered_url());
+    let mut config = ProcessConfig::new(processes_root(), crate::db::remembered_url());
     config.sandbox = sandbox;
     config.supervisor = if std::env::var_os(toolshed_sandbox::detached::SUPERVISOR_ENV)
         .is_some_and(|v| !v.is_empty())
@@ -279,6 +276,21 @@ fn processes(sandbox: toolshed_sandbox::SandboxConfig) -> Result<Processes, Fail
         ))
     };
     Ok(Processes::new(config))
+}
+
+fn processes_root() -> PathBuf {
+    std::env::var_os("TOOLSHED_PROCESSES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".toolshed/processes"))
+}
+
+/// The background runs as `processes` records them, only to ask whether a run's are
+/// still going (which needs neither the sandbox nor a supervisor).
+pub(crate) fn processes_for_cleanup() -> Processes {
+    Processes::new(ProcessConfig::new(
+        processes_root(),
+        crate::db::remembered_url(),
+    ))
 }
 
 /// The MCP client of the CLI: stdio servers in the sandbox (built only when the agent
@@ -412,7 +424,7 @@ async fn validate(dir: &Path, json_out: bool) -> Result<(), Failure> {
 
 /// Where the runs' workspaces live: `TOOLSHED_WORKSPACES`, else `.toolshed/workspaces`
 /// in the working folder (beside the default `toolshed.db`).
-fn workspaces_root() -> PathBuf {
+pub(crate) fn workspaces_root() -> PathBuf {
     std::env::var_os("TOOLSHED_WORKSPACES")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(".toolshed/workspaces"))

@@ -32,6 +32,7 @@ mod serve;
 mod serve_limits;
 mod tools;
 mod user;
+mod workspaces;
 
 use std::process::ExitCode;
 

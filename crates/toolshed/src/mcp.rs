@@ -387,9 +387,11 @@ impl LocalGateway {
                         }));
                     }
                     let handle = self.runtime.resume(run_id).await.map_err(fail)?;
-                    let step = handle.call(call).await.map_err(fail)?;
-                    handle.finish().await.map_err(fail)?;
-                    return Ok(step);
+                    let step = handle.call(call).await.map_err(fail);
+                    let finished = handle.finish().await.map_err(fail);
+                    crate::workspaces::run_ended(self.runtime.journal().as_ref(), run_id).await;
+                    finished?;
+                    return step;
                 }
                 Err(JournalError::NotFound { .. }) => {}
                 Err(e) => return Err(GatewayError::Internal(e.to_string())),
@@ -404,7 +406,9 @@ impl LocalGateway {
             .principal(caller.clone())
             .driver(serde_json::to_value(&driver).unwrap_or_default())
             .build();
-        let (_, step) = self.runtime.run_once(new, call).await.map_err(fail)?;
+        let ran = self.runtime.run_once(new, call).await.map_err(fail);
+        crate::workspaces::run_ended(self.runtime.journal().as_ref(), run_id).await;
+        let (_, step) = ran?;
         Ok(step)
     }
 }

@@ -1,5 +1,6 @@
 //! `toolshed runs prune` and `toolshed runs vacuum`: removing finished runs from the
-//! journal and returning their space; and the durations (`30d`, `12h`, `90m`) that
+//! journal and returning their space (prune also deletes the workspaces of runs that
+//! ended or are gone, `workspaces.rs`); and the durations (`30d`, `12h`, `90m`) that
 //! `prune --older-than` and `serve --retain-runs` take.
 
 use std::time::Duration;
@@ -51,6 +52,8 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
             .count_prunable(&rule)
             .await
             .map_err(journal_failure)?;
+        // Today's ended runs' workspaces (those of the runs pruned are among them).
+        let swept = crate::workspaces::sweep(journal.as_ref(), true).await?;
         if json_out {
             print_json(&json!({
                 "dry_run": true,
@@ -58,13 +61,17 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
                 "calls": counted.calls,
                 "ended_before_ms": rule.ended_before_ms,
                 "statuses": statuses,
+                "workspaces": swept.removed.len(),
+                "workspaces_kept_for_background_runs": swept.kept_for_background,
             }));
         } else {
             print(&format!(
-                "would remove {} and {} ({} runs that ended before {before} UTC); running and parked runs are kept",
+                "would remove {} and {} ({} runs that ended before {before} UTC), and {} of runs that ended or are gone; running and parked runs are kept{}",
                 count(counted.runs, "run"),
                 count(counted.calls, "call"),
                 statuses.join(", "),
+                count(swept.removed.len() as u64, "workspace"),
+                kept_text(&swept),
             ));
         }
         return Ok(());
@@ -77,6 +84,8 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
         .await
         .map_err(journal_failure)?;
     let space = report.space;
+    // The workspaces of the runs just pruned, and of any other run that ended or is gone.
+    let swept = crate::workspaces::sweep(journal.as_ref(), false).await?;
     if json_out {
         print_json(&json!({
             "dry_run": false,
@@ -88,15 +97,19 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
             "reclaimed_bytes": report.reclaimed_bytes,
             "space": space,
             "vacuum_needed": space.is_some_and(|s| s.mode == SpaceMode::VacuumNeeded),
+            "workspaces": swept.removed.len(),
+            "workspaces_kept_for_background_runs": swept.kept_for_background,
         }));
         return Ok(());
     }
     let mut text = format!(
-        "removed {} and {} ({} runs that ended before {before} UTC) in {}",
+        "removed {} and {} ({} runs that ended before {before} UTC) in {}, and {} of runs that ended or are gone{}",
         count(report.pruned.runs, "run"),
         count(report.pruned.calls, "call"),
         statuses.join(", "),
         count(report.batches, "batch"),
+        count(swept.removed.len() as u64, "workspace"),
+        kept_text(&swept),
     );
     match space {
         Some(s) if s.mode == SpaceMode::Incremental => text.push_str(&format!(
@@ -177,6 +190,17 @@ fn parse_status(text: &str) -> Result<PrunableStatus, String> {
         )),
         other => PrunableStatus::parse(other)
             .ok_or_else(|| format!("`{other}` is not a run status; {choices}")),
+    }
+}
+
+/// The workspaces kept for background runs, as a clause.
+fn kept_text(swept: &crate::workspaces::Swept) -> String {
+    match swept.kept_for_background.len() {
+        0 => String::new(),
+        n => format!(
+            " ({} kept: a background run of theirs still runs)",
+            count(n as u64, "workspace")
+        ),
     }
 }
 

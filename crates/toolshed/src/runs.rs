@@ -55,8 +55,9 @@ pub enum RunsCommand {
         reason: Option<String>,
     },
     /// Remove finished runs (completed, failed, cancelled) that ended longer ago than
-    /// `--older-than`, with their calls and crumbs, and return the space (SQLite).
-    /// Running and parked runs are never removed.
+    /// `--older-than`, with their calls and crumbs, and return the space (SQLite); and
+    /// delete the workspaces of runs that ended or no longer exist. Running and parked
+    /// runs are never removed.
     Prune(crate::retention::PruneArgs),
     /// Rewrite an older SQLite journal once so that prunes return space to the file
     /// system (stop the server first: it holds the write lock for the whole rewrite).
@@ -149,6 +150,7 @@ pub async fn run(cmd: RunsCommand, db: &Db, json_out: bool) -> Result<(), Failur
         RunsCommand::Cancel { id, reason } => {
             let runtime = db.runtime().await?;
             runtime.cancel(&id, reason).await.map_err(runtime_failure)?;
+            crate::workspaces::run_ended(runtime.journal().as_ref(), &id).await;
             if json_out {
                 print_json(&json!({"id": id, "status": "cancelled"}));
             } else {
@@ -305,10 +307,9 @@ async fn resume(
         Failure::bad_input(anyhow!("run {id} has a driver this CLI cannot read: {e}"))
     })?;
     let handle = runtime.resume(id).await.map_err(runtime_failure)?;
-    let outcome = toolshed_runtime::drive(&handle, &driver)
-        .await
-        .map_err(runtime_failure)?;
-    report(&outcome, json_out)
+    let outcome = toolshed_runtime::drive(&handle, &driver).await;
+    crate::workspaces::run_ended(runtime.journal().as_ref(), id).await;
+    report(&outcome.map_err(runtime_failure)?, json_out)
 }
 
 async fn start(args: StartArgs, db: &Db, json_out: bool) -> Result<(), Failure> {
@@ -384,10 +385,9 @@ async fn start_with(
     }
     let new = new.build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
-    let outcome = toolshed_runtime::drive(&handle, driver)
-        .await
-        .map_err(runtime_failure)?;
-    report(&outcome, json_out)
+    let outcome = toolshed_runtime::drive(&handle, driver).await;
+    crate::workspaces::run_ended(runtime.journal().as_ref(), handle.id()).await;
+    report(&outcome.map_err(runtime_failure)?, json_out)
 }
 
 fn plan_tools(steps: &[toolshed_runtime::PlanStep]) -> Vec<String> {

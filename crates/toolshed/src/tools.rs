@@ -318,9 +318,9 @@ async fn run_tool(
     }
     let new = new.build();
     let handle = runtime.start(new).await.map_err(runtime_failure)?;
-    let outcome = toolshed_runtime::drive(&handle, &driver)
-        .await
-        .map_err(runtime_failure)?;
+    let outcome = toolshed_runtime::drive(&handle, &driver).await;
+    crate::workspaces::run_ended(runtime.journal().as_ref(), handle.id()).await;
+    let outcome = outcome.map_err(runtime_failure)?;
     let run_id = outcome.run.id.clone();
     if !outcome.parked.is_empty() {
         crate::runs::report_parked(&outcome, json_out);

@@ -290,7 +290,7 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
         "{ran}"
     );
 
-    // Planned: the agent's own tool and its built-ins, one run.
+    // Planned: the agent's own tools, its built-ins and its workspace, one run.
     p.write(
         "plan.json",
         r##"[
@@ -300,7 +300,9 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
                 {"tool": "markdown_writer", "args": {"filename": "note.md", "content": "# shipped"}},
                 {"tool": "web_search", "args": {"query": "carrier", "limit": 1}},
                 {"tool": "fetch_report", "args": {"report": "q3", "amount": 50}}
-            ]}
+            ]},
+            {"tool": "write_file", "args": {"path": "notes.md", "content": "shipped"}},
+            {"tool": "bash", "args": {"command": "cat notes.md"}}
         ]"##,
     );
     let o = p.run(&["runs", "start", "--plan", "plan.json", "--json"]);
@@ -308,7 +310,7 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
     let planned = json_of(&o);
     assert_eq!(planned["status"], "completed", "{planned}");
     let calls = planned["calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 5, "{planned}");
+    assert_eq!(calls.len(), 7, "{planned}");
     assert!(calls.iter().all(|c| c["ok"] == true), "{planned}");
     assert_eq!(calls[0]["result"]["order_id"], "ORD-000001");
     assert_eq!(
@@ -322,6 +324,10 @@ fn the_working_folders_project_is_listed_shown_exported_run_and_planned() {
             .contains(r#""report":"q3""#),
         "{planned}"
     );
+    assert_eq!(calls[6]["result"]["stdout"], "shipped", "{planned}");
+    // The run completed: the workspace it wrote is deleted.
+    let run_id = planned["run_id"].as_str().unwrap();
+    assert!(!p.path().join(".toolshed/workspaces").join(run_id).exists());
     // A plan naming a tool the agent lacks is refused before any run, with the
     // nearest name; the CLI's own tools are not the agent's.
     p.write(
@@ -726,6 +732,40 @@ fn a_project_that_moved_is_resumed_with_agent_dir() {
     let o = p.run(&["runs", "resume", &run_id, "--json", "--agent", "moved"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json_of(&o)["calls"][0]["result"]["refunded"], 3.0);
+}
+
+#[test]
+fn a_runs_workspace_goes_when_the_run_ends_and_stays_while_it_is_parked() {
+    let p = Project::new();
+    let workspace = |run_id: &str| p.path().join(".toolshed/workspaces").join(run_id);
+    // (A completed run's is gone at once: the planned run of the first test.)
+    // Parked: it keeps its workspace until its resume completes it.
+    p.write(
+        "gated.json",
+        r#"[{"tool": "write_file", "args": {"path": "draft.md", "content": "refund?"}},
+            {"tool": "refund_order", "args": {"order_id": "ORD-000007", "amount": 1}}]"#,
+    );
+    let o = p.run(&["runs", "start", "--plan", "gated.json", "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    assert!(workspace(&run_id).join("draft.md").is_file());
+
+    // A prune sweeps the workspace of a run that is gone, never a parked run's.
+    std::fs::create_dir_all(workspace("run-gone-long-ago").join("sub")).unwrap();
+    let o = p.run(&["runs", "prune", "--older-than", "0s", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["workspaces"], 1, "{}", stdout(&o));
+    assert!(!workspace("run-gone-long-ago").exists());
+    assert!(workspace(&run_id).join("draft.md").is_file());
+
+    let call_id = parked["waiting_for"][0]["call_id"].as_str().unwrap();
+    let o = p.run(&["approvals", "approve", call_id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json_of(&o)["status"], "completed");
+    assert!(!workspace(&run_id).exists());
 }
 
 /// An agent's own tools get the network exactly as their definitions declare it

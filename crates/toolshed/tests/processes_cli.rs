@@ -173,7 +173,8 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     assert_eq!(running["process"], "wait_for_go");
     assert_eq!(running["args"], json!({"label": "first"}));
 
-    // The process sees its run's workspace (read-only); `go` there lets it finish.
+    // The process sees its run's workspace (read-only), kept although that run has
+    // completed; `go` there lets it finish.
     std::fs::write(
         env.dir.path().join("workspaces").join(&cli_run).join("go"),
         "",
@@ -189,6 +190,11 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     );
     assert_eq!(exited["output_truncated"], false);
     assert!(exited["ended_at_ms"].as_i64().unwrap() >= exited["started_at_ms"].as_i64().unwrap());
+    // Now that no background run sees it, a prune deletes the ended run's workspace.
+    let o = env.run(&["runs", "prune", "--older-than", "1d", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout_json(&o)["workspaces"], 1);
+    assert!(!env.dir.path().join("workspaces").join(&cli_run).exists());
 
     // A final status stays as it is, and the tail can be asked for shorter.
     let o = env.tool(

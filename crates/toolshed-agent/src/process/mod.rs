@@ -150,6 +150,26 @@ impl Processes {
         &self.inner.config
     }
 
+    /// How many background runs that run `run_id` started are still going (its
+    /// workspace is bound into them): each one recorded as not ended is checked first,
+    /// as `check_run` does, so one whose supervisor vanished becomes `lost` and is not
+    /// counted.
+    pub async fn still_running(&self, run_id: &str) -> Result<usize, String> {
+        let store = self.store().await?;
+        let records = store
+            .unfinished_of_run(run_id)
+            .await
+            .map_err(|e| format!("the background runs' journal cannot be read: {e}"))?;
+        let mut running = 0;
+        for r in records {
+            let r = tools::settle(&store, r, self.inner.config.caps)
+                .await
+                .map_err(|e| e.message)?;
+            running += usize::from(!r.status.is_final());
+        }
+        Ok(running)
+    }
+
     /// The store, opened on first use.
     async fn store(&self) -> Result<Arc<ProcessRuns>, String> {
         self.inner

@@ -579,7 +579,7 @@ async fn check(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, T
 }
 
 /// Brings a run that is not final up to date from its status file and its supervisor.
-async fn settle(
+pub(super) async fn settle(
     store: &ProcessRuns,
     r: ProcessRunRecord,
     caps: ProcessCaps,

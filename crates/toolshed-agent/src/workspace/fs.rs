@@ -45,6 +45,8 @@ impl FsError {
 const MAX_PATH_BYTES: usize = 4096;
 /// Deepest folder a walk enters (each level holds an fd).
 pub(crate) const MAX_DEPTH: usize = 32;
+/// The most components a path has: as deep as a `bash` call's changes are merged.
+const MAX_PATH_DEPTH: usize = toolshed_sandbox::MAX_MERGE_DEPTH;
 /// Where bash sees the workspace; the file tools accept paths under it too.
 pub(crate) const INSIDE: &str = "/workspace";
 
@@ -98,6 +100,13 @@ pub(crate) fn check_path(
                 ));
             }
         }
+    }
+    let depth = clean.components().count();
+    if depth > MAX_PATH_DEPTH {
+        return Err(FsError::field(
+            field,
+            format!("has {depth} levels of folders; at most {MAX_PATH_DEPTH}"),
+        ));
     }
     if clean.as_os_str().is_empty() && !folder_ok {
         return Err(FsError::field(
@@ -192,6 +201,17 @@ pub(crate) struct Entry {
     pub size: u64,
 }
 
+/// What a write would change in the workspace's count ([`Folder::cost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteCost {
+    /// The size of the regular file it replaces (0 for a new file).
+    pub old_bytes: u64,
+    /// Whether the file is new.
+    pub new_file: bool,
+    /// Folders it makes on the way.
+    pub new_folders: u64,
+}
+
 /// What a read returned.
 #[derive(Debug)]
 pub(crate) struct FileBytes {
@@ -274,6 +294,70 @@ impl Folder {
             .read_to_end(&mut bytes)
             .map_err(|e| FsError::Io(format!("cannot read `{}`: {e}", rel.display())))?;
         Ok(FileBytes { bytes, size })
+    }
+
+    /// The folder's fd (for measuring it and merging into it).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// What writing `rel` would change in the workspace's count: the bytes of the file
+    /// it replaces, whether the file is new, and how many folders it makes.
+    pub(crate) fn cost(&self, field: &'static str, rel: &Path) -> Result<WriteCost, FsError> {
+        let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let parents: Vec<_> = rel
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+            .collect();
+        let mut cur = self
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::Io(format!("cannot duplicate the workspace fd: {e}")))?;
+        let mut sofar = PathBuf::new();
+        for (i, part) in parents.iter().enumerate() {
+            sofar.push(part);
+            match rustix::fs::openat2(
+                cur.as_fd(),
+                part.as_os_str(),
+                dir_flags,
+                Mode::empty(),
+                beneath(),
+            ) {
+                Ok(fd) => cur = fd,
+                Err(Errno::NOENT) => {
+                    return Ok(WriteCost {
+                        old_bytes: 0,
+                        new_file: true,
+                        new_folders: (parents.len() - i) as u64,
+                    });
+                }
+                Err(e) => {
+                    let e = symlink_last(cur.as_fd(), Path::new(part.as_os_str()), e);
+                    return Err(open_error(field, &sofar, e));
+                }
+            }
+        }
+        let name = rel
+            .file_name()
+            .ok_or_else(|| FsError::field(field, "names no file"))?;
+        match rustix::fs::statat(cur.as_fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(WriteCost {
+                old_bytes: if kind_of(st.st_mode) == Kind::File {
+                    u64::try_from(st.st_size).unwrap_or(0)
+                } else {
+                    0
+                },
+                new_file: false,
+                new_folders: 0,
+            }),
+            Err(Errno::NOENT) => Ok(WriteCost {
+                old_bytes: 0,
+                new_file: true,
+                new_folders: 0,
+            }),
+            Err(e) => Err(open_error(field, rel, e)),
+        }
     }
 
     /// Writes a regular file (creating it and its folders), replacing its contents.

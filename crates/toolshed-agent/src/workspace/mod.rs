@@ -2,13 +2,19 @@
 //! and the file tools (`read_file`, `write_file`, `edit_file`, `list_files`,
 //! `search_files`) are confined.
 //!
-//! A run's workspace is `<root>/<run_id>`, created on its first call and kept after
-//! it: every call of the run, a resumed one's too, sees what earlier calls left. Each
-//! `bash` call is one [`Sandbox::run`] with the folder bound read-write at
-//! `/workspace` (its working folder); the sandbox gives the tree to the run's
-//! unprivileged pool uid first, so nothing there is owned by root. The file tools run
-//! in the supervisor and open paths beneath the folder only, never following a symlink
-//! (see `fs.rs`). Calls on one workspace run one at a time.
+//! A run's workspace is `<root>/<run_id>`, created on its first call and kept while the
+//! run lasts: every call of the run, a resumed one's too, sees what earlier calls left.
+//! The CLI deletes it when the run ends ([`Workspaces::remove`]; a parked run keeps
+//! it). Each `bash` call is one [`Sandbox::run`] with the folder as an *overlay* at
+//! `/workspace` (its working folder): the call reads the folder and may change anything
+//! in it, but its changes land in a tmpfs layer no larger than what the workspace's
+//! budget (`workspace_mb`, `workspace_files`) leaves, and are merged into the folder by
+//! the supervisor after the call, within the budget, never through a symlink. So the
+//! folder stays a plain folder that background runs bind read-only, it is never written
+//! by sandboxed code directly, and it never holds more than the budget, also during a
+//! call. The file tools run in the supervisor, open paths beneath the folder only,
+//! never following a symlink (see `fs.rs`), and refuse a write past the budget. Calls
+//! on one workspace run one at a time.
 
 mod fs;
 mod tools;
@@ -20,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use toolshed_core::{SpecError, Tool};
-use toolshed_sandbox::{Sandbox, SandboxConfig, SandboxError};
+use toolshed_sandbox::{Sandbox, SandboxConfig, SandboxError, Usage};
 
 use crate::file::SandboxSettings;
 
@@ -113,6 +119,12 @@ struct Inner {
     sandbox: OnceLock<Result<Sandbox, SandboxError>>,
     /// One lock per run id in use: a workspace's calls run one at a time.
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// What each workspace holds, as this process last counted it. Only this process's
+    /// merges and file tools change a workspace (sandboxed code writes a layer, never
+    /// the folder; background runs see it read-only; a run is driven by one process at
+    /// a time), and each of them updates its count, so a workspace is walked once per
+    /// process, not before every write.
+    usage: Mutex<HashMap<String, Usage>>,
 }
 
 impl std::fmt::Debug for Workspaces {
@@ -136,6 +148,7 @@ impl Workspaces {
                 config,
                 sandbox: OnceLock::new(),
                 locks: Mutex::new(HashMap::new()),
+                usage: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -168,6 +181,58 @@ impl Workspaces {
         Ok(self.inner.config.root.join(run_id))
     }
 
+    /// The run ids that have a workspace folder here (names that are not run ids are
+    /// left out).
+    pub fn run_ids(&self) -> Result<Vec<String>, String> {
+        let root = &self.inner.config.root;
+        let entries = match std::fs::read_dir(root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(format!(
+                    "cannot list the workspaces folder {}: {e}",
+                    root.display()
+                ));
+            }
+        };
+        let mut ids = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| {
+                format!("cannot list the workspaces folder {}: {e}", root.display())
+            })?;
+            if let Some(name) = entry.file_name().to_str()
+                && check_run_id(name).is_ok()
+                && entry.file_type().is_ok_and(|t| t.is_dir())
+            {
+                ids.push(name.to_owned());
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Deletes the run's workspace folder with everything in it, once no call of this
+    /// process is using it. `Ok(false)` when there was none. Nothing is followed: a
+    /// symlink in the folder is removed, never its target.
+    pub async fn remove(&self, run_id: &str) -> Result<bool, String> {
+        let folder = self.folder(run_id)?;
+        let lock = self.lock(run_id);
+        let _guard = lock.lock_owned().await;
+        self.set_usage(run_id, None);
+        let shown = folder.display().to_string();
+        tokio::task::spawn_blocking(move || match std::fs::symlink_metadata(&folder) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(format!("cannot delete the workspace {shown}: {e}")),
+            // std's remove_dir_all opens each folder beneath its parent without
+            // following symlinks (and removes a symlink itself, not its target).
+            Ok(_) => std::fs::remove_dir_all(&folder)
+                .map(|()| true)
+                .map_err(|e| format!("cannot delete the workspace {shown}: {e}")),
+        })
+        .await
+        .map_err(|e| format!("the workspace deletion failed: {e}"))?
+    }
+
     /// The six tools `sandbox: true` grants, with the agent's sandbox settings.
     pub fn tools(&self, settings: &SandboxSettings) -> Result<Vec<Tool>, SpecError> {
         tools::all(self, settings)
@@ -198,10 +263,33 @@ impl Workspaces {
             .await
             .map_err(|e| fs::FsError::Io(format!("the workspace could not be opened: {e}")))??;
         Ok(Opened {
+            ws: self.clone(),
+            run_id: run_id.to_owned(),
             folder: fs::Folder::new(fd)?,
             path: folder,
             _guard: guard,
         })
+    }
+
+    fn set_usage(&self, run_id: &str, usage: Option<Usage>) {
+        let mut cache = self
+            .inner
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match usage {
+            Some(u) => cache.insert(run_id.to_owned(), u),
+            None => cache.remove(run_id),
+        };
+    }
+
+    fn cached_usage(&self, run_id: &str) -> Option<Usage> {
+        self.inner
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(run_id)
+            .copied()
     }
 
     fn lock(&self, run_id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -220,11 +308,128 @@ impl Workspaces {
     }
 }
 
+/// A workspace's budget: the most it may hold, from agent.yaml's `sandbox:`
+/// (`workspace_mb`, `workspace_files`), counted as [`toolshed_sandbox::folder_usage`]
+/// counts (file contents and symlink targets; every entry one file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Budget {
+    mb: u64,
+    files: u64,
+}
+
+impl Budget {
+    pub(crate) fn of(settings: &SandboxSettings) -> Budget {
+        Budget {
+            mb: settings.workspace_mb(),
+            files: settings.workspace_files(),
+        }
+    }
+
+    /// The most the workspace may hold.
+    pub(crate) fn allowed(&self) -> Usage {
+        Usage {
+            bytes: self.mb.saturating_mul(MIB),
+            files: self.files,
+        }
+    }
+
+    /// Whether the workspace holds all it may, in bytes or in files.
+    pub(crate) fn full(&self, used: Usage) -> bool {
+        let allowed = self.allowed();
+        used.bytes >= allowed.bytes || used.files >= allowed.files
+    }
+
+    /// What the workspace holds against what it may, in a sentence.
+    pub(crate) fn describe(&self, used: Usage) -> String {
+        let allowed = self.allowed();
+        format!(
+            "it holds {} of the {} bytes allowed (`workspace_mb`: {}) and {} of the {} files and folders allowed (`workspace_files`)",
+            used.bytes, allowed.bytes, self.mb, used.files, allowed.files
+        )
+    }
+
+    /// The budget and what the workspace holds, as the tools answer it.
+    pub(crate) fn view(&self, used: Usage) -> serde_json::Value {
+        let allowed = self.allowed();
+        serde_json::json!({
+            "bytes": used.bytes,
+            "bytes_allowed": allowed.bytes,
+            "files": used.files,
+            "files_allowed": allowed.files,
+        })
+    }
+
+    /// Checks that writing `new_bytes` at a path costing `cost` keeps the workspace
+    /// within the budget, and returns what it will then hold; else the error names the
+    /// argument (`bytes_field` for the content, `path` for new entries) and the setting.
+    pub(crate) fn check_write(
+        &self,
+        used: Usage,
+        cost: fs::WriteCost,
+        new_bytes: u64,
+        bytes_field: &'static str,
+    ) -> Result<Usage, fs::FsError> {
+        let allowed = self.allowed();
+        let after = used
+            .bytes
+            .saturating_sub(cost.old_bytes)
+            .saturating_add(new_bytes);
+        if new_bytes > cost.old_bytes && after > allowed.bytes {
+            return Err(fs::FsError::field(
+                bytes_field,
+                format!(
+                    "writing it would make the workspace hold {after} bytes, more than the {} allowed (`workspace_mb`: {}); {}. Delete files with bash (`rm`) or write less, or raise `sandbox.workspace_mb` in agent.yaml",
+                    allowed.bytes,
+                    self.mb,
+                    self.describe(used)
+                ),
+            ));
+        }
+        let added = u64::from(cost.new_file) + cost.new_folders;
+        if added > 0 && used.files.saturating_add(added) > allowed.files {
+            return Err(fs::FsError::field(
+                "path",
+                format!(
+                    "writing it would add {added} files and folders, past the {} allowed (`workspace_files`); {}. Delete some with bash (`rm`), or raise `sandbox.workspace_files` in agent.yaml",
+                    allowed.files,
+                    self.describe(used)
+                ),
+            ));
+        }
+        Ok(Usage {
+            bytes: after,
+            files: used.files.saturating_add(added),
+        })
+    }
+}
+
 /// A run's workspace, open and held.
 struct Opened {
+    ws: Workspaces,
+    run_id: String,
     folder: fs::Folder,
     path: PathBuf,
     _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Opened {
+    /// What the workspace holds: as this process last counted it, else a walk of the
+    /// folder.
+    fn usage(&self) -> Result<Usage, fs::FsError> {
+        if let Some(u) = self.ws.cached_usage(&self.run_id) {
+            return Ok(u);
+        }
+        let u = toolshed_sandbox::folder_usage(self.folder.fd())
+            .map_err(|e| fs::FsError::Io(format!("cannot measure the workspace: {e}")))?;
+        self.ws.set_usage(&self.run_id, Some(u));
+        Ok(u)
+    }
+
+    /// Records what the workspace holds after a change (`None`: unknown, a change
+    /// failed half-way; the next use walks it again).
+    fn set_usage(&self, usage: Option<Usage>) {
+        self.ws.set_usage(&self.run_id, usage);
+    }
 }
 
 /// A run id names a folder: 1–128 letters, digits, `-`, `_` or `.`, not starting with `.`.

@@ -16,10 +16,12 @@ use toolshed_core::{
     Diagnostics, Effects, ErrorCode, HandlerFuture, Idempotency, Reply, SpecError, Tool,
     ToolContext, ToolError, ToolOutput,
 };
-use toolshed_sandbox::{Bind, KillReason, LimitsRequest, Network, RunSpec};
+use toolshed_sandbox::{
+    Bind, KillReason, LimitsRequest, MergeBudget, Network, OverlayRoom, RunSpec,
+};
 
-use super::fs::{FsError, INSIDE, Kind, check_path};
-use super::{Opened, Workspaces};
+use super::fs::{FsError, INSIDE, Kind, WriteCost, check_path};
+use super::{Budget, Opened, Workspaces};
 use crate::file::SandboxSettings;
 
 /// The names of the tools `sandbox: true` grants.
@@ -42,8 +44,8 @@ pub(super) fn all(ws: &Workspaces, settings: &SandboxSettings) -> Result<Vec<Too
     Ok(vec![
         bash(ws, settings)?,
         read_file(ws)?,
-        write_file(ws)?,
-        edit_file(ws)?,
+        write_file(ws, settings)?,
+        edit_file(ws, settings)?,
         list_files(ws)?,
         search_files(ws)?,
     ])
@@ -240,7 +242,8 @@ struct WriteArgs {
     content: String,
 }
 
-fn write_file(ws: &Workspaces) -> Result<Tool, SpecError> {
+fn write_file(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecError> {
+    let budget = Budget::of(settings);
     let schema = json!({
         "type": "object",
         "properties": {
@@ -255,7 +258,7 @@ fn write_file(ws: &Workspaces) -> Result<Tool, SpecError> {
         "Write a file of the workspace, creating it (and its folders) or replacing its whole content.",
         schema,
         Effects::Sandbox,
-        handler(ws, |ws: Workspaces, a: WriteArgs, ctx| async move {
+        handler(ws, move |ws: Workspaces, a: WriteArgs, ctx| async move {
             let cap = ws.config().caps.write_bytes;
             let given = json!({"path": a.path});
             value(async {
@@ -266,7 +269,14 @@ fn write_file(ws: &Workspaces) -> Result<Tool, SpecError> {
                 }
                 let shown = rel.display().to_string();
                 let content = a.content;
-                let created = on_workspace(&ws, &ctx, given.clone(), move |o| o.folder.write("path", &rel, content.as_bytes())).await?;
+                let created = on_workspace(&ws, &ctx, given.clone(), move |o| {
+                    let cost = o.folder.cost("path", &rel)?;
+                    let after = budget.check_write(o.usage()?, cost, bytes, "content")?;
+                    let written = o.folder.write("path", &rel, content.as_bytes());
+                    o.set_usage(written.is_ok().then_some(after));
+                    written
+                })
+                .await?;
                 Ok(json!({"path": shown, "bytes": bytes, "created": created}))
             }
             .await)
@@ -286,7 +296,8 @@ struct EditArgs {
     replace_all: bool,
 }
 
-fn edit_file(ws: &Workspaces) -> Result<Tool, SpecError> {
+fn edit_file(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecError> {
+    let budget = Budget::of(settings);
     let schema = json!({
         "type": "object",
         "properties": {
@@ -303,7 +314,7 @@ fn edit_file(ws: &Workspaces) -> Result<Tool, SpecError> {
         "Replace exact text in a file of the workspace: `old_string` must occur exactly once (or set `replace_all`), and becomes `new_string`.",
         schema,
         Effects::Sandbox,
-        handler(ws, |ws: Workspaces, a: EditArgs, ctx| async move {
+        handler(ws, move |ws: Workspaces, a: EditArgs, ctx| async move {
             let cap = ws.config().caps.write_bytes;
             let given =
                 json!({"path": a.path, "old_string": a.old_string, "new_string": a.new_string});
@@ -333,7 +344,11 @@ fn edit_file(ws: &Workspaces) -> Result<Tool, SpecError> {
                     if new.len() as u64 > cap {
                         return Err(FsError::field("new_string", format!("the edited file would have {} bytes, more than the cap of {cap}", new.len())));
                     }
-                    o.folder.write("path", &rel, new.as_bytes())?;
+                    let cost = WriteCost { old_bytes: r.size, new_file: false, new_folders: 0 };
+                    let after = budget.check_write(o.usage()?, cost, new.len() as u64, "new_string")?;
+                    let written = o.folder.write("path", &rel, new.as_bytes());
+                    o.set_usage(written.is_ok().then_some(after));
+                    written?;
                     Ok(json!({"path": shown, "replacements": count, "bytes": new.len()}))
                 })
                 .await
@@ -604,8 +619,11 @@ fn bash(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecError> 
     } else {
         "without network"
     };
+    let budget = Budget::of(settings);
     let description = format!(
-        "Run a bash command in a sandbox: in the workspace folder /workspace, whose files persist across the calls of this run (the file tools see the same files), {net}, with {memory_mb} MB of memory and at most {max_timeout} s. Programs written to the workspace cannot be executed directly: run scripts as `bash x.sh` or `python3 x.py`. Returns stdout, stderr, exit_code, timed_out and truncation flags."
+        "Run a bash command in a sandbox: in the workspace folder /workspace, whose files persist across the calls of this run (the file tools see the same files), {net}, with {memory_mb} MB of memory and at most {max_timeout} s. The workspace holds at most {} MiB and {} files and folders; what one call writes is kept in memory until the call ends, so it also counts against the call's memory. Writes past either limit fail with \"No space left on device\"; deleting (`rm`) always works. Programs written to the workspace cannot be executed directly: run scripts as `bash x.sh` or `python3 x.py`. Returns stdout, stderr, exit_code, timed_out, truncation flags and what the workspace holds.",
+        settings.workspace_mb(),
+        settings.workspace_files()
     );
     let tool = Tool::builder("bash")
         .description(description)
@@ -625,6 +643,7 @@ fn bash(ws: &Workspaces, settings: &SandboxSettings) -> Result<Tool, SpecError> 
                         max_timeout,
                         memory_mb,
                         network,
+                        budget,
                     },
                 )
                 .await
@@ -639,6 +658,25 @@ struct BashLimits {
     max_timeout: u64,
     memory_mb: u64,
     network: Network,
+    budget: Budget,
+}
+
+/// New entries a call may make in a workspace that holds all the files it may: room
+/// for the folders a deletion in a sub-folder copies into the call's layer (what else
+/// the call makes is not kept).
+const FULL_ROOM_FILES: u64 = 64;
+
+/// Runs `f` on the opened workspace on a blocking thread, and hands it back.
+async fn keeping<T: Send + 'static>(
+    opened: Opened,
+    f: impl FnOnce(&Opened) -> T + Send + 'static,
+) -> Result<(Opened, T), ToolError> {
+    tokio::task::spawn_blocking(move || {
+        let t = f(&opened);
+        (opened, t)
+    })
+    .await
+    .map_err(|e| ToolError::handler(format!("the workspace operation failed: {e}")))
 }
 
 async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLimits) -> Reply {
@@ -680,6 +718,21 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
         Ok(o) => o,
         Err(e) => return value(Err(tool_error(e, &given))),
     };
+    // What the workspace holds bounds what this call may write: its layer gets what is
+    // left (when nothing is, room for deletions only).
+    let (opened, used) = match keeping(opened, Opened::usage).await {
+        Ok((o, Ok(used))) => (o, used),
+        Ok((_, Err(e))) => return value(Err(tool_error(e, &given))),
+        Err(e) => return value(Err(e)),
+    };
+    let allowed = limits.budget.allowed();
+    let room = OverlayRoom {
+        bytes: allowed.bytes.saturating_sub(used.bytes),
+        files: match allowed.files.saturating_sub(used.files) {
+            0 => FULL_ROOM_FILES,
+            left => left,
+        },
+    };
     let program = if Path::new("/bin/bash").is_file() {
         "/bin/bash"
     } else {
@@ -697,7 +750,7 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
     .env("PWD", INSIDE)
     .env("LANG", "C.UTF-8")
     .env("TERM", "dumb")
-    .bind(Bind::read_write(&opened.path, INSIDE));
+    .bind(Bind::overlay(&opened.path, INSIDE, room));
     spec.network = limits.network;
     spec.limits = LimitsRequest {
         memory_bytes: Some(limits.memory_mb.saturating_mul(1024 * 1024)),
@@ -708,8 +761,7 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
         ..LimitsRequest::default()
     };
     let outcome = sandbox.run(spec, Vec::new()).await;
-    drop(opened);
-    let o = match outcome {
+    let mut o = match outcome {
         Ok(o) => o,
         Err(e) => {
             return value(Err(ToolError::handler(format!(
@@ -719,12 +771,32 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
             .with_details(json!({"sandbox_code": e.code().as_str()}))));
         }
     };
+    // What the call changed goes into the folder now, within the budget; also after a
+    // timeout or an OOM kill.
+    let upper = o.uppers.pop();
+    let merged = match upper {
+        Some(upper) => {
+            let ran_out = upper.ran_out();
+            let budget = MergeBudget { used, allowed };
+            let merged = keeping(opened, move |op| {
+                let merged = upper.merge(op.folder.fd(), budget);
+                op.set_usage(merged.as_ref().ok().map(|r| r.usage));
+                merged
+            });
+            match merged.await {
+                Ok((_, Ok(report))) => Ok((report, ran_out)),
+                Ok((_, Err(e))) => Err(format!("{e} [{}]", e.code())),
+                Err(e) => Err(e.message),
+            }
+        }
+        None => Err("the sandbox returned no layer for the workspace".to_owned()),
+    };
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     let cpu_time_ms = o
         .cpu_time
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let result = json!({
+    let mut result = json!({
         "stdout": stdout,
         "stderr": stderr,
         "exit_code": o.exit_code(),
@@ -749,5 +821,49 @@ async fn run_bash(ws: Workspaces, a: BashArgs, ctx: ToolContext, limits: BashLim
         oom_killed: o.oom_killed,
         ..Diagnostics::default()
     };
+    let budget = limits.budget;
+    let (report, ran_out) = match merged {
+        Ok(m) => m,
+        Err(e) => {
+            let e = ToolError::handler(format!(
+                "the command ran, but what it changed in the workspace could not be kept: {e}"
+            ))
+            .with_details(result);
+            return Reply::new(Err(e)).with_diagnostics(diagnostics);
+        }
+    };
+    let full = ran_out || report.over_budget || budget.full(report.usage);
+    let mut workspace = budget.view(report.usage);
+    workspace["full"] = json!(full);
+    if full {
+        workspace["message"] = json!(format!(
+            "the workspace is full: {}; writes past that fail with \"No space left on device\". Delete files (`rm` works even when it is full) to make room",
+            budget.describe(report.usage)
+        ));
+    }
+    result["workspace"] = workspace;
+    if report.refused_count > 0 {
+        result["not_kept"] = json!(report.refused);
+    }
+    if report.over_budget {
+        // The call wrote into a workspace that had no room for it: say so as an error,
+        // with the command's output alongside.
+        let listed: Vec<String> = report
+            .refused
+            .iter()
+            .filter(|r| r.over_budget)
+            .take(5)
+            .map(|r| format!("`{}`", r.path.display()))
+            .collect();
+        let e = ToolError::handler(format!(
+            "the workspace is full: {} of the entries the command wrote were not kept ({}{}); {}. Delete files with `rm` (that works even when the workspace is full) and run it again",
+            report.refused_count,
+            listed.join(", "),
+            if report.refused_count > listed.len() as u64 { ", …" } else { "" },
+            budget.describe(report.usage)
+        ))
+        .with_details(result);
+        return Reply::new(Err(e)).with_diagnostics(diagnostics);
+    }
     Reply::new(Ok(ToolOutput::Value(result))).with_diagnostics(diagnostics)
 }
