@@ -290,9 +290,17 @@ impl NodeSchemaCache {
         })
         .await
         .ok()??;
+        // What the import sees differs in and out of the sandbox (a module may read
+        // its surroundings), so the two never share an entry.
+        let isolation = if launcher.config.isolation.is_sandboxed() {
+            "sandboxed"
+        } else {
+            "unsandboxed"
+        };
         let mut key = Vec::new();
         for part in [
             assets.version.as_str(),
+            isolation,
             &tool_path.display().to_string(),
             export.unwrap_or_default(),
         ] {
