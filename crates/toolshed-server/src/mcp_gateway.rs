@@ -192,6 +192,7 @@ impl Gateway for RegistryGateway {
             args: Some(Value::Object(args)),
             run: run.clone(),
             agent_id: MCP_AGENT,
+            via: options.via.clone(),
         };
         let fut = execute(&self.state, claims, req);
         tokio::pin!(fut);
