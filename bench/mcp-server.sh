@@ -6,8 +6,9 @@
 #
 # Two kinds of MCP requests: sharing one 2025-11-25 session (an `initialize` first, then
 # its Mcp-Session-Id on every tools/call), and 2026-07-28 requests with no session (the
-# protocol metadata on each); each answer is an SSE stream of one message, and each call
-# is a durable run (its answer names the run).
+# protocol metadata on each); a session's answer is an SSE stream of one message, a
+# 2026-07-28 answer one JSON body, and each call is a durable run (its answer names the
+# run).
 #
 # Usage: bench/mcp-server.sh [SECONDS] [CONNECTIONS...]   (defaults: 10 s; 1 and 16).
 # Needs wrk (Debian `wrk`), curl, python3. Builds the release binary first

@@ -31,6 +31,9 @@ pub struct ExecuteRequest {
     pub run: RunChoice,
     /// Where the run's agent id says it came from (`registry`, `mcp`).
     pub agent_id: &'static str,
+    /// The MCP client and protocol of a call made over `/mcp`, recorded in the run's
+    /// driver (what `runs show` prints as `via`).
+    pub via: Option<toolshed_mcp::server::Inbound>,
 }
 
 /// Which run an execution is made in.
@@ -64,6 +67,7 @@ impl ExecuteRequest {
             args,
             run: RunChoice::New,
             agent_id: REGISTRY_AGENT,
+            via: None,
         }
     }
 }
@@ -123,8 +127,11 @@ pub async fn execute(
         tool: name.clone(),
         args,
     };
-    let driver = serde_json::to_value(&driver)
+    let mut driver = serde_json::to_value(&driver)
         .map_err(|e| ApiError::internal("cannot record the run's driver", e))?;
+    if let Some(via) = &req.via {
+        via.record_in(&mut driver);
+    }
     let mut new = NewRunBuilder::new(req.agent_id)
         .principal(claims.principal())
         .driver(driver);

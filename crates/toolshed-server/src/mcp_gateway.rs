@@ -192,6 +192,7 @@ impl Gateway for RegistryGateway {
             args: Some(Value::Object(args)),
             run: run.clone(),
             agent_id: MCP_AGENT,
+            via: options.via.clone(),
         };
         let fut = execute(&self.state, claims, req);
         tokio::pin!(fut);
@@ -335,6 +336,10 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .enforce_origin_validation()
+        // A 2026-07-28 request whose first message is its answer gets it as one JSON
+        // body rather than an SSE stream of one event (a call that sends progress or
+        // logs first still streams): less to frame and parse per call.
+        .with_json_response(true)
         .with_max_request_body_bytes(state.config().max_body_bytes);
     let gateway = Arc::new(RegistryGateway::new(state.clone()));
     let svc = StreamableHttpService::new(

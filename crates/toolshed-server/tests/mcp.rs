@@ -203,6 +203,12 @@ async fn tools_are_listed_and_called_as_durable_runs_for_the_executing_role() {
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["data"]["agent_id"], "mcp");
     assert_eq!(run["data"]["status"], "completed");
+    // The run records the MCP side: the client as it named itself, the era and version.
+    assert_eq!(
+        run["data"]["driver"]["mcp"],
+        json!({"era": "legacy", "protocol_version": "2025-11-25", "client": "test 1"}),
+        "{run}"
+    );
 
     let bad = request(
         &s,
@@ -524,9 +530,23 @@ async fn the_2026_era_discovers_and_calls_without_a_session() {
     assert_eq!(sid, None);
     let answer = messages.iter().find(|m| m["id"] == 1).expect("an answer");
     assert_eq!(answer["result"].get("isError"), None, "{answer}");
-    assert!(
-        answer["result"]["_meta"]["toolshed/run_id"].is_string(),
-        "{answer}"
+    let run_id = answer["result"]["_meta"]["toolshed/run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(
+        run["data"]["driver"]["mcp"],
+        json!({"era": "discover", "protocol_version": "2026-07-28", "client": "t 1"}),
+        "{run}"
     );
     s.stop().await;
 }

@@ -268,6 +268,7 @@ impl Gateway for LocalGateway {
             run_id.clone(),
             call,
             options.idempotency_key.is_some(),
+            options.via.as_ref(),
         );
         tokio::pin!(fut);
         let forward = |c: &Crumb| {
@@ -343,6 +344,7 @@ impl LocalGateway {
         run_id: String,
         call: ToolCall,
         keyed: bool,
+        via: Option<&toolshed_mcp::server::Inbound>,
     ) -> Result<CallStep, GatewayError> {
         let run_id = run_id.as_str();
         let fail = |e: toolshed_runtime::RuntimeError| GatewayError::Internal(e.to_string());
@@ -401,10 +403,14 @@ impl LocalGateway {
             tool: call.name.clone(),
             args: call.args.clone(),
         };
+        let mut driver = serde_json::to_value(&driver).unwrap_or_default();
+        if let Some(via) = via {
+            via.record_in(&mut driver);
+        }
         let new = NewRunBuilder::new("mcp")
             .id(run_id)
             .principal(caller.clone())
-            .driver(serde_json::to_value(&driver).unwrap_or_default())
+            .driver(driver)
             .build();
         let ran = self.runtime.run_once(new, call).await.map_err(fail);
         crate::workspaces::run_ended(self.runtime.journal().as_ref(), run_id).await;

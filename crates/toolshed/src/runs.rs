@@ -669,6 +669,9 @@ fn run_header(run: &RunRecord) -> String {
                 .unwrap_or_default()
         ));
     }
+    if let Some(via) = toolshed_mcp::server::Inbound::recorded(&run.driver) {
+        s.push_str(&format!("via      {}\n", via.label()));
+    }
     if let Some(e) = &run.error {
         s.push_str(&format!("error    {e}\n"));
     }

@@ -148,6 +148,19 @@ fn an_agent_project_is_served_on_stdio_with_progress_approvals_and_prompts() {
         .map(|n| n["params"]["progress"].as_f64().unwrap())
         .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0], "{notes:?}");
+    // The run says it came over MCP: which client, which era and version.
+    let run_id = done["_meta"]["toolshed/run_id"].as_str().unwrap().to_owned();
+    let shown = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["runs", "show", &run_id])
+        .current_dir(dir.path())
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("via      MCP client t 1 (legacy 2025-11-25)"),
+        "{shown}"
+    );
     // No log messages until the client asks for them; then the run's events at or
     // above the level it set.
     assert!(

@@ -118,6 +118,81 @@ pub struct CallOptions {
     /// Continue this run (set by the handler, never from a request: the retry of a call
     /// just decided at the client, when the client sent no idempotency key).
     pub continue_run: Option<String>,
+    /// Who asked, over what: recorded with the run so that `runs show` tells an MCP
+    /// call from a REST one, and which client and protocol era made it.
+    pub via: Option<Inbound>,
+}
+
+/// The MCP side of an inbound call: the client and the protocol it spoke.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Inbound {
+    /// `legacy` (`initialize`, a session) or `discover` (`2026-07-28`, no session).
+    pub era: String,
+    /// The protocol version of the request, e.g. `2025-11-25`; empty when unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol_version: String,
+    /// The client's name and version as it gave them (`clientInfo`), untrusted text
+    /// capped at 200 characters; empty when it gave none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub client: String,
+}
+
+impl Inbound {
+    /// The key of a run's driver JSON under which an MCP call's run records its
+    /// [`Inbound`] (beside the driver's own fields).
+    pub const DRIVER_KEY: &'static str = "mcp";
+
+    /// Record `self` in a run's driver JSON (an object; anything else is left as is).
+    pub fn record_in(&self, driver: &mut Value) {
+        if let (Value::Object(map), Ok(me)) = (driver, serde_json::to_value(self)) {
+            map.insert(Self::DRIVER_KEY.to_owned(), me);
+        }
+    }
+
+    /// The inbound MCP call a run's driver records, if it was started by one.
+    pub fn recorded(driver: &Value) -> Option<Inbound> {
+        serde_json::from_value(driver.get(Self::DRIVER_KEY)?.clone()).ok()
+    }
+
+    /// One line for people: `MCP client NAME VERSION (legacy 2025-11-25)`.
+    pub fn label(&self) -> String {
+        let client = if self.client.is_empty() {
+            "an unnamed client"
+        } else {
+            &self.client
+        };
+        let era = if self.protocol_version.is_empty() {
+            self.era.clone()
+        } else {
+            format!("{} {}", self.era, self.protocol_version)
+        };
+        format!("MCP client {client} ({era})")
+    }
+
+    /// What the request's context says about its client and protocol.
+    fn of(ctx: &RequestContext<RoleServer>) -> Inbound {
+        let version = ctx.protocol_version();
+        let era = match &version {
+            Some(v) if !v.has_initialize() => "discover",
+            _ => "legacy",
+        };
+        let client = ctx
+            .client_info()
+            .map(|i| format!("{} {}", i.name, i.version))
+            .unwrap_or_default();
+        // The client names itself: keep it printable and short.
+        let client: String = client
+            .trim()
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        Inbound {
+            era: era.to_owned(),
+            protocol_version: version.map(|v| v.as_str().to_owned()).unwrap_or_default(),
+            client,
+        }
+    }
 }
 
 /// Something that happened during a call.
@@ -350,6 +425,7 @@ impl<G: Gateway> McpHandler<G> {
             idempotency_key: key,
             events: watched.then_some(tx),
             continue_run,
+            via: Some(Inbound::of(ctx)),
         };
         let outcome = tokio::select! {
             outcome = self.gateway.call_tool(caller, name, args, options) => outcome,

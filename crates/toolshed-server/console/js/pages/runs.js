@@ -198,6 +198,7 @@ export async function runPage(main, ctx, id) {
         h('dt', {}, 'Started'), h('dd', {}, when(run.created_at)),
         h('dt', {}, 'Updated'), h('dd', {}, when(run.updated_at)),
         h('dt', {}, 'Resumes'), h('dd', {}, String(run.resumes)),
+        viaMcp(run.driver),
         run.error ? [h('dt', {}, 'Error'), h('dd', {}, run.error)] : null),
       buttons, status,
       h('h2', {}, 'Calls'),
@@ -210,3 +211,11 @@ export async function runPage(main, ctx, id) {
 }
 
 export { ApiFailure };
+
+/** A run started over MCP: the client as it named itself, and the protocol it spoke. */
+function viaMcp(driver) {
+  const m = driver && driver.mcp;
+  if (!m || typeof m !== 'object') return null;
+  const era = [m.era, m.protocol_version].filter(Boolean).join(' ');
+  return [h('dt', {}, 'Via'), h('dd', { id: 'run-via' }, `MCP client ${m.client || '(unnamed)'} (${era})`)];
+}
