@@ -149,7 +149,10 @@ fn an_agent_project_is_served_on_stdio_with_progress_approvals_and_prompts() {
         .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0], "{notes:?}");
     // The run says it came over MCP: which client, which era and version.
-    let run_id = done["_meta"]["toolshed/run_id"].as_str().unwrap().to_owned();
+    let run_id = done["_meta"]["toolshed/run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let shown = Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(["runs", "show", &run_id])
         .current_dir(dir.path())
