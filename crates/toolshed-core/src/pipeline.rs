@@ -20,8 +20,11 @@
 //! second code path: an approved call on resume runs exactly the hooks a live one does.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -611,7 +614,18 @@ impl Pipeline {
         fut: futures_util::future::BoxFuture<'_, T>,
     ) -> StepResult<T> {
         let limit = self.inner.config.hook_timeout;
-        match tokio::time::timeout(limit, AssertUnwindSafe(fut).catch_unwind()).await {
+        // Most hooks are ready at once (a `HookFns` is synchronous), so a hook is polled
+        // once before its timer is armed: one that is ready then costs no timer (making,
+        // polling and dropping one is a good part of a call's cost,
+        // bench/pipeline-instructions.sh). The deadline is taken before that first poll,
+        // as `tokio::time::timeout` takes it.
+        let deadline = tokio::time::Instant::now().checked_add(limit);
+        let mut fut = AssertUnwindSafe(fut).catch_unwind();
+        let ended = match poll_once(&mut fut).await {
+            Poll::Ready(r) => Ok(r),
+            Poll::Pending => within(deadline, fut).await,
+        };
+        match ended {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(panic)) => Err(ToolError::new(
                 ErrorCode::HookPanic,
@@ -677,17 +691,36 @@ impl Pipeline {
             streamed = true;
             Box::pin(self.drain(run, id, spec, stream, credentials, &mut diagnostics)).await
         };
-        let work = AssertUnwindSafe(work).catch_unwind();
         let timeout = spec.timeout.or(self.inner.config.default_timeout);
-        let run_cancel = run.cancellation();
-        let ended = tokio::select! {
-            biased;
-            r = maybe_timeout(timeout, work) => match r {
-                Ok(Ok(r)) => Ended::Returned(r),
-                Ok(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
-                Err(_) => Ended::TimedOut,
-            },
-            _ = run_cancel.cancelled() => Ended::Cancelled,
+        // The handler is polled once before its timer and the run's cancellation are
+        // armed: one that is ready at once (an in-process tool without I/O) costs
+        // neither. As in the `select!`, which polls the handler first, the first poll
+        // waits for the task's budget, and the deadline is taken before it.
+        let ended = {
+            let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+            let mut work = pin!(AssertUnwindSafe(work).catch_unwind());
+            let first = if tokio::task::coop::has_budget_remaining() {
+                poll_once(&mut work.as_mut()).await
+            } else {
+                Poll::Pending
+            };
+            match first {
+                Poll::Ready(Ok(r)) => Ended::Returned(r),
+                Poll::Ready(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
+                Poll::Pending => {
+                    let run_cancel = run.cancellation();
+                    tokio::select! {
+                        biased;
+                        r = within(deadline, work) => match r {
+                            Ok(Ok(r)) => Ended::Returned(r),
+                            Ok(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
+                            Err(_) => Ended::TimedOut,
+                        },
+                        _ = run_cancel.cancelled() => Ended::Cancelled,
+                    }
+                }
+            }
+            // The handler's future is dropped here, before its sink is read.
         };
         // The handler's future is dropped by now: one cut short left what it had seen in
         // the sink.
@@ -895,18 +928,23 @@ enum Ended {
     Cancelled,
 }
 
-/// `f` bounded by `t` when there is one (`Err` when it ran out).
+/// `f` bounded by `deadline` when there is one (`Err` when it passed).
 //
 // Not an `async fn`: its future would hold `f` twice (the argument, and the `Timeout`
 // it is moved into), and this future is moved with every attempt.
-fn maybe_timeout<F: std::future::Future>(
-    t: Option<Duration>,
+fn within<F: Future>(
+    deadline: Option<tokio::time::Instant>,
     f: F,
-) -> impl std::future::Future<Output = Result<F::Output, Elapsed>> {
-    match t {
-        Some(t) => Either::Left(tokio::time::timeout(t, f)),
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    match deadline {
+        Some(deadline) => Either::Left(tokio::time::timeout_at(deadline, f)),
         None => Either::Right(f.map(Ok)),
     }
+}
+
+/// Poll `f` once: its output, or `Pending` (its waker registered, as by any poll).
+fn poll_once<F: Future + Unpin>(f: &mut F) -> impl Future<Output = Poll<F::Output>> + '_ {
+    std::future::poll_fn(move |cx| Poll::Ready(Pin::new(&mut *f).poll(cx)))
 }
 
 fn validate_args(
