@@ -78,7 +78,35 @@ fn is_false(b: &bool) -> bool {
 impl Diagnostics {
     /// Whether nothing at all was reported.
     pub fn is_empty(&self) -> bool {
-        *self == Diagnostics::default()
+        // Field by field (every field named, so a new one cannot be forgotten) rather
+        // than against a `Diagnostics::default()`: the pipeline asks this of every
+        // handler's reply.
+        let Diagnostics {
+            stdout,
+            stderr,
+            exit_code,
+            signal,
+            timed_out,
+            stdout_truncated,
+            stderr_truncated,
+            peak_memory_bytes,
+            cpu_time_ms,
+            oom_killed,
+            content,
+            mcp,
+        } = self;
+        stdout.is_empty()
+            && stderr.is_empty()
+            && exit_code.is_none()
+            && signal.is_none()
+            && !timed_out
+            && !stdout_truncated
+            && !stderr_truncated
+            && peak_memory_bytes.is_none()
+            && cpu_time_ms.is_none()
+            && !oom_killed
+            && content.is_empty()
+            && mcp.is_none()
     }
 
     /// Replace every secret value in the text fields and content blocks with

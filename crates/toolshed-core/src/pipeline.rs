@@ -20,13 +20,19 @@
 //! second code path: an approved call on resume runs exactly the hooks a live one does.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use futures_util::StreamExt;
+use futures_util::future::Either;
+use futures_util::stream::BoxStream;
 use serde_json::Value;
+use tokio::time::error::Elapsed;
 
 use crate::context::{RunContext, ToolContext};
 use crate::credentials::{Credentials, EnvProvider, Secret, scrub_error, scrub_value};
@@ -35,7 +41,8 @@ use crate::diagnostics::{Diagnostics, DiagnosticsSink};
 use crate::error::{ErrorCode, ToolError};
 use crate::hooks::{AfterRun, BeforeRun, Hook, HookCall, HookLevel, OnError};
 use crate::schema::describe_violations;
-use crate::tool::{Chunk, Tool, ToolOutput};
+use crate::spec::ToolSpec;
+use crate::tool::{Chunk, Reply, Tool, ToolOutput};
 use crate::toolset::{Plugin, ToolSet};
 
 /// One call as a model asked for it.
@@ -396,7 +403,7 @@ impl Pipeline {
             result,
             attempts,
             secrets,
-            Diagnostics::default(),
+            None,
         )
     }
 
@@ -461,7 +468,7 @@ impl Pipeline {
         // Steps 7–9: execute with retries. The outcome carries the last attempt's
         // diagnostics.
         let mut attempts = 0;
-        let mut diagnostics = Diagnostics::default();
+        let mut diagnostics = None;
         let result = match short_circuit {
             Some(v) => validate_output(&tool, v, "a before_run hook's short-circuit result"),
             None => loop {
@@ -607,7 +614,18 @@ impl Pipeline {
         fut: futures_util::future::BoxFuture<'_, T>,
     ) -> StepResult<T> {
         let limit = self.inner.config.hook_timeout;
-        match tokio::time::timeout(limit, AssertUnwindSafe(fut).catch_unwind()).await {
+        // Most hooks are ready at once (a `HookFns` is synchronous), so a hook is polled
+        // once before its timer is armed: one that is ready then costs no timer (making,
+        // polling and dropping one is a good part of a call's cost,
+        // bench/pipeline-instructions.sh). The deadline is taken before that first poll,
+        // as `tokio::time::timeout` takes it.
+        let deadline = tokio::time::Instant::now().checked_add(limit);
+        let mut fut = AssertUnwindSafe(fut).catch_unwind();
+        let ended = match poll_once(&mut fut).await {
+            Poll::Ready(r) => Ok(r),
+            Poll::Pending => within(deadline, fut).await,
+        };
+        match ended {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(panic)) => Err(ToolError::new(
                 ErrorCode::HookPanic,
@@ -625,6 +643,13 @@ impl Pipeline {
 
     /// One execution of the handler: its result, whether it streamed (a streamed call is
     /// never retried) and its diagnostics.
+    //
+    // Cost (bench/pipeline-instructions.sh): this future is raced against the timeout
+    // and the run's cancellation and moved several times on its way into `execute`'s
+    // state, so what it holds is kept small: the handler's context is built inside the
+    // race (not captured), the diagnostics are boxed and only when there are any, and a
+    // stream is drained in a boxed future of its own (`drain`), allocated only for
+    // streaming tools.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -639,70 +664,69 @@ impl Pipeline {
         let spec = tool.spec();
         let cancel = run.cancellation().child_token();
         let sink = DiagnosticsSink::default();
-        let ctx = ToolContext::new(
-            run.clone(),
-            id.clone(),
-            spec.name.as_arc().clone(),
-            attempt,
-            key,
-            credentials.clone(),
-            cancel.clone(),
-            sink.clone(),
-        );
         let mut streamed = false;
-        let mut diagnostics = Diagnostics::default();
+        let mut diagnostics: Option<Box<Diagnostics>> = None;
         let work = async {
-            let reply = tool.handler().call(args, ctx).await;
-            diagnostics = reply.diagnostics;
-            match reply.output? {
-                ToolOutput::Value(v) => Ok(v),
-                ToolOutput::Stream(mut stream) => {
-                    streamed = true;
-                    let mut last = None;
-                    let name = spec.name.as_arc();
-                    while let Some(item) = stream.next().await {
-                        match item {
-                            Ok(Chunk::Value(v)) => {
-                                if let Some(prev) = last.replace(v) {
-                                    self.emit_partial(run, id, name, prev, credentials);
-                                }
-                            }
-                            Ok(Chunk::Diagnostics(d)) => diagnostics = d,
-                            // Every value before a failure was a partial result.
-                            Err(e) => {
-                                if let Some(prev) = last.take() {
-                                    self.emit_partial(run, id, name, prev, credentials);
-                                }
-                                return Err(e);
-                            }
-                        }
+            let ctx = ToolContext::new(
+                run.clone(),
+                id.clone(),
+                spec.name.as_arc().clone(),
+                attempt,
+                key,
+                credentials.clone(),
+                cancel.clone(),
+                sink.clone(),
+            );
+            let Reply {
+                output,
+                diagnostics: seen,
+            } = tool.handler().call(args, ctx).await;
+            diagnostics = boxed_unless_empty(seen);
+            // The stream is taken out of the match before the await, so the output
+            // does not stay in this future's state while the stream is drained.
+            let stream = match output? {
+                ToolOutput::Value(v) => return Ok(v),
+                ToolOutput::Stream(stream) => stream,
+            };
+            streamed = true;
+            Box::pin(self.drain(run, id, spec, stream, credentials, &mut diagnostics)).await
+        };
+        let timeout = spec.timeout.or(self.inner.config.default_timeout);
+        // The handler is polled once before its timer and the run's cancellation are
+        // armed: one that is ready at once (an in-process tool without I/O) costs
+        // neither. As in the `select!`, which polls the handler first, the first poll
+        // waits for the task's budget, and the deadline is taken before it.
+        let ended = {
+            let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+            let mut work = pin!(AssertUnwindSafe(work).catch_unwind());
+            let first = if tokio::task::coop::has_budget_remaining() {
+                poll_once(&mut work.as_mut()).await
+            } else {
+                Poll::Pending
+            };
+            match first {
+                Poll::Ready(Ok(r)) => Ended::Returned(r),
+                Poll::Ready(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
+                Poll::Pending => {
+                    let run_cancel = run.cancellation();
+                    tokio::select! {
+                        biased;
+                        r = within(deadline, work) => match r {
+                            Ok(Ok(r)) => Ended::Returned(r),
+                            Ok(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
+                            Err(_) => Ended::TimedOut,
+                        },
+                        _ = run_cancel.cancelled() => Ended::Cancelled,
                     }
-                    last.ok_or_else(|| {
-                        ToolError::new(
-                            ErrorCode::EmptyStream,
-                            format!("tool `{}` streamed no result", spec.name),
-                        )
-                    })
                 }
             }
-        };
-        let work = AssertUnwindSafe(work).catch_unwind();
-        let timeout = spec.timeout.or(self.inner.config.default_timeout);
-        let run_cancel = run.cancellation();
-        let ended = tokio::select! {
-            biased;
-            r = maybe_timeout(timeout, work) => match r {
-                Some(Ok(r)) => Ended::Returned(r),
-                Some(Err(panic)) => Ended::Panicked(panic_message(&*panic)),
-                None => Ended::TimedOut,
-            },
-            _ = run_cancel.cancelled() => Ended::Cancelled,
+            // The handler's future is dropped here, before its sink is read.
         };
         // The handler's future is dropped by now: one cut short left what it had seen in
         // the sink.
         let mut cut_short = || {
             if let Some(left) = sink.take() {
-                diagnostics = left;
+                diagnostics = Some(Box::new(left));
             }
         };
         let result = match ended {
@@ -717,7 +741,7 @@ impl Pipeline {
             Ended::TimedOut => {
                 cancel.cancel();
                 cut_short();
-                diagnostics.timed_out = true;
+                diagnostics.get_or_insert_default().timed_out = true;
                 let ms = timeout.map(|t| t.as_millis()).unwrap_or_default();
                 Err(ToolError::new(
                     ErrorCode::Timeout,
@@ -738,6 +762,45 @@ impl Pipeline {
             streamed,
             diagnostics,
         }
+    }
+
+    /// Read a streamed output to its end: every value but the last is a partial result
+    /// (published as a crumb), the last is the result; a diagnostics chunk replaces the
+    /// diagnostics so far.
+    async fn drain(
+        &self,
+        run: &RunContext,
+        id: &Arc<str>,
+        spec: &ToolSpec,
+        mut stream: BoxStream<'static, Result<Chunk, ToolError>>,
+        credentials: &Credentials,
+        diagnostics: &mut Option<Box<Diagnostics>>,
+    ) -> Result<Value, ToolError> {
+        let mut last = None;
+        let name = spec.name.as_arc();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(Chunk::Value(v)) => {
+                    if let Some(prev) = last.replace(v) {
+                        self.emit_partial(run, id, name, prev, credentials);
+                    }
+                }
+                Ok(Chunk::Diagnostics(d)) => *diagnostics = Some(Box::new(d)),
+                // Every value before a failure was a partial result.
+                Err(e) => {
+                    if let Some(prev) = last.take() {
+                        self.emit_partial(run, id, name, prev, credentials);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        last.ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::EmptyStream,
+                format!("tool `{}` streamed no result", spec.name),
+            )
+        })
     }
 
     /// Publish a partial result, scrubbed of every secret the handler has read so far.
@@ -776,11 +839,11 @@ impl Pipeline {
         started: Instant,
         err: ToolError,
     ) -> CallOutcome {
-        let none = Diagnostics::default();
-        self.finish(run, id, name, started, Err(err), 0, &[], none)
+        self.finish(run, id, name, started, Err(err), 0, &[], None)
     }
 
     /// Scrub secrets, cap the diagnostics, emit the final crumb, build the outcome.
+    /// `diagnostics` is `None` when the handler reported none (or never ran).
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -791,7 +854,7 @@ impl Pipeline {
         mut result: Result<Value, ToolError>,
         attempts: u32,
         secrets: &[Secret],
-        mut diagnostics: Diagnostics,
+        mut diagnostics: Option<Box<Diagnostics>>,
     ) -> CallOutcome {
         // The run's own secrets too: a value a handler got from the env (a built-in's
         // API key) is scrubbed like a credential it read.
@@ -807,10 +870,14 @@ impl Pipeline {
                 Ok(v) => scrub_value(v, secrets),
                 Err(e) => scrub_error(e, secrets),
             }
-            diagnostics.scrub(secrets);
+            if let Some(d) = &mut diagnostics {
+                d.scrub(secrets);
+            }
         }
         // Scrubbed before it is cut, so a cut cannot leave half a secret unrecognised.
-        diagnostics.cap(self.inner.config.max_diagnostic_bytes);
+        if let Some(d) = &mut diagnostics {
+            d.cap(self.inner.config.max_diagnostic_bytes);
+        }
         let duration = started.elapsed();
         let bus = &self.inner.crumbs;
         if bus.is_observed() {
@@ -829,7 +896,7 @@ impl Pipeline {
             result,
             duration,
             attempts,
-            diagnostics,
+            diagnostics: diagnostics.map(|d| *d).unwrap_or_default(),
         }
     }
 }
@@ -838,7 +905,19 @@ impl Pipeline {
 struct Attempt {
     result: Result<Value, ToolError>,
     streamed: bool,
-    diagnostics: Diagnostics,
+    /// Boxed, and `None` when empty (every in-process tool): an `Attempt` is moved out
+    /// of the attempt's future and through `execute`'s state, and a `Diagnostics` by
+    /// value is 136 bytes copied at each move.
+    diagnostics: Option<Box<Diagnostics>>,
+}
+
+/// A handler's diagnostics on the heap, or `None` when it reported none.
+fn boxed_unless_empty(diagnostics: Diagnostics) -> Option<Box<Diagnostics>> {
+    if diagnostics.is_empty() {
+        None
+    } else {
+        Some(Box::new(diagnostics))
+    }
 }
 
 /// How the race of a handler against its timeout and its run's cancellation ended.
@@ -849,11 +928,23 @@ enum Ended {
     Cancelled,
 }
 
-async fn maybe_timeout<F: std::future::Future>(t: Option<Duration>, f: F) -> Option<F::Output> {
-    match t {
-        Some(t) => tokio::time::timeout(t, f).await.ok(),
-        None => Some(f.await),
+/// `f` bounded by `deadline` when there is one (`Err` when it passed).
+//
+// Not an `async fn`: its future would hold `f` twice (the argument, and the `Timeout`
+// it is moved into), and this future is moved with every attempt.
+fn within<F: Future>(
+    deadline: Option<tokio::time::Instant>,
+    f: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    match deadline {
+        Some(deadline) => Either::Left(tokio::time::timeout_at(deadline, f)),
+        None => Either::Right(f.map(Ok)),
     }
+}
+
+/// Poll `f` once: its output, or `Pending` (its waker registered, as by any poll).
+fn poll_once<F: Future + Unpin>(f: &mut F) -> impl Future<Output = Poll<F::Output>> + '_ {
+    std::future::poll_fn(move |cx| Poll::Ready(Pin::new(&mut *f).poll(cx)))
 }
 
 fn validate_args(
