@@ -29,6 +29,10 @@ pub enum Mechanism {
     Pidfd,
     /// The mount API (`fsopen`, `open_tree`, `move_mount`, `mount_setattr`).
     MountApi,
+    /// overlayfs through the mount API: the layer a `sandbox: true` workspace's `bash`
+    /// call writes into (`Bind::overlay`). Optional: without it only that feature is
+    /// refused.
+    Overlay,
     /// `openat2` with `RESOLVE_BENEATH` (reading back the tool's files).
     Openat2,
     /// The user-mode network helper (slirp4netns), for tools with the network on.
@@ -414,6 +418,27 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
                 true,
                 format!("fsopen(tmpfs) failed: {e}"),
                 Some("use Linux 5.12 or newer, and run the supervisor as root"),
+            ),
+        },
+    );
+
+    // overlayfs (workspace overlays). `fsopen` loads the module when it is not loaded yet,
+    // which a look at /proc/filesystems would not.
+    out.push(
+        match rustix::mount::fsopen(c"overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC) {
+            Ok(_) => report(
+                Mechanism::Overlay,
+                Status::Ok,
+                false,
+                "overlayfs (the layer of a workspace's bash calls)",
+                None,
+            ),
+            Err(e) => report(
+                Mechanism::Overlay,
+                Status::Missing,
+                false,
+                format!("fsopen(overlay) failed: {e}; `sandbox: true` agents' bash calls are refused"),
+                Some("load the overlay module (modprobe overlay), or use a kernel built with CONFIG_OVERLAY_FS"),
             ),
         },
     );

@@ -59,6 +59,10 @@ async fn check_reports_every_mechanism_and_a_trial_run() {
         assert!(!r.detail.is_empty(), "{m}");
     }
     assert!(report.ready(), "{report:?}");
+    // Workspace overlays are optional, and this host has them.
+    let overlay = report.get(Mechanism::Overlay).unwrap();
+    assert!(!overlay.required, "{overlay:?}");
+    assert_eq!(overlay.status, Status::Ok, "{overlay:?}");
     let trial = report.get(Mechanism::Trial).unwrap();
     assert_eq!(trial.status, Status::Ok, "{trial:?}");
     assert!(trial.detail.contains("host uid"), "{trial:?}");

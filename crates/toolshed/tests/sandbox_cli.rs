@@ -65,6 +65,7 @@ fn check_prints_every_mechanism_and_exits_0_where_untrusted_code_can_run() {
         "cgroups",
         "landlock",
         "seccomp",
+        "overlay",
         "trial",
     ] {
         assert!(
