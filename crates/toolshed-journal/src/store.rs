@@ -51,6 +51,11 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
             sqlite: include_str!("../migrations/sqlite/0005_process_runs.sql"),
             postgres: include_str!("../migrations/postgres/0005_process_runs.sql"),
         },
+        Migration {
+            version: 6,
+            sqlite: include_str!("../migrations/sqlite/0006_process_runs_by_run.sql"),
+            postgres: include_str!("../migrations/postgres/0006_process_runs_by_run.sql"),
+        },
     ],
 };
 

@@ -1598,7 +1598,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
         let j = sqlite_at(&path).await.unwrap();
-        assert_eq!(j.applied_migrations(), [1, 2, 3, 4, 5]);
+        assert_eq!(j.applied_migrations(), [1, 2, 3, 4, 5, 6]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
         let j = sqlite_at(&path).await.unwrap();
@@ -1624,7 +1624,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "5".to_owned())
+                ("schema_version".to_owned(), "6".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1664,7 +1664,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (5)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (6)"),
                     "{message}"
                 );
             }
@@ -1766,7 +1766,7 @@ mod postgres_only {
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
             let again = postgres_in(&url, &schema).await.unwrap();
