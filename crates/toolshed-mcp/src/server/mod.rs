@@ -178,21 +178,25 @@ impl Inbound {
         };
         let client = ctx
             .client_info()
-            .map(|i| format!("{} {}", i.name, i.version))
+            .map(|i| client_label(&i.name, &i.version))
             .unwrap_or_default();
-        // The client names itself: keep it printable and short.
-        let client: String = client
-            .trim()
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect();
         Inbound {
             era: era.to_owned(),
             protocol_version: version.map(|v| v.as_str().to_owned()).unwrap_or_default(),
             client,
         }
     }
+}
+
+/// The client's `clientInfo` as recorded: it names itself, so the text is kept
+/// printable (control characters dropped) and short (200 characters at most).
+fn client_label(name: &str, version: &str) -> String {
+    format!("{name} {version}")
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
 }
 
 /// Something that happened during a call.
@@ -731,4 +735,19 @@ pub async fn serve_stdio<G: Gateway>(handler: McpHandler<G>) -> Result<(), std::
         .await
         .map(drop)
         .map_err(|e| std::io::Error::other(format!("the MCP stdio session failed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_client_name_is_recorded_printable_and_short() {
+        // A terminal escape and a forged second line of `runs show`.
+        let label = client_label("evil\u{1b}[2J\nstatus   completed", "1\r\0");
+        assert_eq!(label, "evil[2Jstatus   completed 1");
+        let long = client_label(&"x".repeat(10_000), "1");
+        assert_eq!(long.chars().count(), 200);
+        assert_eq!(client_label("", ""), "");
+    }
 }
