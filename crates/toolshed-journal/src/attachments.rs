@@ -199,6 +199,18 @@ impl Attachments {
             .await
     }
 
+    /// Whether any attachment, of any tenant, names blob `uri` (the same bytes uploaded
+    /// twice are one blob). Asked before a pruned attachment's file is deleted; index
+    /// `attachments_by_blob`.
+    pub async fn blob_named(&self, uri: &str) -> Result<bool> {
+        let uri = uri.to_owned();
+        self.db
+            .read(move |r| {
+                Box::pin(async move { Ok(r.row(&BLOB_NAMED, &[uri.into()]).await?.is_some()) })
+            })
+            .await
+    }
+
     /// Read part of an attachment as `scope` may see it (the rule behind
     /// [`AttachmentReader`]).
     pub async fn read_page(
@@ -238,6 +250,8 @@ const INSERT_PAGE: Sql = Sql::same(
     "INSERT INTO attachment_pages (attachment_id, page, start, length, sheet, content) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 );
+/// Whether an attachment names a blob.
+const BLOB_NAMED: Sql = Sql::same("SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1");
 const GET: Sql = Sql::same(
     "SELECT id, tenant, run_id, session_id, filename, kind, unit, media_type, size_bytes, \
      sha256, blob_uri, page_count, total_length, uploaded_by, created_at_ms \

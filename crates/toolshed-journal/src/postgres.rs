@@ -131,13 +131,14 @@ impl Writer for PgWriter {
         let rule = rule.clone();
         let pruner = self.pruner().await?;
         let started = std::time::Instant::now();
-        let pruned = pruner
+        let (pruned, released_blobs) = pruner
             .write(move |db| {
                 Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
             })
             .await?;
         Ok(PrunedBatch {
             pruned,
+            released_blobs,
             held: started.elapsed(),
         })
     }

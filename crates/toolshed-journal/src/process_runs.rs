@@ -160,6 +160,8 @@ const BY_ID: Sql = Sql::same(
 const OWNED: Sql = Sql::same(
     "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE id = ?1 AND tenant = ?2 AND agent = ?3",
 );
+/// Whether a background run is recorded, whoever owns it.
+const RECORDED: Sql = Sql::same("SELECT 1 FROM process_runs WHERE id = ?1");
 const LIST: Sql = Sql::same(
     "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE tenant = ?1 AND agent = ?2 ORDER BY created_at DESC, id DESC LIMIT ?3",
 );
@@ -374,6 +376,15 @@ impl ProcessRuns {
                     }
                 })
             })
+            .await
+    }
+
+    /// Whether background run `id` is recorded, whoever owns it. A prune removes the
+    /// records of ended ones; their state folders go when this says no.
+    pub async fn recorded(&self, id: &str) -> Result<bool> {
+        let params: Vec<Param> = vec![id.into()];
+        self.db
+            .read(move |x| Box::pin(async move { Ok(x.row(&RECORDED, &params).await?.is_some()) }))
             .await
     }
 

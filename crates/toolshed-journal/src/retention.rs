@@ -13,6 +13,7 @@
 //! statement also says so in its own text (`AND (status = 'completed' OR …)`), so a
 //! run that still waits for a person or a driver stays whatever the caller asks.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -81,22 +82,41 @@ impl PruneRule {
 }
 
 /// What one batch of a prune removed, and how long it held the write connection.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PrunedBatch {
     /// Runs and calls removed.
     pub pruned: Pruned,
+    /// Blobs that attachments it removed named and no attachment names any more (see
+    /// [`PruneReport::released_blobs`]).
+    pub released_blobs: Vec<String>,
     /// How long the transaction held the database's write connection (SQLite: the
     /// time other writes waited at most), its commit included.
     pub held: Duration,
 }
 
-/// How many runs and calls a prune removed (or, for a dry run, would remove).
+/// How many runs and calls a prune removed (or, for a dry run, would remove), with the
+/// attachments and background runs that went with them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Pruned {
     /// Runs.
     pub runs: u64,
     /// Their calls.
     pub calls: u64,
+    /// Attachments: those of the runs removed, and those uploaded before the cutoff
+    /// that nothing keeps (a session's whose session has no run left, a run's whose run
+    /// does not exist). Their pages go with them.
+    pub attachments: u64,
+    /// Ended background runs (`run_process`) whose run is removed or gone.
+    pub process_runs: u64,
+}
+
+impl Pruned {
+    fn add(&mut self, other: Pruned) {
+        self.runs += other.runs;
+        self.calls += other.calls;
+        self.attachments += other.attachments;
+        self.process_runs += other.process_runs;
+    }
 }
 
 /// What a SQLite file does with the pages a prune frees.
@@ -161,11 +181,16 @@ impl Default for PruneOptions {
 }
 
 /// What [`prune`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PruneReport {
     /// Runs and calls removed.
     #[serde(flatten)]
     pub pruned: Pruned,
+    /// The blob URIs (`blob:sha256:…`) of the files behind the attachments removed that
+    /// no attachment names any more. The journal does not hold the files: whoever owns
+    /// the blob folder deletes them, asking again first whether an upload has named one
+    /// since (see `toolshed_server::routes::attachments::release_blobs`).
+    pub released_blobs: Vec<String>,
     /// Transactions it took.
     pub batches: u64,
     /// Bytes returned to the file system by incremental vacuum (SQLite).
@@ -188,12 +213,17 @@ pub async fn prune(
     let mut limit = FIRST_BATCH.clamp(least, most);
     let mut report = PruneReport {
         pruned: Pruned::default(),
+        released_blobs: Vec::new(),
         batches: 0,
         reclaimed_bytes: 0,
         space: None,
     };
     loop {
-        let PrunedBatch { pruned, held } = journal.prune_batch(rule, limit).await?;
+        let PrunedBatch {
+            pruned,
+            released_blobs,
+            held,
+        } = journal.prune_batch(rule, limit).await?;
         tracing::debug!(
             runs = pruned.runs,
             calls = pruned.calls,
@@ -202,8 +232,8 @@ pub async fn prune(
             "pruned a batch"
         );
         report.batches += 1;
-        report.pruned.runs += pruned.runs;
-        report.pruned.calls += pruned.calls;
+        report.pruned.add(pruned);
+        report.released_blobs.extend(released_blobs);
         if pruned.runs < u64::from(limit) {
             break;
         }
@@ -296,6 +326,14 @@ static COUNT_CALLS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+static COUNT_RUN_ATTACHMENTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT count(*) FROM attachments WHERE run_id IN \
+         (SELECT id FROM runs WHERE status = ?1 AND updated_at_ms < ?2 AND {})",
+        *FINAL
+    )
+});
+
 fn id_list() -> String {
     (1..=CHUNK)
         .map(|i| format!("?{i}"))
@@ -324,13 +362,70 @@ static DELETE_RUNS: LazyLock<[String; 2]> = LazyLock::new(|| {
     [delete("+status"), delete("status")]
 });
 
-/// Delete up to `limit` runs `rule` selects, oldest first, with their crumbs and calls:
-/// the statements of one transaction, which the caller opens and commits.
+/// The attachments of the runs, by run id; each removed one's blob is returned.
+static DELETE_ATTACHMENTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM attachments WHERE run_id IN ({}) RETURNING blob_uri",
+        id_list()
+    )
+});
+
+/// `(COLUMN = 'exited' OR …)`: the background runs' final statuses.
+fn process_final_condition(column: &str) -> String {
+    use crate::process_runs::ProcessStatus as S;
+    let terms: Vec<String> = [S::Exited, S::Failed, S::Lost, S::Stopped]
+        .iter()
+        .inspect(|s| debug_assert!(s.is_final()))
+        .map(|s| format!("{column} = '{}'", s.as_str()))
+        .collect();
+    format!("({})", terms.join(" OR "))
+}
+
+/// The ended background runs of the runs, by run id. One that still runs is kept: it
+/// still writes its record, and `check_run` still reports it; a later prune removes it
+/// once it has ended ([`DELETE_ORPHAN_PROCESS_RUNS`]).
+static DELETE_PROCESS_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM process_runs WHERE run_id IN ({}) AND {}",
+        id_list(),
+        process_final_condition("status")
+    )
+});
+
+/// Ended background runs whose run is gone (it was pruned while they still ran), at
+/// most `?1`.
+static DELETE_ORPHAN_PROCESS_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM process_runs WHERE id IN (SELECT p.id FROM process_runs p \
+         WHERE {} AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = p.run_id) LIMIT ?1)",
+        process_final_condition("p.status")
+    )
+});
+
+/// Attachments uploaded before the cutoff `?1` that nothing keeps, at most `?2`: a
+/// session's alone (no run) whose session has no run left, and a run's whose run does
+/// not exist (attached to an id that was never a run's, or after its run was pruned).
+/// A session that still has a run keeps its files. Indexes `attachments_by_created`,
+/// `runs_by_session` and the runs' primary key.
+const DELETE_LEFT_ATTACHMENTS: &str = "DELETE FROM attachments WHERE id IN \
+     (SELECT a.id FROM attachments a WHERE a.created_at_ms < ?1 AND CASE \
+      WHEN a.run_id IS NULL THEN NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = a.session_id) \
+      ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) END LIMIT ?2) \
+     RETURNING blob_uri";
+
+/// Whether an attachment still names blob `?1` (index `attachments_by_blob`).
+const BLOB_NAMED: &str = "SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1";
+
+/// Delete up to `limit` runs `rule` selects, oldest first, with their crumbs, calls,
+/// attachments and ended background runs; then up to `limit` attachments nothing keeps
+/// any more ([`DELETE_LEFT_ATTACHMENTS`]) and ended background runs whose run is gone. Returns what it
+/// removed and the blobs no attachment names any more: the statements of one
+/// transaction, which the caller opens and commits.
 pub(crate) async fn prune_batch(
     db: &mut dyn Executor,
     rule: &PruneRule,
     limit: u32,
-) -> Result<Pruned> {
+) -> Result<(Pruned, Vec<String>)> {
     let mut ids: Vec<String> = Vec::new();
     for status in &rule.statuses {
         let wanted = u64::from(limit).saturating_sub(ids.len() as u64);
@@ -347,6 +442,7 @@ pub(crate) async fn prune_batch(
         }
     }
     let mut pruned = Pruned::default();
+    let mut blobs: BTreeSet<String> = BTreeSet::new();
     for chunk in ids.chunks(CHUNK) {
         let Some(last) = chunk.last() else {
             continue;
@@ -360,6 +456,12 @@ pub(crate) async fn prune_batch(
         // Children first: the foreign keys of both databases check every statement.
         db.execute(&DELETE_CRUMBS, &params).await?;
         pruned.calls += db.execute(&DELETE_CALLS, &params).await?;
+        // An attachment's pages go with it (`ON DELETE CASCADE`).
+        for row in db.query(&DELETE_ATTACHMENTS, &params).await? {
+            pruned.attachments += 1;
+            blobs.insert(row.get(0)?);
+        }
+        pruned.process_runs += db.execute(&DELETE_PROCESS_RUNS, &params).await?;
         let [sqlite, postgres] = &*DELETE_RUNS;
         let delete_runs = match db.dialect() {
             Dialect::Sqlite => sqlite,
@@ -367,27 +469,78 @@ pub(crate) async fn prune_batch(
         };
         pruned.runs += db.execute(delete_runs, &params).await?;
     }
-    Ok(pruned)
+    // What the runs leave behind once they are gone, a batch's worth at a time.
+    let most = Param::Int(i64::from(limit));
+    for row in db
+        .query(
+            DELETE_LEFT_ATTACHMENTS,
+            &[Param::Int(rule.ended_before_ms), most.clone()],
+        )
+        .await?
+    {
+        pruned.attachments += 1;
+        blobs.insert(row.get(0)?);
+    }
+    pruned.process_runs += db
+        .execute(&DELETE_ORPHAN_PROCESS_RUNS, std::slice::from_ref(&most))
+        .await?;
+    // A file is released only when no attachment names it any more: the same bytes
+    // uploaded twice are one blob.
+    let mut released = Vec::with_capacity(blobs.len());
+    for uri in blobs {
+        let named = db.query(BLOB_NAMED, &[Param::from(uri.as_str())]).await?;
+        if named.is_empty() {
+            released.push(uri);
+        }
+    }
+    Ok((pruned, released))
 }
 
-/// How many runs and calls [`prune_batch`] would delete in all (a dry run), read on a
-/// read connection.
+/// How many runs, calls, attachments and background runs [`prune_batch`] would delete
+/// in all (a dry run), read on a read connection.
 pub(crate) async fn count_prunable(db: &mut dyn Executor, rule: &PruneRule) -> Result<Pruned> {
+    let count = |rows: Vec<toolshed_store::Row>| -> Result<u64> {
+        Ok(match rows.first() {
+            Some(row) => row.get(0)?,
+            None => 0,
+        })
+    };
     let mut counted = Pruned::default();
     for status in &rule.statuses {
         let params = [
             Param::from(status.run_status().as_str()),
             Param::Int(rule.ended_before_ms),
         ];
-        let count = |rows: Vec<toolshed_store::Row>| -> Result<u64> {
-            Ok(match rows.first() {
-                Some(row) => row.get(0)?,
-                None => 0,
-            })
-        };
         counted.runs += count(db.query(&COUNT_RUNS, &params).await?)?;
         counted.calls += count(db.query(&COUNT_CALLS, &params).await?)?;
+        counted.attachments += count(db.query(&COUNT_RUN_ATTACHMENTS, &params).await?)?;
     }
+    if rule.statuses.is_empty() {
+        return Ok(counted);
+    }
+    // What is left once those runs are gone: a run stays unless the rule selects it.
+    let stays = format!(
+        "NOT (r.updated_at_ms < ?1 AND ({}))",
+        rule.statuses
+            .iter()
+            .map(|s| format!("r.status = '{}'", s.run_status().as_str()))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    );
+    let cutoff = [Param::Int(rule.ended_before_ms)];
+    let left = format!(
+        "SELECT count(*) FROM attachments a WHERE a.created_at_ms < ?1 AND CASE \
+         WHEN a.run_id IS NULL THEN NOT EXISTS \
+         (SELECT 1 FROM runs r WHERE r.session_id = a.session_id AND {stays}) \
+         ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) END"
+    );
+    counted.attachments += count(db.query(&left, &cutoff).await?)?;
+    let processes = format!(
+        "SELECT count(*) FROM process_runs p WHERE {} \
+         AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = p.run_id AND {stays})",
+        process_final_condition("p.status")
+    );
+    counted.process_runs += count(db.query(&processes, &cutoff).await?)?;
     Ok(counted)
 }
 

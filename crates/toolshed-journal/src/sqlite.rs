@@ -162,13 +162,15 @@ impl Core {
     /// One batch of a prune, in its own transaction on the write connection.
     fn prune_batch(&mut self, rule: &PruneRule, limit: u32) -> Result<PrunedBatch> {
         let started = Instant::now();
-        let pruned = toolshed_store::sqlite::transact(&mut self.conn, |db| {
+        let removed = toolshed_store::sqlite::transact(&mut self.conn, |db| {
             let rule = rule.clone();
             Box::pin(async move { crate::retention::prune_batch(db, &rule, limit).await })
         });
         self.checkpoint_if_wanted();
+        let (pruned, released_blobs) = removed?;
         Ok(PrunedBatch {
-            pruned: pruned?,
+            pruned,
+            released_blobs,
             held: started.elapsed(),
         })
     }

@@ -56,6 +56,11 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
             sqlite: include_str!("../migrations/sqlite/0006_process_runs_by_run.sql"),
             postgres: include_str!("../migrations/postgres/0006_process_runs_by_run.sql"),
         },
+        Migration {
+            version: 7,
+            sqlite: include_str!("../migrations/sqlite/0007_prune_attachments.sql"),
+            postgres: include_str!("../migrations/postgres/0007_prune_attachments.sql"),
+        },
     ],
 };
 

@@ -1598,7 +1598,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("toolshed.db");
         let j = sqlite_at(&path).await.unwrap();
-        assert_eq!(j.applied_migrations(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(j.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
         j.create_run(new_run("r1")).await.unwrap();
         drop(j);
         let j = sqlite_at(&path).await.unwrap();
@@ -1624,7 +1624,7 @@ mod sqlite_only {
                     "format_version".to_owned(),
                     toolshed_journal::FORMAT_VERSION.to_string()
                 ),
-                ("schema_version".to_owned(), "6".to_owned())
+                ("schema_version".to_owned(), "7".to_owned())
             ]
         );
         let tables: Vec<String> = conn
@@ -1664,7 +1664,7 @@ mod sqlite_only {
             Err(e @ JournalError::Unavailable { .. }) => {
                 let message = e.to_string();
                 assert!(
-                    message.contains("schema version 99 is newer than this toolshed supports (6)"),
+                    message.contains("schema version 99 is newer than this toolshed supports (7)"),
                     "{message}"
                 );
             }
@@ -1766,7 +1766,7 @@ mod postgres_only {
             let (a, b) = (a.unwrap(), b.unwrap());
             let mut applied = [a.applied_migrations().to_vec(), b.applied_migrations().to_vec()];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6, 7]]);
             a.create_run(new_run("r1")).await.unwrap();
             drop((a, b));
             let again = postgres_in(&url, &schema).await.unwrap();
@@ -2009,7 +2009,11 @@ async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: St
     };
     assert_eq!(
         j.prune_batch(&only_failed, 100).await.unwrap().pruned,
-        Pruned { runs: 1, calls: 1 }
+        Pruned {
+            runs: 1,
+            calls: 1,
+            ..Pruned::default()
+        }
     );
     assert_gone(j.get_run("failed").await, "failed");
     not_found(j.calls_of_run("failed").await, "run", "failed");
@@ -2022,7 +2026,14 @@ async fn prune_removes_only_finished_runs_that_ended_before_the_cutoff(store: St
         .await
         .unwrap()
         .pruned;
-    assert_eq!(pruned, Pruned { runs: 2, calls: 2 });
+    assert_eq!(
+        pruned,
+        Pruned {
+            runs: 2,
+            calls: 2,
+            ..Pruned::default()
+        }
+    );
     assert_gone(j.get_run("done").await, "done");
     assert_gone(j.get_run("cancelled").await, "cancelled");
     not_found(j.get_call("done-call-0").await, "call", "done-call-0");
@@ -2068,7 +2079,14 @@ async fn prune_never_removes_running_or_parked_runs(store: Store) {
     let report = toolshed_journal::prune(j.as_ref(), &all, PruneOptions::default())
         .await
         .unwrap();
-    assert_eq!(report.pruned, Pruned { runs: 1, calls: 1 });
+    assert_eq!(
+        report.pruned,
+        Pruned {
+            runs: 1,
+            calls: 1,
+            ..Pruned::default()
+        }
+    );
     assert_gone(j.get_run("done").await, "done");
     assert_eq!(
         j.get_run("running").await.unwrap().status,
@@ -2112,7 +2130,11 @@ async fn prune_works_in_bounded_batches_and_a_dry_run_counts_the_same(store: Sto
     let rule = every_final_status_before(toolshed_store::time::now_ms() + 1);
     assert_eq!(
         j.count_prunable(&rule).await.unwrap(),
-        Pruned { runs, calls: runs }
+        Pruned {
+            runs,
+            calls: runs,
+            ..Pruned::default()
+        }
     );
     // One batch takes at most its limit.
     assert_eq!(j.prune_batch(&rule, 100).await.unwrap().pruned.runs, 100);
@@ -2129,7 +2151,8 @@ async fn prune_works_in_bounded_batches_and_a_dry_run_counts_the_same(store: Sto
         report.pruned,
         Pruned {
             runs: runs - 100,
-            calls: runs - 100
+            calls: runs - 100,
+            ..Pruned::default()
         }
     );
     // 1,000 runs: 50, then at most 500 a batch (500 and the last 450).

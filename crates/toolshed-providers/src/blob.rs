@@ -141,6 +141,68 @@ impl LocalBlobStore {
     }
 }
 
+/// What [`LocalBlobStore::release`] did with a blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The file was deleted.
+    Removed,
+    /// Something names the blob again (an upload of the same bytes): the file stays.
+    Kept,
+    /// There was no such file.
+    Missing,
+}
+
+impl LocalBlobStore {
+    /// Delete blob `uri`'s file unless `still_named` says something names the blob.
+    ///
+    /// Safe against an upload of the same bytes at the same moment, which finds the file
+    /// in place and names it: the file is first renamed aside (atomically), *then*
+    /// `still_named` is asked, and the file is put back if the answer is yes. An
+    /// uploader that stores the bytes, records its name for them, and stores the bytes
+    /// again afterwards ([`BlobStore::put`] rewrites a missing file) therefore always
+    /// ends with the file in place: a record made before the question is seen by it,
+    /// and one made after it is followed by that second store.
+    pub async fn release<F, Fut>(&self, uri: &str, still_named: F) -> Result<Released, BlobError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, BlobError>>,
+    {
+        let hex = parse_uri(uri)?;
+        let path = self.path_of(hex);
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let aside = path.with_file_name(format!(".release-{hex}-{}-{n}", std::process::id()));
+        match tokio::fs::rename(&path, &aside).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Released::Missing),
+            Err(e) => {
+                return Err(blob_error(format!(
+                    "cannot move blob {uri} aside in {}: {e}",
+                    self.dir.display()
+                )));
+            }
+        }
+        let put_back = || async {
+            tokio::fs::rename(&aside, &path).await.map_err(|e| {
+                blob_error(format!(
+                    "cannot put blob {uri} back from {}: {e}",
+                    aside.display()
+                ))
+            })
+        };
+        match still_named().await {
+            Ok(false) => tokio::fs::remove_file(&aside)
+                .await
+                .map(|()| Released::Removed)
+                .map_err(|e| blob_error(format!("cannot delete {}: {e}", aside.display()))),
+            Ok(true) => put_back().await.map(|()| Released::Kept),
+            Err(e) => {
+                put_back().await?;
+                Err(e)
+            }
+        }
+    }
+}
+
 impl BlobStore for LocalBlobStore {
     fn put<'a>(
         &'a self,

@@ -10,5 +10,5 @@
 pub mod blob;
 pub mod vault;
 
-pub use blob::LocalBlobStore;
+pub use blob::{LocalBlobStore, Released};
 pub use vault::{VaultConfig, VaultProvider};

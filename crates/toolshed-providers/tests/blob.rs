@@ -163,3 +163,79 @@ async fn damaged_blob_is_detected() {
     let err = store.get(&blob.uri).await.unwrap_err();
     assert!(err.message.contains("damaged"), "{}", err.message);
 }
+
+/// The blob's file, and every other file in its folder (a release leaves none behind).
+fn files_beside(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("sha256").join(&HELLO_HEX[..2]))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_released_blob_is_deleted_unless_something_names_it() {
+    use toolshed_providers::Released;
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalBlobStore::new(dir.path()).unwrap();
+    let uri = store.put(b"hello", None).await.unwrap().uri;
+
+    // Named again when asked: the file is put back, whole.
+    let kept = store.release(&uri, || async { Ok(true) }).await.unwrap();
+    assert_eq!(kept, Released::Kept);
+    assert_eq!(store.get(&uri).await.unwrap(), b"hello");
+    assert_eq!(files_beside(dir.path()), [HELLO_HEX]);
+
+    // The question fails: the file is put back and the error returned.
+    let failed = store
+        .release(&uri, || async {
+            Err(toolshed_core::BlobError {
+                message: "the database is away".into(),
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(failed.message.contains("database is away"), "{failed:?}");
+    assert_eq!(store.get(&uri).await.unwrap(), b"hello");
+
+    // Named by nothing: deleted, and nothing is left beside it.
+    let removed = store.release(&uri, || async { Ok(false) }).await.unwrap();
+    assert_eq!(removed, Released::Removed);
+    assert!(store.get(&uri).await.is_err());
+    assert!(files_beside(dir.path()).is_empty());
+    assert_eq!(
+        store.release(&uri, || async { Ok(false) }).await.unwrap(),
+        Released::Missing
+    );
+    // A URI that is not a blob's is refused, never turned into a path.
+    assert!(
+        store
+            .release("blob:sha256:../../etc", || async { Ok(false) })
+            .await
+            .is_err()
+    );
+}
+
+/// An upload of the same bytes while the blob is being released: while the question is
+/// asked the file is aside, so the uploader's second store (after recording its name
+/// for the blob) writes it again; the release then deletes only its own copy aside.
+#[tokio::test]
+async fn an_upload_during_a_release_keeps_its_blob() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalBlobStore::new(dir.path()).unwrap());
+    let uri = store.put(b"hello", None).await.unwrap().uri;
+    // The question is answered "not named" (the uploader's record is not made yet),
+    // and the uploader's second store runs before the release ends.
+    let uploader = Arc::clone(&store);
+    let released = store
+        .release(&uri, || async move {
+            uploader.put(b"hello", None).await.unwrap();
+            Ok(false)
+        })
+        .await
+        .unwrap();
+    assert_eq!(released, toolshed_providers::Released::Removed);
+    assert_eq!(store.get(&uri).await.unwrap(), b"hello");
+    assert_eq!(files_beside(dir.path()), [HELLO_HEX]);
+}

@@ -2139,7 +2139,7 @@ mod postgres_only {
                     let j = journal_in(&url, &schema).await;
                     (j, r)
                 };
-                assert_eq!(journal.applied_migrations(), [1, 2, 3, 4, 5, 6]);
+                assert_eq!(journal.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
                 assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();

@@ -391,11 +391,13 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
         let app = router_at(self.state.clone(), self.local_addr());
-        let pruning = self
-            .state
-            .config()
-            .retain_runs
-            .map(|r| tokio::spawn(retention::run(Arc::clone(self.state.journal()), r)));
+        let pruning = self.state.config().retain_runs.map(|r| {
+            tokio::spawn(retention::run(
+                Arc::clone(self.state.journal()),
+                self.state.attachments().ok(),
+                r,
+            ))
+        });
         let limits = self.state.config().limits.connections;
         listen::serve(self.listener, app, limits, shutdown).await;
         // A batch in flight is its own transaction: stopping here commits or rolls

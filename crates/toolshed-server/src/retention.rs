@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use toolshed_journal::{Journal, PruneOptions, PruneRule, SpaceMode};
 
+use crate::routes::attachments::{AttachmentStores, ReleasedBlobs, release_blobs};
+
 /// How long the server keeps finished runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
@@ -32,7 +34,13 @@ impl Retention {
 
 /// Prune now and then every interval, until the task is aborted. A failed pass is
 /// logged and tried again at the next interval; batches it committed stay removed.
-pub(crate) async fn run(journal: Arc<dyn Journal>, retention: Retention) {
+/// The files of attachments it removed go from the blob folder when no attachment
+/// names them any more.
+pub(crate) async fn run(
+    journal: Arc<dyn Journal>,
+    attachments: Option<AttachmentStores>,
+    retention: Retention,
+) {
     let mut ticks = tokio::time::interval(retention.interval.max(Duration::from_millis(1)));
     // A pass longer than the interval delays the next one instead of starting a burst.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -44,10 +52,22 @@ pub(crate) async fn run(journal: Arc<dyn Journal>, retention: Retention) {
         match toolshed_journal::prune(journal.as_ref(), &rule, retention.options).await {
             Ok(report) => {
                 let took_ms = started.elapsed().as_secs_f64() * 1000.0;
-                if report.pruned.runs > 0 {
+                let released = match &attachments {
+                    Some((store, blobs)) if !report.released_blobs.is_empty() => {
+                        release_blobs(store, blobs, &report.released_blobs).await
+                    }
+                    _ => ReleasedBlobs::default(),
+                };
+                for failure in &released.failed {
+                    tracing::warn!(error = %failure, "a pruned attachment's file stays");
+                }
+                if report.pruned != Default::default() {
                     tracing::info!(
                         runs = report.pruned.runs,
                         calls = report.pruned.calls,
+                        attachments = report.pruned.attachments,
+                        process_runs = report.pruned.process_runs,
+                        files = released.removed,
                         batches = report.batches,
                         reclaimed_bytes = report.reclaimed_bytes,
                         took_ms,

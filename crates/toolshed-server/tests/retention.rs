@@ -114,3 +114,65 @@ async fn finished_runs_are_pruned_and_parked_runs_stay_until_they_finish() {
     wait_for_status(&s, &parked, 404).await;
     s.stop().await;
 }
+
+/// The blob files beside the test server's journal (`blobs/sha256/xx/…`).
+fn blob_files(s: &TestServer) -> usize {
+    let Ok(folders) = std::fs::read_dir(s.dir.path().join("blobs").join("sha256")) else {
+        return 0;
+    };
+    folders
+        .map(|f| std::fs::read_dir(f.unwrap().path()).unwrap().count())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pruned_runs_attachments_go_with_their_files() {
+    let s = TestServer::start_with(|c| {
+        c.retain_runs = Some(Retention {
+            interval: Duration::from_millis(20),
+            ..Retention::new(Duration::ZERO)
+        });
+    })
+    .await;
+    let d = Some(s.deployer.as_str());
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/get_current_time/execute",
+            d,
+            Some(json!({"args": {}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let done = answer["data"]["run_id"].as_str().unwrap().to_owned();
+    let (status, answer) = s
+        .raw(
+            "POST",
+            &format!("/api/v1/attachments?filename=notes.txt&run_id={done}"),
+            d,
+            Some(b"what the run was given\n".to_vec()),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let id = answer["data"]["id"].as_str().unwrap().to_owned();
+    // The next pass removes the run, its attachment, and the file no other names.
+    wait_for_status(&s, &done, 404).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while blob_files(&s) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the file is still there after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, got) = s
+        .call(
+            "GET",
+            &format!("/api/v1/attachments/{id}"),
+            Some(&s.viewer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "{got}");
+    s.stop().await;
+}

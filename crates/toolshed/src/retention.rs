@@ -9,8 +9,13 @@ use clap::Args;
 use serde_json::json;
 use toolshed_journal::{PrunableStatus, PruneOptions, PruneRule, SpaceMode};
 
+use anyhow::anyhow;
+use toolshed_journal::Attachments;
+use toolshed_providers::LocalBlobStore;
+use toolshed_server::routes::attachments::{ReleasedBlobs, blob_dir, release_blobs};
+
 use crate::db::{Db, journal_failure};
-use crate::output::{Failure, print, print_json};
+use crate::output::{EXIT_INTERNAL, Failure, print, print_json};
 
 /// Arguments of `toolshed runs prune`.
 #[derive(Debug, Args)]
@@ -59,6 +64,8 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
                 "dry_run": true,
                 "runs": counted.runs,
                 "calls": counted.calls,
+                "attachments": counted.attachments,
+                "process_runs": counted.process_runs,
                 "ended_before_ms": rule.ended_before_ms,
                 "statuses": statuses,
                 "workspaces": swept.removed.len(),
@@ -66,10 +73,12 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
             }));
         } else {
             print(&format!(
-                "would remove {} and {} ({} runs that ended before {before} UTC), and {} of runs that ended or are gone; running and parked runs are kept{}",
+                "would remove {} and {} ({} runs that ended before {before} UTC), {}, {}, and {} of runs that ended or are gone; running and parked runs are kept{}",
                 count(counted.runs, "run"),
                 count(counted.calls, "call"),
                 statuses.join(", "),
+                count(counted.attachments, "attachment"),
+                count(counted.process_runs, "ended background run"),
                 count(swept.removed.len() as u64, "workspace"),
                 kept_text(&swept),
             ));
@@ -86,11 +95,24 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
     let space = report.space;
     // The workspaces of the runs just pruned, and of any other run that ended or is gone.
     let swept = crate::workspaces::sweep(journal.as_ref(), false).await?;
+    let files = release_files(db, &report.released_blobs).await?;
+    let folders = crate::agent::processes_for_cleanup()
+        .sweep_state(false)
+        .await
+        .map_err(|e| Failure::Error {
+            code: EXIT_INTERNAL,
+            error: anyhow!("the pruned background runs' folders: {e}"),
+        })?;
     if json_out {
         print_json(&json!({
             "dry_run": false,
             "runs": report.pruned.runs,
             "calls": report.pruned.calls,
+            "attachments": report.pruned.attachments,
+            "attachment_files": files.removed,
+            "attachment_files_kept": files.failed,
+            "process_runs": report.pruned.process_runs,
+            "process_folders": folders.len(),
             "batches": report.batches,
             "ended_before_ms": rule.ended_before_ms,
             "statuses": statuses,
@@ -103,11 +125,15 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
         return Ok(());
     }
     let mut text = format!(
-        "removed {} and {} ({} runs that ended before {before} UTC) in {}, and {} of runs that ended or are gone{}",
+        "removed {} and {} ({} runs that ended before {before} UTC) in {}, {} ({}), {} ({}), and {} of runs that ended or are gone{}",
         count(report.pruned.runs, "run"),
         count(report.pruned.calls, "call"),
         statuses.join(", "),
         count(report.batches, "batch"),
+        count(report.pruned.attachments, "attachment"),
+        count(files.removed, "file"),
+        count(report.pruned.process_runs, "ended background run"),
+        count(folders.len() as u64, "state folder"),
         count(swept.removed.len() as u64, "workspace"),
         kept_text(&swept),
     );
@@ -123,8 +149,25 @@ pub async fn prune(args: PruneArgs, db: &Db, json_out: bool) -> Result<(), Failu
         )),
         _ => {}
     }
+    for failure in &files.failed {
+        text.push_str(&format!("\nkept a file no attachment names: {failure}"));
+    }
     print(&text);
     Ok(())
+}
+
+/// Delete the blob files of the attachments a prune removed, unless an attachment names
+/// them again (`release_blobs`).
+async fn release_files(db: &Db, released: &[String]) -> Result<ReleasedBlobs, Failure> {
+    if released.is_empty() {
+        return Ok(ReleasedBlobs::default());
+    }
+    let store = Attachments::open(db.url()).await.map_err(journal_failure)?;
+    let blobs = LocalBlobStore::new(blob_dir(db.url())).map_err(|e| Failure::Error {
+        code: EXIT_INTERNAL,
+        error: anyhow!("cannot use the blob folder: {}", e.message),
+    })?;
+    Ok(release_blobs(&store, &blobs, released).await)
 }
 
 /// `toolshed runs vacuum`: the one-time rewrite of an older SQLite file.

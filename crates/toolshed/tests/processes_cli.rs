@@ -206,6 +206,22 @@ fn a_run_started_by_one_cli_process_is_reported_running_then_exited_by_later_one
     assert_eq!(short["status"], "exited");
     assert_eq!(short["output_tail"], "finished\n");
     assert_eq!(short["output_truncated"], true);
+
+    // Pruning the run that started it removes the ended background run's record and
+    // its state folder; `check_run` then says it does not know the id.
+    assert!(env.state(&id).is_dir());
+    let o = env.run(&["runs", "prune", "--older-than", "0s", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let pruned = stdout_json(&o);
+    assert_eq!(pruned["process_runs"], 1, "{pruned}");
+    assert_eq!(pruned["process_folders"], 1, "{pruned}");
+    assert!(!env.state(&id).exists());
+    let o = env.check("agent", &id);
+    let gone = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(
+        gone.contains(&format!("no background run `{id}` of this agent")),
+        "{gone}"
+    );
 }
 
 /// The only entry of `dir`, once there is one.

@@ -164,6 +164,79 @@ fn prune_removes_finished_runs_and_never_parked_ones() {
     assert!(env.runs().is_empty());
 }
 
+/// The blob files under the journal's `blobs` folder.
+fn blob_files(env: &Env) -> usize {
+    let root = env.dir.path().join("blobs").join("sha256");
+    let Ok(folders) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    folders
+        .map(|f| std::fs::read_dir(f.unwrap().path()).unwrap().count())
+        .sum()
+}
+
+#[test]
+fn prune_removes_attachments_and_their_files_unless_another_attachment_names_them() {
+    let env = Env::new();
+    let done = env.json(
+        &["tools", "run", "get_current_time", "--json", "--args", "{}"],
+        0,
+    )["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (parked, call) = env.park();
+    let file = |name: &str, text: &str| {
+        let p = env.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let same = file("same.txt", "the same bytes twice\n");
+    let own = file("own.md", "# only the finished run's\n");
+    let lonely = file("lonely.txt", "a session with no run\n");
+    for (path, flag, owner) in [
+        (&same, "--run", &done),
+        (&own, "--run", &done),
+        (&same, "--run", &parked),
+        (&lonely, "--session", &"no-run-yet".to_owned()),
+    ] {
+        env.json(&["attach", path, flag, owner, "--json"], 0);
+    }
+    // Three distinct files: `same.txt`'s bytes are stored once.
+    assert_eq!(blob_files(&env), 3);
+
+    let v = env.json(
+        &["runs", "prune", "--older-than", "0s", "--dry-run", "--json"],
+        0,
+    );
+    assert_eq!(
+        (v["runs"].as_u64(), v["attachments"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(blob_files(&env), 3, "a dry run deletes nothing");
+
+    // The finished run's two attachments and the run-less session's go; the parked
+    // run's copy of `same.txt` keeps that file.
+    let v = env.json(&["runs", "prune", "--older-than", "0s", "--json"], 0);
+    assert_eq!(v["runs"], 1, "{v}");
+    assert_eq!(v["attachments"], 3, "{v}");
+    assert_eq!(v["attachment_files"], 2, "{v}");
+    assert_eq!(blob_files(&env), 1);
+
+    // Once the parked run ends and is pruned, its attachment and the last file go.
+    let o = env.run(&["approvals", "approve", &call]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    env.json(&["runs", "resume", &parked, "--json"], 0);
+    let o = env.run(&["runs", "prune", "--older-than", "0s"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("1 attachment (1 file)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(blob_files(&env), 0);
+}
+
 #[test]
 fn bad_flags_exit_2_and_name_the_fix() {
     let env = Env::new();

@@ -170,6 +170,58 @@ impl Processes {
         Ok(running)
     }
 
+    /// Delete the state folders (the output and the supervisor's files) of background
+    /// runs no longer recorded: a prune removed the records of ended ones (the
+    /// journal's `prune`). With `dry_run`, only says which. Returns their ids.
+    ///
+    /// Only entries of the root named as a background run id are looked at; a symlink
+    /// there is removed itself, never followed. A folder is made after its record, so a
+    /// folder without one is a pruned run's, not one being started.
+    pub async fn sweep_state(&self, dry_run: bool) -> Result<Vec<String>, String> {
+        let root = &self.inner.config.root;
+        let entries = match std::fs::read_dir(root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot list {}: {e}", root.display())),
+        };
+        let store = self.store().await?;
+        let mut swept = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("cannot list {}: {e}", root.display()))?;
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !tools::valid_run_id(&id) {
+                continue;
+            }
+            let recorded = store
+                .recorded(&id)
+                .await
+                .map_err(|e| format!("the background runs' journal cannot be read: {e}"))?;
+            if recorded {
+                continue;
+            }
+            if !dry_run {
+                let path = entry.path();
+                let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+                // `remove_dir_all` does not follow symlinks inside the folder.
+                let removed = if is_dir {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                match removed {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
+                }
+            }
+            swept.push(id);
+        }
+        swept.sort();
+        Ok(swept)
+    }
+
     /// The store, opened on first use.
     async fn store(&self) -> Result<Arc<ProcessRuns>, String> {
         self.inner

@@ -284,7 +284,7 @@ fn run_id_for(agent: &str, tenant: &str, ctx: &ToolContext) -> String {
     format!("{ID_PREFIX}{}", &hex::encode(h.finalize())[..32])
 }
 
-fn valid_run_id(id: &str) -> bool {
+pub(crate) fn valid_run_id(id: &str) -> bool {
     id.strip_prefix(ID_PREFIX)
         .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }

@@ -180,7 +180,53 @@ pub async fn upload(
             pages,
         )
         .await?;
+    // Stored again now that the record names it: a prune releasing the same bytes at
+    // this moment may have taken the file aside before it could see the record
+    // (`LocalBlobStore::release`); this puts it back. A file in place is not rewritten.
+    blobs
+        .put(&bytes, Some(parsed.kind.media_type()))
+        .await
+        .map_err(|e| UploadError::Blob(e.message))?;
     Ok(record)
+}
+
+/// What [`release_blobs`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleasedBlobs {
+    /// Files deleted.
+    pub removed: u64,
+    /// Files kept because an attachment names their blob again.
+    pub kept: u64,
+    /// Files that could not be deleted, each with why (they stay; nothing names them).
+    pub failed: Vec<String>,
+}
+
+/// Delete the files of the blobs a prune released (`PruneReport::released_blobs`),
+/// each only if no attachment names it by then: an upload of the same bytes may have
+/// come since the prune's transaction.
+pub async fn release_blobs(
+    store: &Attachments,
+    blobs: &LocalBlobStore,
+    uris: &[String],
+) -> ReleasedBlobs {
+    let mut done = ReleasedBlobs::default();
+    for uri in uris {
+        let named = || async {
+            store
+                .blob_named(uri)
+                .await
+                .map_err(|e| toolshed_core::BlobError {
+                    message: format!("cannot tell whether an attachment names {uri}: {e}"),
+                })
+        };
+        match blobs.release(uri, named).await {
+            Ok(toolshed_providers::Released::Removed) => done.removed += 1,
+            Ok(toolshed_providers::Released::Kept) => done.kept += 1,
+            Ok(toolshed_providers::Released::Missing) => {}
+            Err(e) => done.failed.push(e.message),
+        }
+    }
+    done
 }
 
 /// Where an upload belongs.
