@@ -84,6 +84,11 @@ pub struct NewProcessRun {
     pub args: Value,
     /// Its state folder (spec, status and output files).
     pub state_dir: String,
+    /// The machine its supervisor runs on: the starter's host name.
+    pub host: String,
+    /// That machine's boot (`/proc/sys/kernel/random/boot_id`): a check after a restart
+    /// knows the supervisor is gone.
+    pub boot_id: String,
 }
 
 /// A recorded background run.
@@ -124,6 +129,10 @@ pub struct ProcessRunRecord {
     pub started_at: Option<i64>,
     /// When it ended (or was found lost).
     pub ended_at: Option<i64>,
+    /// The machine its supervisor runs on (none for runs recorded before hosts were).
+    pub host: Option<String>,
+    /// That machine's boot when it started.
+    pub boot_id: Option<String>,
 }
 
 /// How a background run ended.
@@ -151,24 +160,24 @@ pub enum Inserted {
 }
 
 const INSERT: Sql = Sql::same(
-    "INSERT INTO process_runs (id, tenant, agent, run_id, session_id, process, args, state_dir, status, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    "INSERT INTO process_runs (id, tenant, agent, run_id, session_id, process, args, state_dir, status, created_at, host, boot_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
 );
 const BY_ID: Sql = Sql::same(
-    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE id = ?1",
+    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at, host, boot_id FROM process_runs WHERE id = ?1",
 );
 // The owner is part of the statement: another tenant's or agent's id reads as unknown.
 const OWNED: Sql = Sql::same(
-    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE id = ?1 AND tenant = ?2 AND agent = ?3",
+    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at, host, boot_id FROM process_runs WHERE id = ?1 AND tenant = ?2 AND agent = ?3",
 );
 /// Whether a background run is recorded, whoever owns it.
 const RECORDED: Sql = Sql::same("SELECT 1 FROM process_runs WHERE id = ?1");
 const LIST: Sql = Sql::same(
-    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE tenant = ?1 AND agent = ?2 ORDER BY created_at DESC, id DESC LIMIT ?3",
+    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at, host, boot_id FROM process_runs WHERE tenant = ?1 AND agent = ?2 ORDER BY created_at DESC, id DESC LIMIT ?3",
 );
 // Scans the table (no index on `run_id`): it holds a few rows per agent, and a run's
 // end asks it once.
 const UNFINISHED_OF_RUN: Sql = Sql::same(
-    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at FROM process_runs WHERE run_id = ?1 AND status IN ('starting', 'running') ORDER BY created_at, id",
+    "SELECT id, tenant, agent, run_id, session_id, process, args, state_dir, supervisor_pid, supervisor_start, status, exit_code, signal, message, created_at, started_at, ended_at, host, boot_id FROM process_runs WHERE run_id = ?1 AND status IN ('starting', 'running') ORDER BY created_at, id",
 );
 // `?5` and `?6` are the statuses `allowed_from` lists (repeated when it lists one).
 const MARK_RUNNING: Sql = Sql::same(
@@ -210,6 +219,8 @@ fn decode(row: &Row) -> Result<ProcessRunRecord> {
         created_at: row.get(14)?,
         started_at: row.get(15)?,
         ended_at: row.get(16)?,
+        host: row.get(17)?,
+        boot_id: row.get(18)?,
     })
 }
 
@@ -246,6 +257,8 @@ async fn insert_rule(x: &mut dyn Executor, new: NewProcessRun, now: i64) -> Resu
             new.state_dir.into(),
             ProcessStatus::Starting.as_str().into(),
             Param::Int(now),
+            new.host.into(),
+            new.boot_id.into(),
         ],
     )
     .await?;

@@ -58,8 +58,8 @@ pub(crate) static MIGRATIONS: Migrations = Migrations {
         },
         Migration {
             version: 7,
-            sqlite: include_str!("../migrations/sqlite/0007_prune_attachments.sql"),
-            postgres: include_str!("../migrations/postgres/0007_prune_attachments.sql"),
+            sqlite: include_str!("../migrations/sqlite/0007_prune_and_hosts.sql"),
+            postgres: include_str!("../migrations/postgres/0007_prune_and_hosts.sql"),
         },
     ],
 };

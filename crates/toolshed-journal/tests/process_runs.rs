@@ -19,6 +19,8 @@ fn new(id: &str, tenant: &str, agent: &str) -> NewProcessRun {
         process: "train".into(),
         args: json!({"epochs": 3, "name": "$(id)"}),
         state_dir: format!("/var/lib/toolshed/processes/{id}"),
+        host: "worker-1".into(),
+        boot_id: "boot-1".into(),
     }
 }
 
@@ -49,6 +51,10 @@ async fn a_run_is_recorded_once_and_moves_only_forward(scratch: Scratch) {
         panic!("the first insert must record the run");
     };
     assert_eq!(first.status, ProcessStatus::Starting);
+    assert_eq!(
+        (first.host.as_deref(), first.boot_id.as_deref()),
+        (Some("worker-1"), Some("boot-1"))
+    );
     assert_eq!(first.args, json!({"epochs": 3, "name": "$(id)"}));
     // A resumed call starting the same run finds it instead of starting another.
     let Inserted::Existing(again) = store.insert(new("p1", "default", "a")).await.unwrap() else {

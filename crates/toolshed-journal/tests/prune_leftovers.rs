@@ -99,6 +99,8 @@ async fn process(store: &ProcessRuns, id: &str, run_id: &str, ended: bool) {
             process: "train".into(),
             args: json!({}),
             state_dir: format!("/nowhere/{id}"),
+            host: "worker-1".into(),
+            boot_id: "boot-1".into(),
         })
         .await
         .unwrap()

@@ -390,6 +390,69 @@ fn a_sigkilled_supervisor_makes_the_run_lost_with_a_clear_message() {
     assert_eq!(env.checked(&id)["status"], "lost");
 }
 
+/// Sets the machine a background run is recorded on, as another machine sharing the
+/// database (or this one in an earlier boot) would have recorded it.
+fn record_machine(env: &Env, id: &str, host: &str, boot_id: &str) {
+    let db = rusqlite::Connection::open(env.dir.path().join("journal.db")).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE process_runs SET host = ?1, boot_id = ?2 WHERE id = ?3",
+            (host, boot_id, id),
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
+#[test]
+fn a_run_on_another_machine_is_never_judged_here_and_a_restart_makes_it_lost() {
+    let env = Env::new();
+    let (_, id) = env.start("wait_for_go", json!({"label": "far"}));
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(env.checked(&id)["host"], this_host.trim());
+    let state = env.state(&id);
+    let pid = supervisor_pid(&state);
+    // Recorded by another machine sharing the journal: its supervisor's pid means
+    // nothing here, so even with that pid dead here the run is not called lost.
+    record_machine(&env, &id, "another-machine", "its-boot");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor {pid} did not die"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let far = env.checked(&id);
+    assert_eq!(far["status"], "running", "{far}");
+    assert_eq!(far["host"], "another-machine", "{far}");
+    assert!(
+        far["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs on host `another-machine`"),
+        "{far}"
+    );
+    let o = env.tool("agent", "stop_run", &json!({"run_id": id}));
+    let refused = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(
+        refused.contains("only toolshed on that machine can stop it"),
+        "{refused}"
+    );
+    // This machine, but a boot before the current one: the supervisor is gone.
+    record_machine(&env, &id, this_host.trim(), "an-earlier-boot");
+    let lost = env.checked(&id);
+    assert_eq!(lost["status"], "lost", "{lost}");
+    assert!(
+        lost["message"].as_str().unwrap().contains("restarted"),
+        "{lost}"
+    );
+}
+
 #[test]
 fn hostile_argument_values_stay_single_literal_argv_elements() {
     let env = Env::new();

@@ -330,6 +330,8 @@ async fn start(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, T
         process: p.name.clone(),
         args: values.clone(),
         state_dir: dir.display().to_string(),
+        host: Machine::this().host.clone(),
+        boot_id: Machine::this().boot_id.clone(),
     };
     match store.insert(record).await.map_err(journal)? {
         Inserted::New(_) => {}
@@ -513,6 +515,12 @@ async fn stop(agent: &Agent, args: Value, ctx: &ToolContext) -> Result<Value, To
         // Ended already (by itself, stopped before, lost): said as it is.
         return view(record, caps.tail_bytes);
     }
+    if Machine::this().sees(&record) == Seen::Elsewhere {
+        return Err(ToolError::handler(format!(
+            "background run `{id}` runs on host `{}`; only toolshed on that machine can stop it",
+            record.host.as_deref().unwrap_or_default()
+        )));
+    }
     let dir = PathBuf::from(&record.state_dir);
     // The supervisor as recorded, else as its status file names it (its starter died
     // before recording it); a run still starting has none to ask yet.
@@ -586,6 +594,24 @@ pub(super) async fn settle(
 ) -> Result<ProcessRunRecord, ToolError> {
     if r.status.is_final() {
         return Ok(r);
+    }
+    match Machine::this().sees(&r) {
+        Seen::Here => {}
+        // Its pid means nothing here: it is reported as recorded.
+        Seen::Elsewhere => return Ok(r),
+        Seen::Restarted => {
+            let end = ProcessEnd {
+                status: ProcessStatus::Lost,
+                exit_code: None,
+                signal: None,
+                message: Some(
+                    "the machine it ran on restarted since it started, and the sandboxed process died with it; start it again with run_process"
+                        .to_owned(),
+                ),
+                ended_at: toolshed_journal_now(),
+            };
+            return store.finish(&r.id, end).await.map_err(journal);
+        }
     }
     let dir = PathBuf::from(&r.state_dir);
     let status = detached::read_status(&dir).ok().flatten();
@@ -710,7 +736,70 @@ fn view(r: ProcessRunRecord, tail: u64) -> Result<Value, ToolError> {
     if let Some(m) = &r.message {
         out["message"] = json!(m);
     }
+    if let Some(h) = &r.host {
+        out["host"] = json!(h);
+    }
+    if !r.status.is_final() && Machine::this().sees(&r) == Seen::Elsewhere {
+        out["message"] = json!(format!(
+            "it runs on host `{}`: its status is as that machine last recorded it, and its output is read there",
+            r.host.as_deref().unwrap_or_default()
+        ));
+    }
     Ok(out)
+}
+
+/// The machine this process runs on, as background runs record it: its host name and
+/// its current boot. Read once.
+#[derive(Debug, Clone)]
+pub(crate) struct Machine {
+    host: String,
+    boot_id: String,
+}
+
+/// How this machine stands to a background run's supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// It was started here, in this boot (or recorded before hosts were): its pid can
+    /// be checked.
+    Here,
+    /// It was started here before the machine restarted: it is gone.
+    Restarted,
+    /// It runs on another machine: only a check there can tell.
+    Elsewhere,
+}
+
+impl Machine {
+    pub(crate) fn this() -> &'static Machine {
+        static THIS: std::sync::OnceLock<Machine> = std::sync::OnceLock::new();
+        THIS.get_or_init(|| {
+            let read = |path: &str| {
+                std::fs::read_to_string(path)
+                    .map(|s| s.trim().to_owned())
+                    .unwrap_or_default()
+            };
+            Machine {
+                host: read("/proc/sys/kernel/hostname"),
+                boot_id: read("/proc/sys/kernel/random/boot_id"),
+            }
+        })
+    }
+
+    /// How this machine stands to `r`'s supervisor. A host name and a boot both
+    /// recorded decide it; a record without them is checked here, as before hosts were
+    /// recorded.
+    pub(crate) fn sees(&self, r: &ProcessRunRecord) -> Seen {
+        Self::stands(&self.host, &self.boot_id, r)
+    }
+
+    fn stands(host: &str, boot_id: &str, r: &ProcessRunRecord) -> Seen {
+        match (r.host.as_deref(), r.boot_id.as_deref()) {
+            (Some(h), _) if !h.is_empty() && h != host => Seen::Elsewhere,
+            (Some(_), Some(b)) if !b.is_empty() && !boot_id.is_empty() && b != boot_id => {
+                Seen::Restarted
+            }
+            _ => Seen::Here,
+        }
+    }
 }
 
 fn file_len(p: &Path) -> u64 {
@@ -725,5 +814,58 @@ impl super::config::ArgDef {
             super::config::ArgType::Number => "a number",
             super::config::ArgType::Boolean => "true or false",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Machine, ProcessRunRecord, ProcessStatus, Seen};
+
+    fn record(host: Option<&str>, boot_id: Option<&str>) -> ProcessRunRecord {
+        ProcessRunRecord {
+            id: "proc_1".into(),
+            tenant: "default".into(),
+            agent: "a".into(),
+            run_id: "r".into(),
+            session_id: "s".into(),
+            process: "train".into(),
+            args: serde_json::json!({}),
+            state_dir: "/nowhere".into(),
+            supervisor_pid: Some(1),
+            supervisor_start: Some(1),
+            status: ProcessStatus::Running,
+            exit_code: None,
+            signal: None,
+            message: None,
+            created_at: 0,
+            started_at: Some(0),
+            ended_at: None,
+            host: host.map(Into::into),
+            boot_id: boot_id.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn a_run_is_checked_only_on_its_own_machine_and_boot() {
+        let stands = |h, b| Machine::stands("worker-1", "boot-2", &record(h, b));
+        assert_eq!(stands(Some("worker-1"), Some("boot-2")), Seen::Here);
+        // Recorded before hosts were: checked here, as before.
+        assert_eq!(stands(None, None), Seen::Here);
+        // Another machine sharing the database: its pid means nothing here.
+        assert_eq!(stands(Some("worker-2"), Some("boot-2")), Seen::Elsewhere);
+        assert_eq!(stands(Some("worker-2"), None), Seen::Elsewhere);
+        // This machine, an earlier boot: its supervisor is gone.
+        assert_eq!(stands(Some("worker-1"), Some("boot-1")), Seen::Restarted);
+        // A boot this machine cannot read says nothing.
+        assert_eq!(
+            Machine::stands("worker-1", "", &record(Some("worker-1"), Some("boot-1"))),
+            Seen::Here
+        );
+        // This process's own machine is read from the kernel.
+        let this = Machine::this();
+        assert!(
+            !this.host.is_empty() && !this.boot_id.is_empty(),
+            "{this:?}"
+        );
     }
 }

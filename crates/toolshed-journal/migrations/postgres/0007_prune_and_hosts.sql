@@ -7,3 +7,9 @@ CREATE INDEX runs_by_session ON runs (session_id);
 CREATE INDEX attachments_by_run_id ON attachments (run_id);
 CREATE INDEX attachments_by_created ON attachments (created_at_ms);
 CREATE INDEX attachments_by_blob ON attachments (blob_uri);
+-- The machine a background run's supervisor runs on (its host name, and the boot it
+-- started in): only a check on that machine can tell whether the supervisor still
+-- runs, and a check after that machine restarted knows it does not. Older rows have
+-- neither (NULL), and are checked where they are read, as before.
+ALTER TABLE process_runs ADD COLUMN host TEXT;
+ALTER TABLE process_runs ADD COLUMN boot_id TEXT;
