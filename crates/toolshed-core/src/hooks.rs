@@ -26,6 +26,10 @@ pub struct HookCall<'a> {
     pub run: &'a crate::context::RunContext,
     /// The attempt, from 1 (for `on_error`, the attempt that failed).
     pub attempt: u32,
+    /// The call's args: as validated for `before_run` (which also gets them as its own
+    /// parameter), and as the handler got them (after any replacement) for `after_run`
+    /// and `on_error`.
+    pub args: &'a serde_json::Value,
 }
 
 /// What `before_run` decides.

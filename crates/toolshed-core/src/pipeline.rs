@@ -430,19 +430,32 @@ impl Pipeline {
         let credentials =
             Credentials::new(tool.declared_credentials().clone(), provider).for_run(run);
         let key: Option<Arc<str>> = options.idempotency_key.map(Arc::from);
-        let hook_call = |attempt| HookCall {
-            spec,
-            tool_call_id: &id,
-            run_id: run.run_id(),
-            run,
-            attempt,
-        };
+        // A macro, not a closure: each use borrows `args` only for that hook's call.
+        macro_rules! hook_call {
+            ($attempt:expr, $args:expr) => {
+                HookCall {
+                    spec,
+                    tool_call_id: &id,
+                    run_id: run.run_id(),
+                    run,
+                    attempt: $attempt,
+                    args: $args,
+                }
+            };
+        }
+        // Hooks read the args after the handler ran (`HookCall::args`): a tool with
+        // none gives the handler the args themselves on its last attempt, no copy.
+        let hooked = self.chain(&tool).next().is_some();
 
         // Step 5: before_run.
         let mut short_circuit = None;
         for (level, hook) in self.chain(&tool) {
             match self
-                .run_hook(level, hook.name(), hook.before_run(hook_call(1), &args))
+                .run_hook(
+                    level,
+                    hook.name(),
+                    hook.before_run(hook_call!(1, &args), &args),
+                )
                 .await
             {
                 Ok(BeforeRun::Continue) => {}
@@ -474,7 +487,7 @@ impl Pipeline {
             None => loop {
                 attempts += 1;
                 let may_retry = !spec.streaming && attempts <= spec.retry.max_retries();
-                let call_args = if may_retry {
+                let call_args = if may_retry || hooked {
                     args.clone()
                 } else {
                     std::mem::take(&mut args)
@@ -500,7 +513,10 @@ impl Pipeline {
                     Err(e) => e,
                 };
                 let may_retry = may_retry && !was_stream;
-                match self.decide_on_error(&tool, hook_call(attempts), &err).await {
+                match self
+                    .decide_on_error(&tool, hook_call!(attempts, &args), &err)
+                    .await
+                {
                     OnError::Recover(v) => {
                         break validate_output(&tool, v, "an on_error hook's recovery result");
                     }
@@ -525,7 +541,7 @@ impl Pipeline {
                         .run_hook(
                             level,
                             hook.name(),
-                            hook.after_run(hook_call(attempts.max(1)), &value),
+                            hook.after_run(hook_call!(attempts.max(1), &args), &value),
                         )
                         .await
                     {

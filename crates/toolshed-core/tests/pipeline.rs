@@ -334,6 +334,58 @@ async fn before_run_can_replace_args_which_are_validated_again() {
     assert_eq!(n.load(Ordering::SeqCst), before);
 }
 
+#[tokio::test(start_paused = true)]
+async fn after_run_and_on_error_see_the_args_the_handler_got() {
+    let seen: Arc<Mutex<Vec<(&'static str, u32, Value)>>> = Arc::default();
+    let (after, errors) = (seen.clone(), seen.clone());
+    let tool = echo(Arc::default()).with_hook(
+        HookFns::new("observe")
+            .before_run(|_, args| {
+                let mut a = args.clone();
+                a["query"] = json!("rewritten");
+                BeforeRun::ReplaceArgs(a)
+            })
+            .after_run(move |call, _| {
+                after
+                    .lock()
+                    .unwrap()
+                    .push(("after", call.attempt, call.args.clone()));
+                AfterRun::Keep
+            })
+            .into_hook(),
+    );
+    let (p, _) = pipeline(vec![tool]);
+    call(&p, "echo", json!({"query": "tokio"}))
+        .await
+        .result
+        .unwrap();
+    // The replaced args, with the schema's default filled in.
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        [("after", 1, json!({"query": "rewritten", "limit": 5}))]
+    );
+
+    seen.lock().unwrap().clear();
+    let tool = flaky(u32::MAX, 1, Arc::default()).with_hook(
+        HookFns::new("observe")
+            .on_error(move |call, _| {
+                errors
+                    .lock()
+                    .unwrap()
+                    .push(("error", call.attempt, call.args.clone()));
+                OnError::Propagate
+            })
+            .into_hook(),
+    );
+    let (p, _) = pipeline(vec![tool]);
+    call(&p, "flaky", json!({"n": 1})).await.result.unwrap_err();
+    // Every failed attempt, the last one (which gets no copy without hooks) included.
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        [("error", 1, json!({"n": 1})), ("error", 2, json!({"n": 1}))]
+    );
+}
+
 #[tokio::test]
 async fn before_run_can_short_circuit_like_a_cache() {
     let n = Arc::new(AtomicU32::new(0));

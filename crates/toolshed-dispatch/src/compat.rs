@@ -325,7 +325,7 @@ impl Hook for WorkerHook {
             }
             let mut fields = Map::new();
             fields.insert("result".into(), result.clone());
-            match self.run("afterRun", call, &Value::Null, fields).await {
+            match self.run("afterRun", call, call.args, fields).await {
                 Err(e) => AfterRun::Fail(e),
                 Ok(mut m) => match decision(&m) {
                     "replace" => AfterRun::Replace(take(&mut m, "output")),
@@ -345,7 +345,7 @@ impl Hook for WorkerHook {
                 "error".into(),
                 json!({"message": error.message, "code": error.code.as_str()}),
             );
-            match self.run("onError", call, &Value::Null, fields).await {
+            match self.run("onError", call, call.args, fields).await {
                 Err(e) => OnError::Fail(e),
                 Ok(mut m) => match decision(&m) {
                     "recover" => OnError::Recover(take(&mut m, "output")),

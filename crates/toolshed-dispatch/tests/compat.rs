@@ -550,11 +550,12 @@ export default defineTool({
       if (args.n === 1) return { args: { n: 2 } };
       if (args.n === 9) throw new Error('no nines');
     },
-    afterRun: ({ result }) => (result > 100 ? { action: 'replace', output: 100 } : undefined),
-    onError: ({ error, attempt }) =>
+    afterRun: ({ args, result }) =>
+      result > 100 ? { action: 'replace', output: 100 + args.n } : undefined,
+    onError: ({ args, error, attempt }) =>
       error.message.includes('flaky') && attempt === 1
         ? { action: 'retry' }
-        : { action: 'fail', error: new Error(`gave up: ${error.message}`) },
+        : { action: 'fail', error: new Error(`gave up on ${args.n}: ${error.message}`) },
   },
   async execute({ n }) {
     if (n === 7) throw new Error('flaky');
@@ -582,8 +583,8 @@ export default defineTool({
     assert_eq!(call(3).await.result.unwrap(), json!(30));
     assert_eq!(
         call(20).await.result.unwrap(),
-        json!(100),
-        "result replaced"
+        json!(120),
+        "result replaced, by a hook that read the args"
     );
 
     let err = call(9).await.result.unwrap_err();
@@ -593,7 +594,7 @@ export default defineTool({
     let out = call(7).await;
     assert_eq!(out.attempts, 2, "one retry asked by onError");
     let err = out.result.unwrap_err();
-    assert!(err.message.contains("gave up: Error: flaky"), "{err}");
+    assert!(err.message.contains("gave up on 7: Error: flaky"), "{err}");
 
     let out = call(8).await;
     assert_eq!(out.attempts, 1);
@@ -601,6 +602,6 @@ export default defineTool({
         out.result
             .unwrap_err()
             .message
-            .contains("gave up: Error: broken")
+            .contains("gave up on 8: Error: broken")
     );
 }
