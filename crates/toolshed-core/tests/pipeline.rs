@@ -334,9 +334,12 @@ async fn before_run_can_replace_args_which_are_validated_again() {
     assert_eq!(n.load(Ordering::SeqCst), before);
 }
 
+/// What a hook saw: which hook, the attempt, the args.
+type Seen = Arc<Mutex<Vec<(&'static str, u32, Value)>>>;
+
 #[tokio::test(start_paused = true)]
 async fn after_run_and_on_error_see_the_args_the_handler_got() {
-    let seen: Arc<Mutex<Vec<(&'static str, u32, Value)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let (after, errors) = (seen.clone(), seen.clone());
     let tool = echo(Arc::default()).with_hook(
         HookFns::new("observe")
