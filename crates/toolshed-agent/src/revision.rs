@@ -10,7 +10,7 @@
 //! | an inline definition | the definition, and the bytes of the code file behind it (`tools/<name>.py` …, or its endpoint's file) |
 //! | `stdlib`, `builtin`, `sandbox` | the definition (the code ships with this binary) |
 //! | `registry` | the definition with the registry's revision number |
-//! | `mcp-servers/…` | the definition (the server's input schema) and where the server was defined |
+//! | `mcp-servers/…` | the definition (the server's input schema), where the server was defined, and its launch (command, args, env, network; or URL and headers), listed in `files` as `mcp-servers/NAME launch` |
 //!
 //! The definition is the tool's file form (`ToolFile::from_spec`) with the project's
 //! own folder written as `<project>`, so a project that moved to another folder keeps
@@ -40,7 +40,8 @@ pub struct ToolRevision {
     /// The hash of the tool's definition alone.
     pub spec_hash: String,
     /// The code files hashed, each (relative to the project when inside it) with the
-    /// hash of its bytes.
+    /// hash of its bytes; for an MCP server's tool, also `mcp-servers/NAME launch`
+    /// with the hash of the server's launch.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
     /// The registry's revision number, for a registry tool.
@@ -144,6 +145,20 @@ impl ProjectIdentity {
     /// The identity of `agent`, loaded from the project in `project`.
     pub fn of(project: &Path, agent: &LoadedAgent) -> ProjectIdentity {
         let dir = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
+        // An MCP tool runs whatever its server's launch starts: the launch is hashed
+        // with it, so a changed command, package, URL or env is a change.
+        let mut launches: BTreeMap<&str, (String, String)> = BTreeMap::new();
+        for server in &agent.mcp_servers {
+            let spec = server.server.spec();
+            let launch = serde_json::to_vec(&spec.launch).unwrap_or_default();
+            let entry = (
+                format!("mcp-servers/{} launch", server.name),
+                short_hash(&launch),
+            );
+            for tool in &server.tools {
+                launches.insert(tool.as_str(), entry.clone());
+            }
+        }
         let tools = agent
             .toolset
             .iter()
@@ -153,7 +168,8 @@ impl ProjectIdentity {
                     .get(t.name())
                     .cloned()
                     .unwrap_or_else(|| "-".to_owned());
-                (t.name().to_owned(), tool_revision(&dir, t, origin))
+                let launch = launches.get(t.name()).cloned();
+                (t.name().to_owned(), tool_revision(&dir, t, origin, launch))
             })
             .collect();
         ProjectIdentity {
@@ -254,9 +270,17 @@ impl ProjectIdentity {
 }
 
 /// The revision of one tool of the project in `dir` (absolute), from `origin`.
-fn tool_revision(dir: &Path, tool: &Tool, origin: String) -> ToolRevision {
+/// `launch`: for an MCP server's tool, the server's launch (what it is called in
+/// `files`, and its hash).
+fn tool_revision(
+    dir: &Path,
+    tool: &Tool,
+    origin: String,
+    launch: Option<(String, String)>,
+) -> ToolRevision {
     let spec = tool.spec();
     let mut files = BTreeMap::new();
+    files.extend(launch);
     let mut hash_file = |path: &Path| {
         if let Some(hash) = file_hash(path) {
             files.insert(shown_path(dir, path), hash);

@@ -1,6 +1,7 @@
 //! Journal throughput: one raw fsync'd SQLite commit as the yardstick, the journal cost
-//! of one keyed call, and keyed calls per second from 64 concurrent runs on SQLite and
-//! PostgreSQL.
+//! of one keyed call, keyed calls per second from 64 concurrent runs on SQLite and
+//! PostgreSQL, and one-call runs per second on SQLite with and without the
+//! `runs_by_session` index.
 //!
 //! Run with `cargo bench -p toolshed-journal --bench journal`. PostgreSQL comes from
 //! `TOOLSHED_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`),
@@ -199,6 +200,91 @@ fn concurrent_keyed_calls(
     group.finish();
 }
 
+/// Run ids are unique across the whole benchmark.
+static NEXT_RUN: AtomicU32 = AtomicU32::new(0);
+
+/// (d) One-call runs (`record_run`: the run, its call and two crumbs in one write), 64
+/// tasks at once, on a journal as migrated and on one without the `runs_by_session`
+/// index (migration 7; the session lookups of a prune), side by side: what that index
+/// costs the registry's execute path.
+fn one_call_runs(c: &mut Criterion, rt: &Runtime, dir: &std::path::Path) {
+    let open = |name: &str| -> Arc<dyn Journal> {
+        let url = format!("sqlite://{}", dir.join(name).display());
+        rt.block_on(toolshed_journal::open(&url)).unwrap()
+    };
+    let migrated = open("runs-migrated.db");
+    let without = open("runs-without-index.db");
+    rusqlite::Connection::open(dir.join("runs-without-index.db"))
+        .unwrap()
+        .execute_batch("DROP INDEX runs_by_session")
+        .unwrap();
+    let mut group = c.benchmark_group("sqlite");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10))
+        .throughput(Throughput::Elements(u64::from(TASKS * CALLS_PER_TASK)));
+    for (name, journal) in [
+        ("migrated", &migrated),
+        ("without_runs_by_session", &without),
+    ] {
+        group.bench_function(format!("64_tasks_one_call_runs/{name}"), |b| {
+            b.to_async(rt).iter_custom(|iters| {
+                let journal = Arc::clone(journal);
+                async move {
+                    let started = Instant::now();
+                    for _ in 0..iters {
+                        let tasks: Vec<_> = (0..TASKS)
+                            .map(|_| {
+                                let journal = Arc::clone(&journal);
+                                tokio::spawn(async move {
+                                    for _ in 0..CALLS_PER_TASK {
+                                        one_call_run(journal.as_ref()).await;
+                                    }
+                                })
+                            })
+                            .collect();
+                        for task in tasks {
+                            task.await.unwrap();
+                        }
+                    }
+                    started.elapsed()
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+async fn one_call_run(journal: &dyn Journal) {
+    let n = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
+    let id = format!("one-call-{n}");
+    let mut run = new_run(id.clone());
+    run.session_id = format!("session-{n}");
+    let call = NewCall {
+        call_id: format!("{id}-call"),
+        run_id: id,
+        ordinal: 0,
+        tool_call_id: "toolu_0".into(),
+        tool: "get_current_time".into(),
+        args_hash: "3f5a0c1e9b7d2a4c".into(),
+        args: json!({}),
+    };
+    let result = CallResult {
+        result: Ok(json!({"utc": "2026-12-02T12:00:00Z"})),
+        duration_ms: 0.1,
+        diagnostics: Default::default(),
+    };
+    journal
+        .record_run(
+            run,
+            vec![(call, result)],
+            vec![json!({"type": "tool:call"}), json!({"type": "tool:result"})],
+            toolshed_journal::RunStatus::Completed,
+        )
+        .await
+        .unwrap();
+}
+
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     raw_commit(c, dir.path());
@@ -213,6 +299,7 @@ fn benches(c: &mut Criterion) {
     keyed_call_cost(c, &rt, &sqlite, "sqlite");
     concurrent_keyed_calls(c, &rt, &sqlite, "sqlite");
     drop(sqlite);
+    one_call_runs(c, &rt, dir.path());
 
     let url = std::env::var("TOOLSHED_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());

@@ -317,7 +317,8 @@ fn a_ref_the_project_does_not_define_comes_from_the_registry() {
 }
 
 #[test]
-fn an_owner_override_gates_an_mcp_tool_and_the_run_resumes_after_approval() {
+fn an_owner_override_gates_an_mcp_tool_and_the_run_resumes_after_approval_unless_the_launch_changed()
+ {
     // echo is read-only by its annotations (no approval); the agent's owner says always.
     let p = Project::new(
         "name: gated\ntools:\n  - ref: mcp-servers/everything\n    include: [echo]\n    overrides:\n      echo: {approval: always}\n",
@@ -342,6 +343,16 @@ fn an_owner_override_gates_an_mcp_tool_and_the_run_resumes_after_approval() {
         .to_owned();
     let o = p.run(&["approvals", "approve", &call_id]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The server's launch changed since the run started (its env here): the same tool
+    // definition may now run other code, so the resume refuses and names the launch.
+    let server_file = p.dir.path().join("mcp-servers/everything.yaml");
+    std::fs::write(&server_file, everything("") + "env:\n  LANG: C\n").unwrap();
+    let o = p.run(&["runs", "resume", &run_id, "--agent", "."]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("[AGENT_PROJECT_CHANGED]"), "{e}");
+    assert!(e.contains("mcp-servers/everything launch sha256:"), "{e}");
+    std::fs::write(&server_file, everything("")).unwrap();
     // Resumed with the agent's tools (the parked message says so), the call runs.
     let o = p.run(&["runs", "resume", &run_id, "--agent", ".", "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
