@@ -1,7 +1,6 @@
 //! Journal throughput: one raw fsync'd SQLite commit as the yardstick, the journal cost
 //! of one keyed call, keyed calls per second from 64 concurrent runs on SQLite and
-//! PostgreSQL, and one-call runs per second on SQLite with and without the
-//! `runs_by_session` index.
+//! PostgreSQL, and one-call runs per second on SQLite.
 //!
 //! Run with `cargo bench -p toolshed-journal --bench journal`. PostgreSQL comes from
 //! `TOOLSHED_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`),
@@ -203,55 +202,40 @@ fn concurrent_keyed_calls(
 /// Run ids are unique across the whole benchmark.
 static NEXT_RUN: AtomicU32 = AtomicU32::new(0);
 
-/// (d) One-call runs (`record_run`: the run, its call and two crumbs in one write), 64
-/// tasks at once, on a journal as migrated and on one without the `runs_by_session`
-/// index (migration 7; the session lookups of a prune), side by side: what that index
-/// costs the registry's execute path.
+/// (d) One-call runs (`record_run`: the run, its call and two crumbs in one write, the
+/// registry's execute path), 64 tasks at once.
 fn one_call_runs(c: &mut Criterion, rt: &Runtime, dir: &std::path::Path) {
-    let open = |name: &str| -> Arc<dyn Journal> {
-        let url = format!("sqlite://{}", dir.join(name).display());
-        rt.block_on(toolshed_journal::open(&url)).unwrap()
-    };
-    let migrated = open("runs-migrated.db");
-    let without = open("runs-without-index.db");
-    rusqlite::Connection::open(dir.join("runs-without-index.db"))
-        .unwrap()
-        .execute_batch("DROP INDEX runs_by_session")
-        .unwrap();
+    let url = format!("sqlite://{}", dir.join("one-call-runs.db").display());
+    let journal: Arc<dyn Journal> = rt.block_on(toolshed_journal::open(&url)).unwrap();
     let mut group = c.benchmark_group("sqlite");
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10))
         .throughput(Throughput::Elements(u64::from(TASKS * CALLS_PER_TASK)));
-    for (name, journal) in [
-        ("migrated", &migrated),
-        ("without_runs_by_session", &without),
-    ] {
-        group.bench_function(format!("64_tasks_one_call_runs/{name}"), |b| {
-            b.to_async(rt).iter_custom(|iters| {
-                let journal = Arc::clone(journal);
-                async move {
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        let tasks: Vec<_> = (0..TASKS)
-                            .map(|_| {
-                                let journal = Arc::clone(&journal);
-                                tokio::spawn(async move {
-                                    for _ in 0..CALLS_PER_TASK {
-                                        one_call_run(journal.as_ref()).await;
-                                    }
-                                })
+    group.bench_function("64_tasks_one_call_runs", |b| {
+        b.to_async(rt).iter_custom(|iters| {
+            let journal = Arc::clone(&journal);
+            async move {
+                let started = Instant::now();
+                for _ in 0..iters {
+                    let tasks: Vec<_> = (0..TASKS)
+                        .map(|_| {
+                            let journal = Arc::clone(&journal);
+                            tokio::spawn(async move {
+                                for _ in 0..CALLS_PER_TASK {
+                                    one_call_run(journal.as_ref()).await;
+                                }
                             })
-                            .collect();
-                        for task in tasks {
-                            task.await.unwrap();
-                        }
+                        })
+                        .collect();
+                    for task in tasks {
+                        task.await.unwrap();
                     }
-                    started.elapsed()
                 }
-            })
-        });
-    }
+                started.elapsed()
+            }
+        })
+    });
     group.finish();
 }
 

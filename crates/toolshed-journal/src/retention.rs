@@ -103,8 +103,8 @@ pub struct Pruned {
     /// Their calls.
     pub calls: u64,
     /// Attachments: those of the runs removed, and those uploaded before the cutoff
-    /// that nothing keeps (a session's whose session has no run left, a run's whose run
-    /// does not exist). Their pages go with them.
+    /// that nothing keeps (a session's whose session has no running or parked run, a
+    /// run's whose run does not exist). Their pages go with them.
     pub attachments: u64,
     /// Ended background runs (`run_process`) whose run is removed or gone.
     pub process_runs: u64,
@@ -403,15 +403,33 @@ static DELETE_ORPHAN_PROCESS_RUNS: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Attachments uploaded before the cutoff `?1` that nothing keeps, at most `?2`: a
-/// session's alone (no run) whose session has no run left, and a run's whose run does
-/// not exist (attached to an id that was never a run's, or after its run was pruned).
-/// A session that still has a run keeps its files. Indexes `attachments_by_created`,
-/// `runs_by_session` and the runs' primary key.
-const DELETE_LEFT_ATTACHMENTS: &str = "DELETE FROM attachments WHERE id IN \
-     (SELECT a.id FROM attachments a WHERE a.created_at_ms < ?1 AND CASE \
-      WHEN a.run_id IS NULL THEN NOT EXISTS (SELECT 1 FROM runs r WHERE r.session_id = a.session_id) \
-      ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) END LIMIT ?2) \
-     RETURNING blob_uri";
+/// session's alone (no run) whose session has no running or parked run, and a run's
+/// whose run does not exist (attached to an id that was never a run's, or after its run
+/// was pruned). Indexes `attachments_by_created`, `runs_by_status` (live runs are few:
+/// runs are not indexed by session, which would cost every run's insert) and the runs'
+/// primary key.
+static DELETE_LEFT_ATTACHMENTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "DELETE FROM attachments WHERE id IN (SELECT a.id FROM attachments a \
+         WHERE a.created_at_ms < ?1 AND {} LIMIT ?2) RETURNING blob_uri",
+        *LEFT_ATTACHMENT
+    )
+});
+
+/// What leaves an old attachment kept by nothing (see [`DELETE_LEFT_ATTACHMENTS`]),
+/// over `attachments a`.
+static LEFT_ATTACHMENT: LazyLock<String> = LazyLock::new(|| {
+    let live = [RunStatus::Running, RunStatus::Parked]
+        .iter()
+        .map(|s| format!("r.status = '{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    format!(
+        "CASE WHEN a.run_id IS NULL THEN NOT EXISTS (SELECT 1 FROM runs r \
+         WHERE ({live}) AND r.session_id = a.session_id) \
+         ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) END"
+    )
+});
 
 /// Whether an attachment still names blob `?1` (index `attachments_by_blob`).
 const BLOB_NAMED: &str = "SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1";
@@ -473,7 +491,7 @@ pub(crate) async fn prune_batch(
     let most = Param::Int(i64::from(limit));
     for row in db
         .query(
-            DELETE_LEFT_ATTACHMENTS,
+            &DELETE_LEFT_ATTACHMENTS,
             &[Param::Int(rule.ended_before_ms), most.clone()],
         )
         .await?
@@ -528,11 +546,11 @@ pub(crate) async fn count_prunable(db: &mut dyn Executor, rule: &PruneRule) -> R
             .join(" OR ")
     );
     let cutoff = [Param::Int(rule.ended_before_ms)];
+    // Only the live runs of a session keep its attachments, and live runs are never
+    // pruned: the rule is the same before and after the runs go.
     let left = format!(
-        "SELECT count(*) FROM attachments a WHERE a.created_at_ms < ?1 AND CASE \
-         WHEN a.run_id IS NULL THEN NOT EXISTS \
-         (SELECT 1 FROM runs r WHERE r.session_id = a.session_id AND {stays}) \
-         ELSE NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) END"
+        "SELECT count(*) FROM attachments a WHERE a.created_at_ms < ?1 AND {}",
+        *LEFT_ATTACHMENT
     );
     counted.attachments += count(db.query(&left, &cutoff).await?)?;
     let processes = format!(

@@ -1,9 +1,9 @@
 -- A prune removes the attachments and background runs of the runs it removes, and the
--- attachments nothing keeps any more. It asks whether a session still has runs (a
--- session's attachments stay while it does), which attachments a run has, which old
+-- attachments nothing keeps any more. It asks which attachments a run has, which old
 -- attachments there are, and whether any attachment still names a blob (its file goes
--- when none does): each question an index lookup, not a scan.
-CREATE INDEX runs_by_session ON runs (session_id);
+-- when none does): each question an index lookup, not a scan. (Whether a session has a
+-- live run is read through `runs_by_status`: runs are not indexed by session, which
+-- would cost every run's insert.)
 CREATE INDEX attachments_by_run_id ON attachments (run_id);
 CREATE INDEX attachments_by_created ON attachments (created_at_ms);
 CREATE INDEX attachments_by_blob ON attachments (blob_uri);
