@@ -666,14 +666,14 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
                 .peer
                 .peer_info()
                 .is_some_and(|p| p.capabilities.elicitation.is_some())
-            && self
-                .elicit_approval(&caller, &name, call_id, reason, &args, &ctx)
+            // Boxed: the rare path's futures stay out of every call's future, which
+            // rmcp moves into a task of its own.
+            && Box::pin(self.elicit_approval(&caller, &name, call_id, reason, &args, &ctx))
                 .await
         {
             let run_id = run_id.clone();
-            outcome = self
-                .run_call(&caller, &name, args, key, Some(run_id), &ctx)
-                .await?;
+            outcome =
+                Box::pin(self.run_call(&caller, &name, args, key, Some(run_id), &ctx)).await?;
         }
         let result: CallToolResult = content::call_tool_result(&name, outcome).map_err(|e| {
             ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None)
