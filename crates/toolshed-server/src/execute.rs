@@ -34,6 +34,9 @@ pub struct ExecuteRequest {
     /// The MCP client and protocol of a call made over `/mcp`, recorded in the run's
     /// driver (what `runs show` prints as `via`).
     pub via: Option<toolshed_mcp::server::Inbound>,
+    /// The tool as the caller already prepared it (`tool` names it): spares a second
+    /// lookup.
+    pub prepared: Option<Arc<Prepared>>,
 }
 
 /// Which run an execution is made in.
@@ -68,6 +71,7 @@ impl ExecuteRequest {
             run: RunChoice::New,
             agent_id: REGISTRY_AGENT,
             via: None,
+            prepared: None,
         }
     }
 }
@@ -93,7 +97,10 @@ pub async fn execute(
             ));
         }
     };
-    let prepared = state.prepared(&req.tool).await?;
+    let prepared = match req.prepared {
+        Some(p) => p,
+        None => state.prepared(&req.tool).await?,
+    };
     let name = prepared.record.name.clone();
     let pipeline = prepared.runtime.pipeline();
     if let Some(tool) = pipeline.toolset().get(&name) {

@@ -167,7 +167,7 @@ impl Gateway for RegistryGateway {
         caller: &McpCaller,
         name: &str,
         args: Map<String, Value>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Result<CallOutcome, GatewayError> {
         let claims = &caller.0;
         claims
@@ -192,7 +192,8 @@ impl Gateway for RegistryGateway {
             args: Some(Value::Object(args)),
             run: run.clone(),
             agent_id: MCP_AGENT,
-            via: options.via.clone(),
+            via: options.via.take(),
+            prepared: Some(prepared.clone()),
         };
         let fut = execute(&self.state, claims, req);
         tokio::pin!(fut);
@@ -341,15 +342,47 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         // logs first still streams): less to frame and parse per call.
         .with_json_response(true)
         .with_max_request_body_bytes(state.config().max_body_bytes);
-    let gateway = Arc::new(RegistryGateway::new(state.clone()));
+    let handler = McpHandler::new(Arc::new(RegistryGateway::new(state.clone())));
     let svc = StreamableHttpService::new(
-        move || Ok(McpHandler::new(gateway.clone())),
+        move || Ok(handler.fresh()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    axum::Router::new().route_service("/mcp", svc).route_layer(
-        axum::middleware::from_fn_with_state(state.clone(), authenticate),
-    )
+    axum::Router::new()
+        .route_service("/mcp", Shared(Arc::new(svc)))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
+}
+
+type McpService = StreamableHttpService<McpHandler<RegistryGateway>, LocalSessionManager>;
+
+/// rmcp's service behind an `Arc`. The router clones a route's service for every
+/// request, once per layer around it, and rmcp's own `call` clones it again: each
+/// clone of the bare service copies its whole config (the allowed hosts and origins,
+/// one `String` each), about a hundred allocations per request. Cloning this one
+/// bumps a reference count.
+#[derive(Clone)]
+struct Shared(Arc<McpService>);
+
+impl tower::Service<Request> for Shared {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // What rmcp's `call` does, without cloning the service first.
+        let svc = self.0.clone();
+        Box::pin(async move { Ok(svc.handle(req).await.map(axum::body::Body::new)) })
+    }
 }
 
 /// Check the bearer token as the REST API does; the claims ride in the request's

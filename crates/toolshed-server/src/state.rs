@@ -95,6 +95,14 @@ pub struct Prepared {
     pub runtime: Runtime,
 }
 
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("tool", &self.record.id)
+            .finish_non_exhaustive()
+    }
+}
+
 impl AppState {
     /// Assemble the state.
     pub fn new(

@@ -11,6 +11,7 @@
 //! - anything else is its JSON as one text block, and an object result is also the
 //!   `structuredContent`.
 
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Map, Value, json};
 use toolshed_core::ToolError;
 
@@ -135,6 +136,45 @@ pub fn call_result(tool: &str, outcome: CallOutcome) -> Value {
     }
 }
 
+/// [`call_result`] as rmcp's `CallToolResult`, equal to reading that JSON back. The
+/// common answer (a result with no content blocks of its own) is built directly, which
+/// spares building the JSON and reading it again on every call; every other outcome
+/// goes through [`call_result`].
+pub fn call_tool_result(
+    tool: &str,
+    outcome: CallOutcome,
+) -> Result<CallToolResult, serde_json::Error> {
+    match outcome {
+        CallOutcome::Done {
+            run_id,
+            result: Ok(value),
+            content,
+        } if content.is_empty() && value.get(CONTENT_KEY).is_none() => {
+            Ok(plain_success(value, &run_id))
+        }
+        other => serde_json::from_value(call_result(tool, other)),
+    }
+}
+
+/// What [`success`] makes of a result without content blocks, as a `CallToolResult`.
+fn plain_success(value: Value, run_id: &str) -> CallToolResult {
+    let mut result = CallToolResult::default();
+    // Read from JSON, the answer has no `resultType`; neither does this one.
+    result.result_type = None;
+    match value {
+        Value::Object(_) => {
+            result.content = vec![ContentBlock::text(value.to_string())];
+            result.structured_content = Some(value);
+        }
+        Value::String(text) => result.content = vec![ContentBlock::text(text)],
+        other => result.content = vec![ContentBlock::text(other.to_string())],
+    }
+    let mut meta = Map::new();
+    meta.insert("toolshed/run_id".into(), Value::String(run_id.to_owned()));
+    result.meta = Some(MetaObject(meta));
+    result
+}
+
 fn success(value: Value, sent: Vec<Value>, run_id: &str) -> Value {
     let meta = json!({"toolshed/run_id": run_id});
     let sent: Vec<Value> = sent.into_iter().filter(is_block).take(MAX_BLOCKS).collect();
@@ -231,6 +271,57 @@ mod tests {
         let v = done(json!({"$content": [{"type": "image"}]}));
         assert_eq!(v["content"][0]["type"], "text");
         assert!(v["structuredContent"]["$content"].is_array());
+    }
+
+    #[test]
+    fn the_direct_result_is_the_json_one_read_back() {
+        let img = json!({"type": "image", "data": "AA==", "mimeType": "image/png"});
+        let cases = [
+            (
+                json!({"iso": "2026-12-02T12:00:00Z", "unix": 1_796_212_800}),
+                vec![],
+            ),
+            (json!({}), vec![]),
+            (json!("hi \"there\"\n"), vec![]),
+            (json!(""), vec![]),
+            (json!(42.5), vec![]),
+            (json!(null), vec![]),
+            (json!([1, {"a": "b"}]), vec![]),
+            (json!(true), vec![]),
+            (json!({"nested": {"z": 1, "a": [null]}, "ü": "é"}), vec![]),
+            // Content blocks (its own, or sent beside it) take the JSON path.
+            (json!({"$content": [img.clone()], "n": 2}), vec![]),
+            (json!({"$content": "not blocks"}), vec![]),
+            (json!({"a": 1}), vec![img.clone()]),
+            (json!("x"), vec![json!({"type": "bogus"})]),
+        ];
+        for (value, content) in cases {
+            let outcome = CallOutcome::Done {
+                run_id: "run-1".into(),
+                result: Ok(value.clone()),
+                content: content.clone(),
+            };
+            let read_back: CallToolResult =
+                serde_json::from_value(call_result("t", outcome.clone())).expect("valid JSON");
+            let direct = call_tool_result("t", outcome).expect("a result");
+            assert_eq!(direct, read_back, "{value} with {content:?}");
+            assert_eq!(
+                serde_json::to_value(&direct).expect("serializes"),
+                serde_json::to_value(&read_back).expect("serializes"),
+                "{value}"
+            );
+        }
+        let failed = CallOutcome::Done {
+            run_id: "r".into(),
+            result: Err(ToolError::handler("boom")),
+            content: vec![],
+        };
+        let direct = call_tool_result("t", failed.clone()).expect("a result");
+        assert_eq!(direct.is_error, Some(true));
+        assert_eq!(
+            direct,
+            serde_json::from_value::<CallToolResult>(call_result("t", failed)).expect("valid")
+        );
     }
 
     #[test]

@@ -322,7 +322,10 @@ impl GatewayError {
 pub struct McpHandler<G: Gateway> {
     gateway: Arc<G>,
     fixed_caller: Option<G::Caller>,
-    name: String,
+    /// What `initialize` and `server/discover` answer: built once from the gateway's
+    /// catalog (which does not change while it serves), since rmcp asks for it on every
+    /// session-less request.
+    info: Arc<ServerConfig>,
     level: Arc<Mutex<Option<LoggingLevel>>>,
 }
 
@@ -331,7 +334,7 @@ impl<G: Gateway> Clone for McpHandler<G> {
         McpHandler {
             gateway: self.gateway.clone(),
             fixed_caller: self.fixed_caller.clone(),
-            name: self.name.clone(),
+            info: self.info.clone(),
             level: self.level.clone(),
         }
     }
@@ -340,10 +343,11 @@ impl<G: Gateway> Clone for McpHandler<G> {
 impl<G: Gateway> McpHandler<G> {
     /// A handler whose caller comes from each HTTP request's extensions.
     pub fn new(gateway: Arc<G>) -> Self {
+        let info = Arc::new(server_info(gateway.catalog(), "toolshed"));
         McpHandler {
             gateway,
             fixed_caller: None,
-            name: "toolshed".into(),
+            info,
             level: Arc::new(Mutex::new(None)),
         }
     }
@@ -353,6 +357,18 @@ impl<G: Gateway> McpHandler<G> {
         McpHandler {
             fixed_caller: Some(caller),
             ..McpHandler::new(gateway)
+        }
+    }
+
+    /// Another handler over the same gateway, with a log level of its own (none set):
+    /// what a Streamable HTTP service makes for each session or session-less request.
+    /// Unlike [`Clone`], which shares the level, and cheaper than [`McpHandler::new`].
+    pub fn fresh(&self) -> Self {
+        McpHandler {
+            gateway: self.gateway.clone(),
+            fixed_caller: self.fixed_caller.clone(),
+            info: self.info.clone(),
+            level: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -384,11 +400,22 @@ impl<G: Gateway> McpHandler<G> {
         continue_run: Option<String>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallOutcome, ErrorData> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
         let token = ctx.meta.get_progress_token();
-        let peer = ctx.peer.clone();
         let min = self.min_level();
         let watched = token.is_some() || min.is_some();
+        let via = Some(Inbound::of(ctx));
+        if !watched {
+            // Nobody watches: no channel and no forwarding task (most calls).
+            let options = CallOptions {
+                idempotency_key: key,
+                events: None,
+                continue_run,
+                via,
+            };
+            return self.call_gateway(caller, name, args, options, ctx).await;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let peer = ctx.peer.clone();
         let forward = tokio::spawn(async move {
             let mut step = 0.0_f64;
             while let Some(event) = rx.recv().await {
@@ -427,18 +454,31 @@ impl<G: Gateway> McpHandler<G> {
         });
         let options = CallOptions {
             idempotency_key: key,
-            events: watched.then_some(tx),
+            events: Some(tx),
             continue_run,
-            via: Some(Inbound::of(ctx)),
+            via,
         };
+        let outcome = self.call_gateway(caller, name, args, options, ctx).await;
+        // The sender is gone with `options`: the forwarder drains what is left and
+        // ends, so every notification goes out before the answer.
+        let _ = forward.await;
+        outcome
+    }
+
+    /// The gateway's call, given up when the client cancels.
+    async fn call_gateway(
+        &self,
+        caller: &G::Caller,
+        name: &str,
+        args: Map<String, Value>,
+        options: CallOptions,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallOutcome, ErrorData> {
         let outcome = tokio::select! {
             outcome = self.gateway.call_tool(caller, name, args, options) => outcome,
             // The client cancelled: the run stays in the journal as it is.
             () = ctx.ct.cancelled() => Err(GatewayError::Invalid(format!("the call of `{name}` was cancelled by the client"))),
         };
-        // The sender is gone with `options`: the forwarder drains what is left and
-        // ends, so every notification goes out before the answer.
-        let _ = forward.await;
         outcome.map_err(GatewayError::into_mcp)
     }
 
@@ -520,17 +560,13 @@ fn idempotency_key(
     params: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<Option<String>, ErrorData> {
-    let from_params = params
+    // Both are plain JSON objects (serialized transparently): read, not re-serialized.
+    let value = params
         .meta
         .as_ref()
-        .and_then(|m| serde_json::to_value(m).ok())
-        .and_then(|m| m.get(IDEMPOTENCY_META).cloned());
-    let value = from_params.or_else(|| {
-        serde_json::to_value(&ctx.meta)
-            .ok()
-            .and_then(|m| m.get(IDEMPOTENCY_META).cloned())
-    });
-    match value.as_ref() {
+        .and_then(|m| m.get(IDEMPOTENCY_META))
+        .or_else(|| ctx.meta.get(IDEMPOTENCY_META));
+    match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(k))
             if !k.is_empty()
@@ -554,27 +590,31 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorDat
         .map_err(|e| ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None))
 }
 
+/// What the server says about itself (`initialize`, `server/discover`): its tools and
+/// logging, and the catalog's prompts and resources when it has any.
+fn server_info(catalog: &Catalog, name: &str) -> ServerConfig {
+    let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
+    if !catalog.prompts.is_empty() {
+        caps["prompts"] = json!({"listChanged": false});
+        // Argument completion is declared and answers no suggestions: catalog
+        // prompts have free-text arguments.
+        caps["completions"] = json!({});
+    }
+    if !catalog.resources.is_empty() || !catalog.templates.is_empty() {
+        caps["resources"] = json!({"listChanged": false, "subscribe": true});
+    }
+    let info = json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": caps,
+        "serverInfo": {"name": name, "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "toolshed: every tools/call is a durable run (validated, journaled, approvals and rate limits applied). Pass `_meta.toolshed/idempotency_key` to make a call repeatable: after an approval is decided, call again with the same key to get the result."
+    });
+    serde_json::from_value(info).unwrap_or_default()
+}
+
 impl<G: Gateway> ServerHandler for McpHandler<G> {
     fn get_info(&self) -> ServerConfig {
-        let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
-        if !self.gateway.catalog().prompts.is_empty() {
-            caps["prompts"] = json!({"listChanged": false});
-            // Argument completion is declared and answers no suggestions: catalog
-            // prompts have free-text arguments.
-            caps["completions"] = json!({});
-        }
-        if !self.gateway.catalog().resources.is_empty()
-            || !self.gateway.catalog().templates.is_empty()
-        {
-            caps["resources"] = json!({"listChanged": false, "subscribe": true});
-        }
-        let info = json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": caps,
-            "serverInfo": {"name": self.name, "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "toolshed: every tools/call is a durable run (validated, journaled, approvals and rate limits applied). Pass `_meta.toolshed/idempotency_key` to make a call repeatable: after an approval is decided, call again with the same key to get the result."
-        });
-        serde_json::from_value(info).unwrap_or_default()
+        (*self.info).clone()
     }
 
     async fn set_level(
@@ -626,16 +666,18 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
                 .peer
                 .peer_info()
                 .is_some_and(|p| p.capabilities.elicitation.is_some())
-            && self
-                .elicit_approval(&caller, &name, call_id, reason, &args, &ctx)
+            // Boxed: the rare path's futures stay out of every call's future, which
+            // rmcp moves into a task of its own.
+            && Box::pin(self.elicit_approval(&caller, &name, call_id, reason, &args, &ctx))
                 .await
         {
             let run_id = run_id.clone();
-            outcome = self
-                .run_call(&caller, &name, args, key, Some(run_id), &ctx)
-                .await?;
+            outcome =
+                Box::pin(self.run_call(&caller, &name, args, key, Some(run_id), &ctx)).await?;
         }
-        let result: CallToolResult = from_json(content::call_result(&name, outcome))?;
+        let result: CallToolResult = content::call_tool_result(&name, outcome).map_err(|e| {
+            ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None)
+        })?;
         Ok(result.into())
     }
 
