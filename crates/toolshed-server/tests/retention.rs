@@ -33,15 +33,20 @@ async fn wait_for_status(s: &TestServer, run_id: &str, want: u16) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finished_runs_are_pruned_and_parked_runs_stay_until_they_finish() {
-    let s = TestServer::start_with(|c| {
+/// A server that prunes every finished run every 20 ms.
+async fn pruning_server() -> TestServer {
+    TestServer::start_with(|c| {
         c.retain_runs = Some(Retention {
             interval: Duration::from_millis(20),
             ..Retention::new(Duration::ZERO)
         });
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_pruned_and_parked_runs_stay_until_they_finish() {
+    let s = pruning_server().await;
     let d = Some(s.deployer.as_str());
     let (status, answer) = s
         .call(
@@ -127,13 +132,7 @@ fn blob_files(s: &TestServer) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_runs_attachments_go_with_their_files() {
-    let s = TestServer::start_with(|c| {
-        c.retain_runs = Some(Retention {
-            interval: Duration::from_millis(20),
-            ..Retention::new(Duration::ZERO)
-        });
-    })
-    .await;
+    let s = pruning_server().await;
     let d = Some(s.deployer.as_str());
     let (status, answer) = s
         .call(

@@ -150,6 +150,23 @@ fn supervisor_pid(state: &Path) -> i32 {
     i32::try_from(s["supervisor_pid"].as_u64().unwrap()).unwrap()
 }
 
+/// SIGKILLs `pid` and waits until it is gone (a zombie counts as gone).
+fn kill_and_wait(pid: i32) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the supervisor {pid} did not die"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -366,19 +383,7 @@ fn a_sigkilled_supervisor_makes_the_run_lost_with_a_clear_message() {
     let state = env.state(&id);
     let pid = supervisor_pid(&state);
     assert!(alive(pid));
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "the supervisor {pid} did not die"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_and_wait(pid);
     let lost = env.checked(&id);
     assert_eq!(lost["status"], "lost", "{lost}");
     let message = lost["message"].as_str().unwrap();
@@ -414,19 +419,7 @@ fn a_run_on_another_machine_is_never_judged_here_and_a_restart_makes_it_lost() {
     // Recorded by another machine sharing the journal: its supervisor's pid means
     // nothing here, so even with that pid dead here the run is not called lost.
     record_machine(&env, &id, "another-machine", "its-boot");
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(pid).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "the supervisor {pid} did not die"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_and_wait(pid);
     let far = env.checked(&id);
     assert_eq!(far["status"], "running", "{far}");
     assert_eq!(far["host"], "another-machine", "{far}");
