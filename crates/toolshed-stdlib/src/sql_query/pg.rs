@@ -1,7 +1,13 @@
 //! `sql_query` on PostgreSQL: a `READ ONLY` session default, and each statement in its
 //! own `START TRANSACTION READ ONLY` that is rolled back, with advisory locks released
-//! after it. The begin, the statement and the rollback are pipelined: one round trip
-//! for a statement already prepared on the connection.
+//! after it.
+//!
+//! A pooled connection always waits inside a fresh read-only transaction that has run
+//! nothing yet, so a call's own path is its statement alone (one round trip for a
+//! statement already prepared on the connection). The round trip that ends it
+//! (`ROLLBACK; SELECT pg_advisory_unlock_all(); START TRANSACTION READ ONLY`) runs after
+//! the answer is handed back and before the connection returns to the pool, as the
+//! MySQL module does.
 //!
 //! Values are read in PostgreSQL's binary format and turned into JSON here; a column of
 //! a type this module does not know is refused before the statement runs, with the
@@ -23,9 +29,14 @@ use super::{
     base64, float,
 };
 
+/// Ends a call's transaction (undoing whatever it changed in the session, and releasing
+/// a session-level advisory lock a user-defined function could have taken) and begins
+/// the next call's.
+const RESET: &str = "ROLLBACK; SELECT pg_advisory_unlock_all(); START TRANSACTION READ ONLY";
+
 pub(super) struct Pool {
     config: Config,
-    slots: Slots<Conn>,
+    slots: std::sync::Arc<Slots<Conn>>,
 }
 
 struct Conn {
@@ -37,7 +48,7 @@ impl Pool {
     pub(super) fn new(config: Config) -> Self {
         Pool {
             config,
-            slots: Slots::new(),
+            slots: std::sync::Arc::new(Slots::new()),
         }
     }
 
@@ -56,11 +67,14 @@ impl Pool {
         });
         // The session's own defaults: every transaction read-only unless it says
         // otherwise (ours say READ ONLY too), and a statement timeout. A statement's
-        // own changes to them are rolled back with its transaction.
+        // own changes to them are rolled back with its transaction. An idle pooled
+        // connection waits inside its next transaction: the server ends one idle for
+        // five minutes, and the next call on it is retried on a new one.
         client
             .batch_execute(&format!(
                 "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY; \
-                 SET statement_timeout = {}; SET idle_in_transaction_session_timeout = 60000",
+                 SET statement_timeout = {}; SET idle_in_transaction_session_timeout = 300000; \
+                 START TRANSACTION READ ONLY",
                 STATEMENT_TIMEOUT.as_millis()
             ))
             .await
@@ -78,7 +92,7 @@ impl Pool {
     }
 
     pub(super) async fn run(&self, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
-        let _permit = self.slots.permit().await?;
+        let permit = self.slots.permit().await?;
         let idle = self.slots.take_idle().filter(|c| !c.client.is_closed());
         let reused = idle.is_some();
         let conn = match idle {
@@ -90,17 +104,13 @@ impl Pool {
             run(&conn, args),
         )
         .await;
-        match timed {
-            Ok(Ok(r)) => {
-                self.slots.put_back(conn);
-                Ok(r)
-            }
+        let outcome = match timed {
+            Ok(Ok(r)) => Ok(r),
             Ok(Err(mut f)) => {
                 if f.broken || conn.client.is_closed() {
                     f.reused = reused;
                     f.broken = true;
-                } else {
-                    self.slots.put_back(conn);
+                    return Err(f);
                 }
                 Err(f)
             }
@@ -111,9 +121,20 @@ impl Pool {
                 tokio::spawn(async move {
                     let _ = token.cancel_query(NoTls).await;
                 });
-                Err(Fail::timeout())
+                return Err(Fail::timeout());
             }
-        }
+        };
+        // End this transaction and begin the next off the caller's path; the permit
+        // goes with it, so the pool never holds more than its connections. A
+        // connection whose reset fails is dropped, never reused.
+        let slots = self.slots.clone();
+        tokio::spawn(async move {
+            if conn.client.simple_query(RESET).await.is_ok() {
+                slots.put_back(conn);
+            }
+            drop(permit);
+        });
+        outcome
     }
 }
 
@@ -184,10 +205,6 @@ async fn run(conn: &Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
         .collect();
     let params: Vec<Param<'_>> = args.params.iter().map(Param).collect();
     let client = &conn.client;
-    // Sent in this order on the first poll of `join!`, so the three share one round
-    // trip; PostgreSQL runs them in order. If the begin failed, the statement still
-    // runs read-only under the session's default.
-    let begin = client.simple_query("START TRANSACTION READ ONLY");
     let read = async {
         let stream = client
             .query_raw(&stmt, params.iter().map(|p| p as &(dyn ToSql + Sync)))
@@ -212,9 +229,7 @@ async fn run(conn: &Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
         }
         Ok::<_, tokio_postgres::Error>(collector)
     };
-    let end = client.simple_query("ROLLBACK; SELECT pg_advisory_unlock_all()");
-    let (began, read, ended) = tokio::join!(begin, read, end);
-    let collector = match read {
+    let collector = match read.await {
         Ok(c) => c,
         Err(e) => {
             if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
@@ -227,12 +242,6 @@ async fn run(conn: &Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
             return Err(failed(&e, sql));
         }
     };
-    if let Err(e) = began.and(ended) {
-        // The result is good, but the session may not be clean: do not reuse it.
-        let mut f = failed(&e, sql);
-        f.broken = true;
-        return Err(f);
-    }
     Ok(collector.finish("postgres", columns))
 }
 
