@@ -444,3 +444,63 @@ fn serve_refuses_a_broken_mcp_catalog_naming_the_field() {
         "{err}"
     );
 }
+
+/// A background run started through `toolshed mcp serve` outlives that server: the
+/// server is SIGKILLed, and a new one finds the run and reports how it ended
+/// (`run_process` / `check_run` of an agent project over MCP; real sandbox).
+#[test]
+fn a_background_run_survives_a_restart_of_the_mcp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(
+        p.join("agent.yaml"),
+        "name: bg\nbuiltin_tools: [run_process, check_run]\nprocesses:\n  slow_job:\n    description: Prints, waits a little, prints, exits 3.\n    command: [/bin/sh, -c, \"echo started; sleep 1; echo finished; exit 3\"]\n",
+    )
+    .unwrap();
+    let db = format!("sqlite://{}/journal.db", p.display());
+    let processes = p.join("processes").display().to_string();
+    let workspaces = p.join("workspaces").display().to_string();
+    let env = [
+        ("TOOLSHED_PROCESSES", processes.as_str()),
+        ("TOOLSHED_WORKSPACES", workspaces.as_str()),
+    ];
+    let mut first = Peer::start_with(p, &db, &[], &env);
+    let (started, _) = first.request(
+        1,
+        "tools/call",
+        json!({"name": "run_process", "arguments": {"name": "slow_job"}}),
+    );
+    let run = started["structuredContent"].clone();
+    assert_eq!(run["status"], "running", "{started}");
+    let id = run["run_id"].as_str().unwrap().to_owned();
+    // The server dies at once (SIGKILL); its background run goes on.
+    drop(first);
+
+    let mut second = Peer::start_with(p, &db, &[], &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 10;
+    let ended = loop {
+        n += 1;
+        let (checked, _) = second.request(
+            n,
+            "tools/call",
+            json!({"name": "check_run", "arguments": {"run_id": id}}),
+        );
+        let v = checked["structuredContent"].clone();
+        if v["status"] != "running" {
+            break v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after 30 s: {checked}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(ended["status"], "exited", "{ended}");
+    assert_eq!(ended["exit_code"], 3, "{ended}");
+    let tail = ended["output_tail"].as_str().unwrap();
+    assert!(
+        tail.contains("started") && tail.contains("finished"),
+        "{tail:?}"
+    );
+}
