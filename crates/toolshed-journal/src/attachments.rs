@@ -250,8 +250,10 @@ const INSERT_PAGE: Sql = Sql::same(
     "INSERT INTO attachment_pages (attachment_id, page, start, length, sheet, content) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 );
-/// Whether an attachment names a blob.
-const BLOB_NAMED: Sql = Sql::same("SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1");
+/// Whether an attachment names blob `?1` (index `attachments_by_blob`): asked by
+/// [`Attachments::blob_named`] and inside a prune's batch.
+pub(crate) const BLOB_NAMED: Sql =
+    Sql::same("SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1");
 const GET: Sql = Sql::same(
     "SELECT id, tenant, run_id, session_id, filename, kind, unit, media_type, size_bytes, \
      sha256, blob_uri, page_count, total_length, uploaded_by, created_at_ms \

@@ -431,19 +431,20 @@ static LEFT_ATTACHMENT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Whether an attachment still names blob `?1` (index `attachments_by_blob`).
-const BLOB_NAMED: &str = "SELECT 1 FROM attachments WHERE blob_uri = ?1 LIMIT 1";
-
 /// Delete up to `limit` runs `rule` selects, oldest first, with their crumbs, calls,
 /// attachments and ended background runs; then up to `limit` attachments nothing keeps
-/// any more ([`DELETE_LEFT_ATTACHMENTS`]) and ended background runs whose run is gone. Returns what it
-/// removed and the blobs no attachment names any more: the statements of one
-/// transaction, which the caller opens and commits.
+/// any more ([`DELETE_LEFT_ATTACHMENTS`]) and ended background runs whose run is gone.
+/// Returns what it removed and the blobs no attachment names any more: the statements
+/// of one transaction, which the caller opens and commits.
 pub(crate) async fn prune_batch(
     db: &mut dyn Executor,
     rule: &PruneRule,
     limit: u32,
 ) -> Result<(Pruned, Vec<String>)> {
+    // No status named removes nothing, leftovers included (as `count_prunable` counts).
+    if rule.statuses.is_empty() {
+        return Ok((Pruned::default(), Vec::new()));
+    }
     let mut ids: Vec<String> = Vec::new();
     for status in &rule.statuses {
         let wanted = u64::from(limit).saturating_sub(ids.len() as u64);
@@ -506,7 +507,8 @@ pub(crate) async fn prune_batch(
     // uploaded twice are one blob.
     let mut released = Vec::with_capacity(blobs.len());
     for uri in blobs {
-        let named = db.query(BLOB_NAMED, &[Param::from(uri.as_str())]).await?;
+        let named = crate::attachments::BLOB_NAMED.text(db.dialect());
+        let named = db.query(named, &[Param::from(uri.as_str())]).await?;
         if named.is_empty() {
             released.push(uri);
         }

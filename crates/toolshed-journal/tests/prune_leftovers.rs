@@ -187,6 +187,16 @@ async fn a_prune_takes_what_the_runs_it_removes_leave_behind(scratch: Scratch) {
         attachments: 5,
         process_runs: 1,
     };
+    // A rule naming no status removes nothing, leftovers included.
+    let none = PruneRule {
+        ended_before_ms: cutoff,
+        statuses: vec![],
+    };
+    assert_eq!(j.count_prunable(&none).await.unwrap(), Pruned::default());
+    let nothing = j.prune_batch(&none, 100).await.unwrap();
+    assert_eq!(nothing.pruned, Pruned::default());
+    assert!(nothing.released_blobs.is_empty());
+    assert!(exists(&a, "att_session_never").await);
     assert_eq!(j.count_prunable(&rule).await.unwrap(), expected);
     let report = toolshed_journal::prune(&j, &rule, PruneOptions::default())
         .await

@@ -42,6 +42,17 @@ pub fn check_session(session: &str) -> Result<(), Failure> {
     })
 }
 
+/// The attachments' store and blob folder of the journal at `db`, as `toolshed attach`
+/// and `toolshed runs prune` use them.
+pub(crate) async fn stores(db: &Db) -> Result<(Attachments, LocalBlobStore), Failure> {
+    let store = Attachments::open(db.url()).await.map_err(journal_failure)?;
+    let blobs = LocalBlobStore::new(blob_dir(db.url())).map_err(|e| Failure::Error {
+        code: EXIT_INTERNAL,
+        error: anyhow!("cannot use the blob folder: {}", e.message),
+    })?;
+    Ok((store, blobs))
+}
+
 /// Run `toolshed attach`.
 pub async fn run(args: AttachArgs, db: &Db) -> Result<(), Failure> {
     if let Some(session) = &args.session {
@@ -65,11 +76,7 @@ pub async fn run(args: AttachArgs, db: &Db) -> Result<(), Failure> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "attachment".to_owned());
-    let store = Attachments::open(db.url()).await.map_err(journal_failure)?;
-    let blobs = LocalBlobStore::new(blob_dir(db.url())).map_err(|e| Failure::Error {
-        code: EXIT_INTERNAL,
-        error: anyhow!("cannot use the blob folder: {}", e.message),
-    })?;
+    let (store, blobs) = stores(db).await?;
     let user = std::env::var("USER").unwrap_or_else(|_| "local".to_owned());
     let record = upload(
         &store,

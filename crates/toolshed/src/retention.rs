@@ -10,9 +10,7 @@ use serde_json::json;
 use toolshed_journal::{PrunableStatus, PruneOptions, PruneRule, SpaceMode};
 
 use anyhow::anyhow;
-use toolshed_journal::Attachments;
-use toolshed_providers::LocalBlobStore;
-use toolshed_server::routes::attachments::{ReleasedBlobs, blob_dir, release_blobs};
+use toolshed_server::routes::attachments::{ReleasedBlobs, release_blobs};
 
 use crate::db::{Db, journal_failure};
 use crate::output::{EXIT_INTERNAL, Failure, print, print_json};
@@ -162,11 +160,7 @@ async fn release_files(db: &Db, released: &[String]) -> Result<ReleasedBlobs, Fa
     if released.is_empty() {
         return Ok(ReleasedBlobs::default());
     }
-    let store = Attachments::open(db.url()).await.map_err(journal_failure)?;
-    let blobs = LocalBlobStore::new(blob_dir(db.url())).map_err(|e| Failure::Error {
-        code: EXIT_INTERNAL,
-        error: anyhow!("cannot use the blob folder: {}", e.message),
-    })?;
+    let (store, blobs) = crate::attach::stores(db).await?;
     Ok(release_blobs(&store, &blobs, released).await)
 }
 

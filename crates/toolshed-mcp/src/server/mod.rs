@@ -586,8 +586,12 @@ fn idempotency_key(
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorData> {
-    serde_json::from_value(value)
-        .map_err(|e| ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None))
+    serde_json::from_value(value).map_err(answer_error)
+}
+
+/// An answer that could not be built, as the JSON-RPC error the client gets.
+fn answer_error(e: serde_json::Error) -> ErrorData {
+    ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None)
 }
 
 /// What the server says about itself (`initialize`, `server/discover`): its tools and
@@ -675,9 +679,8 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
             outcome =
                 Box::pin(self.run_call(&caller, &name, args, key, Some(run_id), &ctx)).await?;
         }
-        let result: CallToolResult = content::call_tool_result(&name, outcome).map_err(|e| {
-            ErrorData::internal_error(format!("cannot build an MCP answer: {e}"), None)
-        })?;
+        let result: CallToolResult =
+            content::call_tool_result(&name, outcome).map_err(answer_error)?;
         Ok(result.into())
     }
 
