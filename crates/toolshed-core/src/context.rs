@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::ask::{Ask, AskError, Asker};
 use crate::attachment::AttachmentReader;
 use crate::credentials::{CredentialProvider, Credentials, Secret};
 use crate::diagnostics::DiagnosticsSink;
@@ -83,6 +84,7 @@ struct RunInner {
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
     attachments: Option<Arc<dyn AttachmentReader>>,
+    asker: Option<Arc<dyn Asker>>,
     cancel: CancellationToken,
 }
 
@@ -155,6 +157,7 @@ impl RunContext {
                 credentials: inner.credentials.clone(),
                 blob_store: inner.blob_store.clone(),
                 attachments: inner.attachments.clone(),
+                asker: inner.asker.clone(),
                 cancel: inner.cancel.clone(),
             }),
         }
@@ -174,6 +177,11 @@ impl RunContext {
     /// The run's cancellation token; cancelling it cancels every call of the run.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.inner.cancel
+    }
+    /// Who answers the questions its tools ask (see [`crate::ask`]), when the run was
+    /// started by a client that can.
+    pub fn asker(&self) -> Option<&Arc<dyn Asker>> {
+        self.inner.asker.as_ref()
     }
     pub(crate) fn agent_id_arc(&self) -> &Arc<str> {
         &self.inner.agent_id
@@ -198,6 +206,7 @@ pub struct RunContextBuilder {
     credentials: Option<Arc<dyn CredentialProvider>>,
     blob_store: Option<Arc<dyn BlobStore>>,
     attachments: Option<Arc<dyn AttachmentReader>>,
+    asker: Option<Arc<dyn Asker>>,
     cancel: Option<CancellationToken>,
 }
 
@@ -247,6 +256,11 @@ impl RunContextBuilder {
         self.attachments = Some(store);
         self
     }
+    /// Set who answers the questions the run's tools ask (see [`crate::ask`]).
+    pub fn asker(mut self, asker: Arc<dyn Asker>) -> Self {
+        self.asker = Some(asker);
+        self
+    }
     /// Use an existing cancellation token (e.g. one tied to a shutdown signal).
     pub fn cancellation(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
@@ -266,6 +280,7 @@ impl RunContextBuilder {
                 credentials: self.credentials,
                 blob_store: self.blob_store,
                 attachments: self.attachments,
+                asker: self.asker,
                 cancel: self.cancel.unwrap_or_default(),
             }),
         }
@@ -387,6 +402,23 @@ impl ToolContext {
     /// The run context.
     pub fn run(&self) -> &RunContext {
         &self.run
+    }
+    /// Ask the client of the call (see [`crate::ask`]): input from the person there,
+    /// or a completion from its model. Fails with [`AskError::NoClient`] when the call
+    /// did not come from a client that can answer, and with [`AskError::Failed`] when
+    /// the call is cancelled or times out meanwhile.
+    pub async fn ask(&self, ask: Ask) -> Result<serde_json::Value, AskError> {
+        let kind = ask.kind;
+        let Some(asker) = self.run.asker() else {
+            return Err(AskError::NoClient { kind });
+        };
+        tokio::select! {
+            answer = asker.ask(&self.tool_name, ask) => answer,
+            () = self.cancel.cancelled() => Err(AskError::Failed {
+                kind,
+                message: "the call was cancelled or timed out while it waited for the answer".into(),
+            }),
+        }
     }
 
     /// The same call with other declared env values (see [`RunContext::with_env`]):

@@ -53,6 +53,10 @@ pub struct Diagnostics {
     /// calls are not MCP calls, and every call carries a `Diagnostics`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<Box<McpCall>>,
+    /// The questions the tool asked the client of the call (elicitation, sampling),
+    /// in order: what was asked and how it ended, never the answer's content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asks: Vec<crate::ask::AskRecord>,
 }
 
 /// The MCP side of one call (`Diagnostics::mcp`).
@@ -94,6 +98,7 @@ impl Diagnostics {
             oom_killed,
             content,
             mcp,
+            asks,
         } = self;
         stdout.is_empty()
             && stderr.is_empty()
@@ -107,6 +112,7 @@ impl Diagnostics {
             && !oom_killed
             && content.is_empty()
             && mcp.is_none()
+            && asks.is_empty()
     }
 
     /// Replace every secret value in the text fields and content blocks with

@@ -28,6 +28,7 @@
 //! # });
 //! ```
 
+pub mod ask;
 pub mod attachment;
 pub mod cel_limits;
 pub mod context;
@@ -45,10 +46,13 @@ pub mod spec;
 pub mod tool;
 pub mod toolset;
 
+pub use ask::{Ask, AskError, AskKind, AskRecord, Asker};
 pub use attachment::{
     AttachmentPage, AttachmentReadError, AttachmentReader, AttachmentScope, NextPage, PageRequest,
 };
-pub use context::{BlobError, BlobRef, BlobStore, Principal, RunContext, ToolContext};
+pub use context::{
+    BlobError, BlobRef, BlobStore, Principal, RunContext, RunContextBuilder, ToolContext,
+};
 pub use credentials::{CredentialError, CredentialProvider, Credentials, EnvProvider, Secret};
 pub use crumbs::{Crumb, CrumbBus, CrumbKind, CrumbSink, MemorySink};
 pub use diagnostics::{Diagnostics, DiagnosticsSink, McpCall};

@@ -203,6 +203,7 @@ async function handle(tool, raw) {
       env: request.env ?? {},
     };
   }
+  Object.assign(ctx, askers(id));
   try {
     if (tool.def) {
       if (tool.def.human) throw Object.assign(new Error('a human tool is answered by a person, not run'), { code: 'HumanTool' });
@@ -228,6 +229,71 @@ async function handle(tool, raw) {
     process.stderr.write(`${err?.stack ?? describe(err)}\n`);
     send({ id, error: { message: describe(err), code: errorCode(err) } });
   }
+}
+
+// Questions for the client of the call (an MCP client): each writes
+// {"id", "ask": {"method", "params", "seq"}} and waits for the line answering that seq.
+// A one-shot call (--once) has no stdin to read answers from: it is refused at once.
+class AskError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.name = 'AskError';
+    this.code = code;
+  }
+}
+
+const pendingAsks = new Map();
+let oneShot = false;
+let nextSeq = 0;
+
+function askers(id) {
+  const ask = (method, params) => {
+    if (oneShot) {
+      return Promise.reject(
+        new AskError('a one-shot node: tool cannot ask the client of the call: run it in pool mode (mode: pool)', 'ASK_UNSUPPORTED'),
+      );
+    }
+    nextSeq += 1;
+    const seq = nextSeq;
+    return new Promise((resolve, reject) => {
+      pendingAsks.set(`${id}\u0000${seq}`, { resolve, reject });
+      protoWrite(`${JSON.stringify({ id, ask: { method, params, seq } })}\n`);
+    });
+  };
+  return {
+    ask,
+    elicit: (message, requestedSchema = { type: 'object', properties: {} }, extra = {}) =>
+      ask('elicitation/create', { message, requestedSchema, ...extra }),
+    sample: (messages, maxTokens = 1000, extra = {}) =>
+      ask('sampling/createMessage', {
+        messages: typeof messages === 'string' ? [{ role: 'user', content: { type: 'text', text: messages } }] : messages,
+        maxTokens,
+        ...extra,
+      }),
+  };
+}
+
+// A line answering a pending ask settles it; anything else is a request.
+function settleAsk(line) {
+  if (pendingAsks.size === 0) return false;
+  let message;
+  try {
+    message = JSON.parse(line);
+  } catch {
+    return false;
+  }
+  if (!message || typeof message !== 'object' || !('seq' in message) || 'tool' in message) return false;
+  const key = `${message.id}\u0000${message.seq}`;
+  const pending = pendingAsks.get(key);
+  if (!pending) return true;
+  pendingAsks.delete(key);
+  if ('answer' in message) {
+    pending.resolve(message.answer);
+  } else {
+    const error = message.error ?? {};
+    pending.reject(new AskError(String(error.message ?? 'the question got no answer'), String(error.code ?? 'ASK_FAILED')));
+  }
+  return true;
 }
 
 // What a hook's return value means, as the dispatcher reads it.
@@ -418,6 +484,7 @@ async function main() {
   const [modulePath, exportName, stem] = argv;
   registerCompat(modulePath);
   if (mode === '--once') {
+    oneShot = true;
     // A one-shot call: the request is written and stdin closed at once, so read it
     // whole without setting up a stdin stream (which costs start-up time).
     let input;
@@ -444,7 +511,7 @@ async function main() {
   let chain = Promise.resolve();
   let buffered = '';
   const serve = (line) => {
-    if (line.trim()) chain = chain.then(() => handle(tool, line));
+    if (line.trim() && !settleAsk(line)) chain = chain.then(() => handle(tool, line));
   };
   process.stdin.setEncoding('utf8');
   process.stdin.on('data', (chunk) => {

@@ -13,6 +13,13 @@ passes the `sys.path` a normal interpreter would have in TOOLSHED_SYS_PATH (so t
 `site` module and its `.pth` files are never run), and nothing heavy is imported
 unless a tool needs it (asyncio only for coroutines, traceback only on errors).
 
+A function that declares a `ctx` parameter gets the call's context: its ids, `tool`,
+`credentials`, `env`, and three ways to ask the client of the call (an MCP client;
+anything else answers with an AskError coded ASK_NO_CLIENT):
+`ctx.elicit(message, schema)` (input from the person there), `ctx.sample(messages,
+max_tokens)` (a completion from its model) and `ctx.ask(method, params)`. Each writes
+`{"id", "ask": {"method", "params", "seq"}}` and waits for the line answering that seq.
+
 Each argument is passed as its parameter declares: a dataclass, a pydantic model, an
 Enum, a tuple or a set (and containers of them) is built from the validated JSON by
 convert.py, beside this file, which is loaded only for a function that needs it.
@@ -235,9 +242,47 @@ _loads, _dumps = _make_json()
 _CALL_END = "\x1etoolshed:call-end\x1e\n"
 
 
+class AskError(Exception):
+    """The client of the call could not answer a question (`code`: ASK_NO_CLIENT,
+    ASK_UNSUPPORTED, ASK_INVALID or ASK_FAILED)."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+class _Context(types.SimpleNamespace):
+    """The call's context: ids, `tool`, `credentials`, `env`, and questions for the
+    client of the call."""
+
+    def ask(self, method, params):
+        """Put one MCP request (`elicitation/create`, `sampling/createMessage`) to the
+        client of the call; returns its result object or raises AskError."""
+        return self._ask(method, params)
+
+    def elicit(self, message, schema=None, **extra):
+        """Ask the person at the client for input shaped by `schema` (a flat JSON Schema
+        object); returns {"action": "accept"|"decline"|"cancel", "content"?}."""
+        params = {"message": message, "requestedSchema": schema or {"type": "object", "properties": {}}}
+        params.update(extra)
+        return self._ask("elicitation/create", params)
+
+    def sample(self, messages, max_tokens=1000, system_prompt=None, **extra):
+        """Ask the client's model for a completion of `messages` (a string, or MCP
+        sampling messages); returns {"role", "content", "model", "stopReason"?}."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": {"type": "text", "text": messages}}]
+        params = {"messages": messages, "maxTokens": max_tokens}
+        if system_prompt is not None:
+            params["systemPrompt"] = system_prompt
+        params.update(extra)
+        return self._ask("sampling/createMessage", params)
+
+
 class _Runner:
-    def __init__(self, proto, fn, load_error):
+    def __init__(self, proto, fn, load_error, proto_in=None):
         self.proto = proto
+        self.proto_in = proto_in
         self.fn = fn
         self.load_error = load_error
         self.wants_ctx = fn is not None and _wants_ctx(fn)
@@ -326,7 +371,8 @@ class _Runner:
             context["credentials"] = dict(request.get("credentials") or {})
             # The agent's declared env: here, never in os.environ.
             context["env"] = dict(request.get("env") or {})
-            kwargs["ctx"] = types.SimpleNamespace(**context)
+            context["_ask"] = self.asker(rid)
+            kwargs["ctx"] = _Context(**context)
         value = self.fn(**kwargs)
         kind = type(value)
         if kind is types.CoroutineType:
@@ -338,6 +384,33 @@ class _Runner:
         elif kind is types.AsyncGeneratorType:
             value = self.stream_async(rid, value)
         self.finish({"id": rid, "result": value})
+
+    def asker(self, rid):
+        """The call's `ask`: one question out, then the line that answers it."""
+        seq = [0]
+
+        def ask(method, params):
+            seq[0] += 1
+            number = seq[0]
+            self.send({"id": rid, "ask": {"method": method, "params": params, "seq": number}})
+            while True:
+                raw = self.proto_in.readline() if self.proto_in is not None else b""
+                if not raw:
+                    raise AskError("the runtime ended the call while the tool waited for an answer", "ASK_FAILED")
+                if not raw.strip():
+                    continue
+                try:
+                    line = _loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(line, dict) or line.get("id") != rid or line.get("seq") != number:
+                    continue
+                if "answer" in line:
+                    return line["answer"]
+                error = line.get("error") if isinstance(line.get("error"), dict) else {}
+                raise AskError(str(error.get("message") or "the question got no answer"), str(error.get("code") or "ASK_FAILED"))
+
+        return ask
 
     def stream_sync(self, rid, gen):
         last = _MISSING
@@ -402,7 +475,7 @@ def main():
     proto_in, proto = _setup_protocol()
     _set_sys_path(module_path)
     fn, load_error = _load(module_path, fn_name)
-    runner = _Runner(proto, fn, load_error)
+    runner = _Runner(proto, fn, load_error, proto_in)
     readline = proto_in.readline
     while True:
         raw = readline()

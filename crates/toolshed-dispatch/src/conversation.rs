@@ -12,14 +12,19 @@ use std::time::Duration;
 use futures_util::stream::{self, Stream};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use toolshed_core::credentials::scrub;
-use toolshed_core::{Diagnostics, DiagnosticsSink, Secret};
+use toolshed_core::credentials::{scrub, scrub_value};
+use toolshed_core::{Ask, AskError, AskRecord, Asker, Diagnostics, DiagnosticsSink, Secret};
 
 use crate::error::DispatchError;
 use crate::pool::Lease;
-use crate::process::{LineRead, Proc, describe_status};
-use crate::protocol::{Message, parse_line};
+use crate::process::{LineRead, Proc, ProcStdin, describe_status};
+use crate::protocol::{Line, Message, encode_answer, parse_line};
+
+/// The most questions one call may put to its client: a tool that asks in a loop is
+/// told no after this many, rather than pestering a person without end.
+pub(crate) const MAX_ASKS: usize = 16;
 
 /// The process a conversation talks to: its own, or one leased from a pool.
 pub(crate) enum Worker {
@@ -75,6 +80,18 @@ pub(crate) struct Conversation {
     answered: bool,
     /// Where to leave what was seen if the conversation is dropped before it ends.
     sink: Option<DiagnosticsSink>,
+    /// Who answers the tool's questions.
+    asker: Option<Arc<dyn Asker>>,
+    /// A one-shot process's stdin while the request is written to it, kept open so
+    /// that its questions can be answered (see [`Opening::keep_stdin`]).
+    solo_writer: Option<JoinHandle<Option<ProcStdin>>>,
+    /// The questions asked so far.
+    asks: Vec<AskRecord>,
+    /// What no question may carry to the client (set by [`Conversation::events`]).
+    secrets: Arc<[Secret]>,
+    /// Whether the process's stdin stays open for answers (a pooled worker, or a
+    /// one-shot process opened with [`Opening::keep_stdin`]).
+    can_answer: bool,
 }
 
 /// How to start a conversation.
@@ -91,6 +108,14 @@ pub(crate) struct Opening {
     pub grace: Duration,
     /// Where a dropped conversation leaves its diagnostics.
     pub sink: Option<DiagnosticsSink>,
+    /// Who answers the tool's questions (`None`: each is answered `ASK_NO_CLIENT`).
+    pub asker: Option<Arc<dyn Asker>>,
+    /// Keep a one-shot process's stdin open after the request, so its questions can
+    /// be answered; it is closed when the conversation ends. For the Python runner,
+    /// which reads requests line by line; an `exec:` tool may read to end-of-file, and
+    /// the Node runner's one-shot mode does, so they get end-of-file right after their
+    /// request.
+    pub keep_stdin: bool,
 }
 
 impl Conversation {
@@ -106,15 +131,24 @@ impl Conversation {
             cap,
             grace,
             sink,
+            asker,
+            keep_stdin,
         } = opening;
         let mut write_failed = false;
+        let mut solo_writer = None;
+        let can_answer = keep_stdin || matches!(worker, Worker::Pooled(_));
         match &mut worker {
             Worker::Solo(p) => {
                 if let Some(mut stdin) = p.take_stdin() {
-                    tokio::spawn(async move {
-                        let _ = stdin.write_all(&request).await;
+                    let writer = tokio::spawn(async move {
+                        let written = stdin.write_all(&request).await.is_ok();
+                        if keep_stdin && written && stdin.flush().await.is_ok() {
+                            return Some(stdin);
+                        }
                         let _ = stdin.shutdown().await;
+                        None
                     });
+                    solo_writer = keep_stdin.then_some(writer);
                 }
             }
             Worker::Pooled(lease) => {
@@ -134,6 +168,11 @@ impl Conversation {
             broken: write_failed,
             answered: false,
             sink,
+            asker,
+            solo_writer,
+            asks: Vec::new(),
+            secrets: Arc::from(Vec::new()),
+            can_answer,
         };
         (conv, write_failed)
     }
@@ -154,7 +193,9 @@ impl Conversation {
         deadline: Option<Deadline>,
         secrets: Arc<[Secret]>,
     ) -> impl Stream<Item = Event> + Send + 'static {
-        stream::unfold(Some(self), move |state| {
+        let mut conv = self;
+        conv.secrets = secrets.clone();
+        stream::unfold(Some(conv), move |state| {
             let secrets = secrets.clone();
             async move {
                 let mut conv = state?;
@@ -194,13 +235,13 @@ impl Conversation {
 
     /// The next message. Blank lines are skipped; anything invalid ends the call.
     pub async fn next(&mut self) -> Result<Message, DispatchError> {
-        let Some(worker) = self.worker.as_mut() else {
-            return Err(DispatchError::Io {
-                what: format!("the conversation with tool {} has ended", self.tool),
-                source: std::io::Error::other("conversation ended"),
-            });
-        };
         loop {
+            let Some(worker) = self.worker.as_mut() else {
+                return Err(DispatchError::Io {
+                    what: format!("the conversation with tool {} has ended", self.tool),
+                    source: std::io::Error::other("conversation ended"),
+                });
+            };
             let budget = self.cap.saturating_sub(self.used);
             let read = worker.proc().read_line(&mut self.line, budget).await;
             match read {
@@ -212,7 +253,13 @@ impl Conversation {
                         continue;
                     }
                     return match parse_line(trimmed, &self.id) {
-                        Ok(m) => {
+                        Ok(Line::Ask { seq, ask }) => {
+                            let excerpt =
+                                crate::error::excerpt(&String::from_utf8_lossy(trimmed), 200);
+                            self.answer_ask(&seq, ask, excerpt).await?;
+                            continue;
+                        }
+                        Ok(Line::Said(m)) => {
                             if m.is_final() {
                                 self.answered = true;
                             }
@@ -256,6 +303,57 @@ impl Conversation {
         }
     }
 
+    /// Put the tool's question to the asker and write the answer to the tool. Only a
+    /// tool whose stdin was closed after its request cannot be answered: that ends the
+    /// call.
+    async fn answer_ask(
+        &mut self,
+        seq: &Value,
+        mut ask: Ask,
+        excerpt: String,
+    ) -> Result<(), DispatchError> {
+        let kind = ask.kind;
+        if !self.can_answer {
+            self.broken = true;
+            return Err(DispatchError::Protocol {
+                tool: self.tool.to_string(),
+                problem: format!(
+                    "the tool asked a question ({kind}) but its stdin gets end-of-file right after its request: a one-shot `exec:` or `node:` tool cannot ask; run it in pool mode (`mode: pool`) to ask"
+                ),
+                excerpt,
+            });
+        }
+        // A question leaves toolshed: the secrets the tool was handed stay here.
+        scrub_value(&mut ask.params, &self.secrets);
+        let began = std::time::Instant::now();
+        let answer = if self.asks.len() >= MAX_ASKS {
+            Err(AskError::Failed {
+                kind,
+                message: format!("a call may ask at most {MAX_ASKS} questions"),
+            })
+        } else {
+            match &self.asker {
+                Some(asker) => asker.ask(&self.tool, ask).await,
+                None => Err(AskError::NoClient { kind }),
+            }
+        };
+        let ms = began.elapsed().as_secs_f64() * 1000.0;
+        self.asks.push(AskRecord::of(kind, &answer, ms));
+        let line = encode_answer(&self.id, seq, &answer);
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(());
+        };
+        if let Some(writer) = self.solo_writer.take()
+            && let Ok(Some(stdin)) = writer.await
+        {
+            worker.proc().put_stdin(stdin);
+        }
+        // A failed write means the process is gone: the next read sees its end and
+        // reports how it exited.
+        let _ = worker.proc().answer(&line).await;
+        Ok(())
+    }
+
     /// End the conversation and report what the process left. A one-shot process gets
     /// `exit_grace` to exit (then whatever it left running is killed with its group), or
     /// is killed; a pooled worker that answered cleanly goes back to its pool, any other
@@ -265,13 +363,20 @@ impl Conversation {
         let mut diagnostics = Diagnostics {
             stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
             stdout_truncated: self.stdout_truncated,
+            asks: std::mem::take(&mut self.asks),
             ..Diagnostics::default()
         };
+        let writer = self.solo_writer.take();
         let Some(worker) = self.worker.take() else {
             return diagnostics;
         };
         match worker {
             Worker::Solo(mut proc) => {
+                // End-of-file: a runner that kept reading for answers exits now.
+                if let Some(writer) = writer {
+                    writer.abort();
+                }
+                drop(proc.take_stdin());
                 if healthy {
                     proc.wait_exit(self.grace).await;
                 }
@@ -332,6 +437,7 @@ impl Drop for Conversation {
             stdout_truncated: self.stdout_truncated,
             stderr,
             stderr_truncated,
+            asks: std::mem::take(&mut self.asks),
             ..Diagnostics::default()
         };
         set_status(&mut left, proc.status());

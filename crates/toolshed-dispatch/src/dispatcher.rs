@@ -13,8 +13,8 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use serde_json::Value;
 use toolshed_core::credentials::{scrub_error, scrub_value};
 use toolshed_core::{
-    Chunk, Diagnostics, DiagnosticsSink, ErrorCode, Handler, HandlerFuture, Reply, Secret, Tool,
-    ToolContext, ToolError, ToolOutput,
+    Asker, Chunk, Diagnostics, DiagnosticsSink, ErrorCode, Handler, HandlerFuture, Reply, Secret,
+    Tool, ToolContext, ToolError, ToolOutput,
 };
 
 use crate::config::{DispatcherConfig, Mode, SandboxPolicy};
@@ -509,6 +509,7 @@ impl Dispatcher {
             &BTreeMap::new(),
             policy,
             sink,
+            None,
         )
         .await
     }
@@ -527,6 +528,7 @@ impl Dispatcher {
         env: &BTreeMap<String, String>,
         policy: &SandboxPolicy,
         sink: Option<DiagnosticsSink>,
+        asker: Option<Arc<dyn Asker>>,
     ) -> Result<Conversation, DispatchError> {
         let id = next_request_id();
         let request = encode_request_with(&id, tool, op, args, context, credentials, env);
@@ -538,6 +540,10 @@ impl Dispatcher {
             cap: config.stdout_cap,
             grace: config.exit_grace,
             sink: sink.clone(),
+            asker: asker.clone(),
+            // The Python runner reads requests line by line, so a one-shot one can be
+            // answered too; the Node runner's one-shot mode reads stdin to its end.
+            keep_stdin: matches!(endpoint, Endpoint::Python { .. }),
         };
         match mode {
             Mode::OneShot => {
@@ -628,6 +634,7 @@ impl Dispatcher {
                         ctx.run().env_vars(),
                         policy,
                         sink,
+                        ctx.run().asker().cloned(),
                     )
                     .await
                 {
@@ -679,6 +686,7 @@ impl Dispatcher {
                 &BTreeMap::new(),
                 env,
                 policy,
+                None,
                 None,
             )
             .await?;

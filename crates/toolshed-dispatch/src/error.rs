@@ -86,7 +86,7 @@ pub enum DispatchError {
     /// A line on the tool's stdout is not a valid protocol message.
     #[error(
         "tool {tool} broke the wire protocol: {problem}: `{excerpt}` (stdout must carry only \
-         {{\"id\", \"partial\"|\"result\"|\"error\"}} JSON lines; write logs to stderr)"
+         {{\"id\", \"partial\"|\"result\"|\"error\"|\"ask\"}} JSON lines; write logs to stderr)"
     )]
     Protocol {
         /// The tool.

@@ -287,6 +287,21 @@ impl Proc {
         stdin.flush().await
     }
 
+    /// Write a line that is not a request (the answer to a tool's ask).
+    pub async fn answer(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        stdin.write_all(line).await?;
+        stdin.flush().await
+    }
+
+    /// Give back stdin taken with [`Proc::take_stdin`].
+    pub fn put_stdin(&mut self, stdin: ProcStdin) {
+        self.stdin = Some(stdin);
+    }
+
     /// Take stdin, to write from elsewhere or to close it (end-of-file for the tool).
     pub fn take_stdin(&mut self) -> Option<ProcStdin> {
         self.stdin.take()

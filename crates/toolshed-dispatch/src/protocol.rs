@@ -4,9 +4,19 @@
 //! ```text
 //! runtime → tool  {"id", "tool", "args", "context", "credentials"}
 //! tool → runtime  {"id", "partial": …}              zero or more
-//!                 {"id", "result": …}                exactly one of these two
+//!                 {"id", "ask": {"method", "params", "seq"?}}   zero or more, each answered:
+//! runtime → tool  {"id", "seq", "answer": …} or {"id", "seq", "error": {"message", "code"}}
+//! tool → runtime  {"id", "result": …}                exactly one of these two
 //!                 {"id", "error": {"message", "code"?}}
 //! ```
+//!
+//! An `ask` puts a question to the client of the call (see [`toolshed_core::ask`]):
+//! `method` is `elicitation/create` or `sampling/createMessage`, `params` MCP's params
+//! for it, and `seq` the tool's own number for the question, echoed in the answer (a
+//! tool that asks several at once tells the answers apart by it). The runtime answers
+//! one ask before it reads the next line. A one-shot `exec:` or `node:` tool gets
+//! end-of-file right after its request (the Node runner's one-shot mode reads stdin
+//! whole), so it cannot ask; `python:` tools, and every pooled worker, can.
 //!
 //! A request may also carry `env` (the run's declared env, Toren's `ctx.env`), and
 //! `op` for what the Node runner's compatibility layer answers besides calls: `approval`
@@ -23,7 +33,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolshed_core::{Principal, Secret, ToolContext};
+use toolshed_core::{Ask, AskError, AskKind, Principal, Secret, ToolContext};
 
 use crate::error::excerpt;
 
@@ -182,6 +192,36 @@ impl Message {
     }
 }
 
+/// One valid line: a message about the call, or a question for its client.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Line {
+    /// A partial result, the result or the error.
+    Said(Message),
+    /// A question for the client of the call.
+    Ask {
+        /// The tool's number for it, echoed in the answer.
+        seq: Value,
+        /// The question.
+        ask: Ask,
+    },
+}
+
+/// The answer line to an ask, `\n` included.
+pub(crate) fn encode_answer(id: &str, seq: &Value, answer: &Result<Value, AskError>) -> Vec<u8> {
+    let line = match answer {
+        Ok(value) => serde_json::json!({"id": id, "seq": seq, "answer": value}),
+        Err(e) => serde_json::json!({
+            "id": id,
+            "seq": seq,
+            "error": {"message": e.to_string(), "code": e.code()}
+        }),
+    };
+    // Serializing a `Value` cannot fail.
+    let mut line = serde_json::to_vec(&line).unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
+
 /// Why a line is not a valid message: the problem and a short excerpt of the line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadLine {
@@ -193,7 +233,7 @@ pub(crate) struct BadLine {
 const EXCERPT_CHARS: usize = 200;
 
 /// Validate one line (without its `\n`) against the request id.
-pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Message, BadLine> {
+pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Line, BadLine> {
     let text = String::from_utf8_lossy(line);
     let bad = |problem: String| BadLine {
         problem,
@@ -218,16 +258,21 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Message, BadL
             )));
         }
     }
-    let present: Vec<&str> = ["partial", "result", "error"]
+    let present: Vec<&str> = ["partial", "result", "error", "ask"]
         .into_iter()
         .filter(|k| obj.contains_key(*k))
         .collect();
     match present.as_slice() {
         [] => Err(bad(
-            "a line has none of the keys `partial`, `result`, `error`".into(),
+            "a line has none of the keys `partial`, `result`, `error`, `ask`".into(),
         )),
-        ["partial"] => Ok(Message::Partial(obj.remove("partial").unwrap_or_default())),
-        ["result"] => Ok(Message::Result(obj.remove("result").unwrap_or_default())),
+        ["ask"] => parse_ask(obj.remove("ask").unwrap_or_default()).map_err(bad),
+        ["partial"] => Ok(Line::Said(Message::Partial(
+            obj.remove("partial").unwrap_or_default(),
+        ))),
+        ["result"] => Ok(Line::Said(Message::Result(
+            obj.remove("result").unwrap_or_default(),
+        ))),
         ["error"] => match obj.remove("error") {
             Some(Value::Object(mut err)) => {
                 let message = match err.remove("message") {
@@ -246,7 +291,7 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Message, BadL
                         ));
                     }
                 };
-                Ok(Message::Error { message, code })
+                Ok(Line::Said(Message::Error { message, code }))
             }
             _ => Err(bad(
                 "an error line's `error` is not an object {\"message\", \"code\"?}".into(),
@@ -263,37 +308,124 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Message, BadL
     }
 }
 
+/// The `ask` of a line: `{"method", "params", "seq"?}`.
+fn parse_ask(ask: Value) -> Result<Line, String> {
+    let Value::Object(mut ask) = ask else {
+        return Err(
+            "an ask line's `ask` is not an object {\"method\", \"params\", \"seq\"?}".into(),
+        );
+    };
+    let kind = match ask.remove("method") {
+        Some(Value::String(m)) => AskKind::from_method(&m).ok_or_else(|| {
+            format!(
+                "an ask line's `ask.method` is {m:?}: use \"elicitation/create\" or \"sampling/createMessage\""
+            )
+        })?,
+        _ => return Err("an ask line has no string `ask.method`".into()),
+    };
+    let params = match ask.remove("params") {
+        Some(p @ Value::Object(_)) => p,
+        _ => return Err("an ask line's `ask.params` is not an object".into()),
+    };
+    let seq = match ask.remove("seq") {
+        None => Value::Null,
+        Some(s @ (Value::Null | Value::Number(_) | Value::String(_))) => s,
+        Some(_) => return Err("an ask line's `ask.seq` is neither a number nor a string".into()),
+    };
+    Ok(Line::Ask {
+        seq,
+        ask: Ask { kind, params },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn check(line: &str) -> Result<Message, String> {
+    fn check(line: &str) -> Result<Line, String> {
         parse_line(line.as_bytes(), "r1").map_err(|b| format!("{} | {}", b.problem, b.excerpt))
+    }
+
+    fn said(message: Message) -> Result<Line, String> {
+        Ok(Line::Said(message))
     }
 
     #[test]
     fn valid_lines() {
         assert_eq!(
             check(r#"{"id":"r1","result":{"a":1}}"#),
-            Ok(Message::Result(json!({"a": 1})))
+            said(Message::Result(json!({"a": 1})))
         );
         assert_eq!(
             check(r#"{"id":"r1","partial":2,"extra":true}"#),
-            Ok(Message::Partial(json!(2)))
+            said(Message::Partial(json!(2)))
         );
         assert_eq!(
             check(r#"{"id":"r1","result":null}"#),
-            Ok(Message::Result(Value::Null))
+            said(Message::Result(Value::Null))
         );
         assert_eq!(
             check(r#"{"id":"r1","error":{"message":"boom","code":"E1"}}"#),
-            Ok(Message::Error {
+            said(Message::Error {
                 message: "boom".into(),
                 code: Some("E1".into())
             })
         );
+    }
+
+    #[test]
+    fn asks_are_read_and_answered_with_their_seq() {
+        assert_eq!(
+            check(
+                r#"{"id":"r1","ask":{"method":"elicitation/create","params":{"message":"m"},"seq":3}}"#
+            ),
+            Ok(Line::Ask {
+                seq: json!(3),
+                ask: Ask {
+                    kind: AskKind::Elicit,
+                    params: json!({"message": "m"})
+                }
+            })
+        );
+        for (line, problem) in [
+            (r#"{"id":"r1","ask":1}"#, "not an object"),
+            (
+                r#"{"id":"r1","ask":{"params":{}}}"#,
+                "no string `ask.method`",
+            ),
+            (
+                r#"{"id":"r1","ask":{"method":"roots/list","params":{}}}"#,
+                "\"roots/list\"",
+            ),
+            (
+                r#"{"id":"r1","ask":{"method":"sampling/createMessage"}}"#,
+                "`ask.params`",
+            ),
+            (
+                r#"{"id":"r1","ask":{"method":"sampling/createMessage","params":{},"seq":[]}}"#,
+                "`ask.seq`",
+            ),
+        ] {
+            let err = check(line).unwrap_err();
+            assert!(err.contains(problem), "{line}: {err}");
+        }
+        let answer = encode_answer("r1", &json!(3), &Ok(json!({"action": "decline"})));
+        let v: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": "r1", "seq": 3, "answer": {"action": "decline"}})
+        );
+        let failed = encode_answer(
+            "r1",
+            &Value::Null,
+            &Err(AskError::NoClient {
+                kind: AskKind::Sample,
+            }),
+        );
+        let v: Value = serde_json::from_slice(&failed).unwrap();
+        assert_eq!(v["error"]["code"], "ASK_NO_CLIENT");
     }
 
     #[test]

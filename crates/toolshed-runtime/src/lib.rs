@@ -38,7 +38,7 @@ use toolshed_journal::{Budgets, Journal, NewRun};
 pub use driver::{Driver, PlanStep, RunOutcome, drive};
 pub use error::{RevisionChange, RuntimeCode, RuntimeError};
 pub use gates::{ApprovalPolicy, answer, approve, approve_under, deny};
-pub use run::{CallStep, PendingGate, RunHandle};
+pub use run::{Attended, CallStep, PendingGate, RunHandle};
 
 /// Settings of a [`Runtime`].
 #[derive(Clone)]
@@ -131,15 +131,33 @@ impl Runtime {
 
     /// Create a run and start driving it.
     pub async fn start(&self, new: NewRun) -> Result<RunHandle, RuntimeError> {
+        self.start_attended(new, &Attended::default()).await
+    }
+
+    /// [`Runtime::start`] with what the surface driving the run gives it.
+    pub async fn start_attended(
+        &self,
+        new: NewRun,
+        attended: &Attended,
+    ) -> Result<RunHandle, RuntimeError> {
         let record = self.inner.journal.create_run(new).await?;
-        RunHandle::begin(self.clone(), record.id).await
+        RunHandle::begin(self.clone(), record.id, attended).await
     }
 
     /// Continue a run: its recorded calls replay, decided gates take effect, and new
     /// calls execute. Library users call this with the same run id and issue the same
     /// calls again.
     pub async fn resume(&self, run_id: &str) -> Result<RunHandle, RuntimeError> {
-        RunHandle::begin(self.clone(), run_id.to_owned()).await
+        self.resume_attended(run_id, &Attended::default()).await
+    }
+
+    /// [`Runtime::resume`] with what the surface driving the run gives it.
+    pub async fn resume_attended(
+        &self,
+        run_id: &str,
+        attended: &Attended,
+    ) -> Result<RunHandle, RuntimeError> {
+        RunHandle::begin(self.clone(), run_id.to_owned(), attended).await
     }
 
     /// Cancel a run (it will not be resumed).
@@ -153,7 +171,7 @@ impl Runtime {
                 reason.clone(),
             )
             .await?;
-        let ctx = run::context_for(&run, &self.inner.config);
+        let ctx = run::context_for(&run, &self.inner.config, &Attended::default());
         self.inner.pipeline.crumbs().emit(
             toolshed_core::Crumb::new(toolshed_core::CrumbKind::RunCancelled, &ctx, "", "")
                 .with_payload(serde_json::json!({ "reason": reason })),

@@ -10,7 +10,7 @@ use serde_json::json;
 use toolshed_core::{Approval, Crumb, CrumbKind, Idempotency, ToolCall};
 use toolshed_journal::{Budgets, NewCall, NewRun, RunRecord, RunStatus};
 
-use crate::run::{CallStep, cap_result, run_context};
+use crate::run::{Attended, CallStep, cap_result, run_context};
 use crate::{Runtime, RuntimeError, args_hash};
 
 impl Runtime {
@@ -26,6 +26,17 @@ impl Runtime {
         new: NewRun,
         call: ToolCall,
     ) -> Result<(RunRecord, CallStep), RuntimeError> {
+        self.run_once_attended(new, call, &Attended::default())
+            .await
+    }
+
+    /// [`Runtime::run_once`] with what the surface making the call gives the run.
+    pub async fn run_once_attended(
+        &self,
+        new: NewRun,
+        call: ToolCall,
+        attended: &Attended,
+    ) -> Result<(RunRecord, CallStep), RuntimeError> {
         let eligible = new.budgets == Budgets::default()
             && self.pipeline().toolset().get(&call.name).is_some_and(|t| {
                 let s = t.spec();
@@ -34,7 +45,7 @@ impl Runtime {
                     && matches!(s.approval, Approval::Never)
             });
         if !eligible {
-            let handle = self.start(new).await?;
+            let handle = self.start_attended(new, attended).await?;
             let step = handle.call(call).await?;
             let run = handle.finish().await?;
             return Ok((run, step));
@@ -46,6 +57,7 @@ impl Runtime {
             &new.session_id,
             new.principal.as_ref(),
             self.config(),
+            attended,
         );
         let held = self.journal_crumbs().hold(&new.id);
         let hash = args_hash(&call.args);

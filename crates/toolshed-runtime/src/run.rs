@@ -52,14 +52,37 @@ struct RunState {
     deadline: Option<Instant>,
 }
 
-pub(crate) fn context_for(run: &RunRecord, config: &RuntimeConfig) -> RunContext {
+pub(crate) fn context_for(
+    run: &RunRecord,
+    config: &RuntimeConfig,
+    attended: &Attended,
+) -> RunContext {
     run_context(
         &run.agent_id,
         &run.id,
         &run.session_id,
         run.principal.as_ref(),
         config,
+        attended,
     )
+}
+
+/// What the surface driving a run gives it beside its record: nothing of it is
+/// recorded, and it lasts as long as this drive. Today: who answers the questions its
+/// tools ask ([`toolshed_core::ask`]), when the run was started by an MCP client that
+/// can.
+#[derive(Clone, Default)]
+pub struct Attended {
+    /// Carries the tools' questions to the client of the call.
+    pub asker: Option<Arc<dyn toolshed_core::Asker>>,
+}
+
+impl std::fmt::Debug for Attended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attended")
+            .field("asker", &self.asker.is_some())
+            .finish()
+    }
 }
 
 /// The context handlers of a run see: its ids and principal, and the runtime's env,
@@ -70,6 +93,7 @@ pub(crate) fn run_context(
     session_id: &str,
     principal: Option<&toolshed_core::Principal>,
     config: &RuntimeConfig,
+    attended: &Attended,
 ) -> RunContext {
     let mut b = RunContext::builder()
         .agent_id(agent_id.to_owned())
@@ -89,6 +113,9 @@ pub(crate) fn run_context(
     if let Some(a) = &config.attachments {
         b = b.attachments(a.clone());
     }
+    if let Some(a) = &attended.asker {
+        b = b.asker(a.clone());
+    }
     b.build()
 }
 
@@ -100,7 +127,11 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl RunHandle {
-    pub(crate) async fn begin(runtime: Runtime, run_id: String) -> Result<Self, RuntimeError> {
+    pub(crate) async fn begin(
+        runtime: Runtime,
+        run_id: String,
+        attended: &Attended,
+    ) -> Result<Self, RuntimeError> {
         let journal = runtime.journal().clone();
         let current = journal.get_run(&run_id).await?;
         if current.status.is_final() {
@@ -114,7 +145,7 @@ impl RunHandle {
         let calls = journal.calls_of_run(&run_id).await?;
         ask_again_if_changed(&runtime, &current, &calls).await?;
         let run = journal.begin_drive(&run_id).await?;
-        let ctx = context_for(&run, runtime.config());
+        let ctx = context_for(&run, runtime.config(), attended);
         // Budgets: checked before anything runs, so a spent run never executes a call.
         if let Some(max) = run.budgets.max_attempts_per_task
             && run.resumes > max
@@ -526,7 +557,7 @@ async fn ask_again_if_changed(
             superseded: history,
         };
         let rec = runtime.journal().regate(&call.call_id, gate).await?;
-        let ctx = context_for(run, runtime.config());
+        let ctx = context_for(run, runtime.config(), &Attended::default());
         runtime.pipeline().crumbs().emit(
             Crumb::new(
                 CrumbKind::ApprovalRequested,

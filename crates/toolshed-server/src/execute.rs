@@ -11,7 +11,7 @@ use toolshed_api::ApiCode;
 use toolshed_auth::Claims;
 use toolshed_core::{CallOutcome, ToolCall};
 use toolshed_journal::{JournalError, RunStatus};
-use toolshed_runtime::{CallStep, Driver, NewRunBuilder};
+use toolshed_runtime::{Attended, CallStep, Driver, NewRunBuilder};
 
 use crate::error::ApiError;
 use crate::routes::registry::REGISTRY_AGENT;
@@ -37,6 +37,9 @@ pub struct ExecuteRequest {
     /// The tool as the caller already prepared it (`tool` names it): spares a second
     /// lookup.
     pub prepared: Option<Arc<Prepared>>,
+    /// What the surface gives the run beside its record: who answers the questions the
+    /// tool asks (an MCP client).
+    pub attended: Attended,
 }
 
 /// Which run an execution is made in.
@@ -72,6 +75,7 @@ impl ExecuteRequest {
             agent_id: REGISTRY_AGENT,
             via: None,
             prepared: None,
+            attended: Attended::default(),
         }
     }
 }
@@ -122,7 +126,8 @@ pub async fn execute(
         args: args.clone(),
     };
     if let RunChoice::Continue(run_id) = &req.run
-        && let Some(step) = continue_run(state, claims, &prepared, run_id, &call).await?
+        && let Some(step) =
+            continue_run(state, claims, &prepared, run_id, &call, &req.attended).await?
     {
         return Ok(Executed {
             run_id: run_id.clone(),
@@ -145,7 +150,10 @@ pub async fn execute(
     if let RunChoice::Named(id) | RunChoice::Continue(id) = &req.run {
         new = new.id(id.clone());
     }
-    let (run, step) = prepared.runtime.run_once(new.build(), call).await?;
+    let (run, step) = prepared
+        .runtime
+        .run_once_attended(new.build(), call, &req.attended)
+        .await?;
     Ok(Executed {
         run_id: run.id,
         prepared,
@@ -162,6 +170,7 @@ async fn continue_run(
     prepared: &Prepared,
     run_id: &str,
     call: &ToolCall,
+    attended: &Attended,
 ) -> Result<Option<CallStep>, ApiError> {
     let journal = state.journal();
     let run = match journal.get_run(run_id).await {
@@ -208,7 +217,7 @@ async fn continue_run(
             diagnostics: record.diagnostics,
         })));
     }
-    let handle = prepared.runtime.resume(run_id).await?;
+    let handle = prepared.runtime.resume_attended(run_id, attended).await?;
     let step = handle.call(call.clone()).await?;
     handle.finish().await?;
     Ok(Some(step))

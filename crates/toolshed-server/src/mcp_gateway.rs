@@ -194,6 +194,9 @@ impl Gateway for RegistryGateway {
             agent_id: MCP_AGENT,
             via: options.via.take(),
             prepared: Some(prepared.clone()),
+            attended: toolshed_runtime::Attended {
+                asker: options.asker.take(),
+            },
         };
         let fut = execute(&self.state, claims, req);
         tokio::pin!(fut);

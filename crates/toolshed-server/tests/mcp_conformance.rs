@@ -33,6 +33,22 @@ const TOOLS: &[(&str, &str)] = &[
     ("test_tool_with_logging", "Sends log messages while it runs"),
     ("test_tool_with_progress", "Reports progress while it runs"),
     ("test_error_handling", "Always fails"),
+    (
+        "test_sampling",
+        "Asks the client's model to complete a prompt",
+    ),
+    (
+        "test_elicitation",
+        "Asks the person at the client for input",
+    ),
+    (
+        "test_elicitation_sep1034_defaults",
+        "Elicits a form with defaults (SEP-1034)",
+    ),
+    (
+        "test_elicitation_sep1330_enums",
+        "Elicits a form with enum shapes (SEP-1330)",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,6 +168,10 @@ async fn the_conformance_suite_passes_against_mcp() {
         "dns-rebinding-protection",
         "resources-read-text",
         "prompts-get-with-args",
+        "tools-call-sampling",
+        "tools-call-elicitation",
+        "elicitation-sep1034-defaults",
+        "elicitation-sep1330-enums",
     ] {
         assert!(
             stdout.contains(&format!("✓ {scenario}:"))

@@ -263,12 +263,16 @@ impl Gateway for LocalGateway {
             args: args.clone(),
         };
         let mut crumbs = pipeline.crumbs().subscribe();
+        let attended = toolshed_runtime::Attended {
+            asker: options.asker.clone(),
+        };
         let fut = self.call_in(
             caller,
             run_id.clone(),
             call,
             options.idempotency_key.is_some(),
             options.via.as_ref(),
+            &attended,
         );
         tokio::pin!(fut);
         let forward = |c: &Crumb| {
@@ -345,6 +349,7 @@ impl LocalGateway {
         call: ToolCall,
         keyed: bool,
         via: Option<&toolshed_mcp::server::Inbound>,
+        attended: &toolshed_runtime::Attended,
     ) -> Result<CallStep, GatewayError> {
         let run_id = run_id.as_str();
         let fail = |e: toolshed_runtime::RuntimeError| GatewayError::Internal(e.to_string());
@@ -388,7 +393,11 @@ impl LocalGateway {
                             diagnostics: rec.diagnostics,
                         }));
                     }
-                    let handle = self.runtime.resume(run_id).await.map_err(fail)?;
+                    let handle = self
+                        .runtime
+                        .resume_attended(run_id, attended)
+                        .await
+                        .map_err(fail)?;
                     let step = handle.call(call).await.map_err(fail);
                     let finished = handle.finish().await.map_err(fail);
                     crate::workspaces::run_ended(self.runtime.journal().as_ref(), run_id).await;
@@ -412,7 +421,11 @@ impl LocalGateway {
             .principal(caller.clone())
             .driver(driver)
             .build();
-        let ran = self.runtime.run_once(new, call).await.map_err(fail);
+        let ran = self
+            .runtime
+            .run_once_attended(new, call, attended)
+            .await
+            .map_err(fail);
         crate::workspaces::run_ended(self.runtime.journal().as_ref(), run_id).await;
         let (_, step) = ran?;
         Ok(step)

@@ -27,6 +27,7 @@
     reason = "MCP logging is deprecated in 2026-07-28 but in use by 2025-11-25 clients"
 )]
 
+mod ask;
 pub mod catalog;
 pub mod content;
 
@@ -109,7 +110,7 @@ pub struct ExposedTool {
 }
 
 /// How a call is made.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct CallOptions {
     /// The client's idempotency key (`_meta["toolshed/idempotency_key"]`).
     pub idempotency_key: Option<String>,
@@ -121,6 +122,21 @@ pub struct CallOptions {
     /// Who asked, over what: recorded with the run so that `runs show` tells an MCP
     /// call from a REST one, and which client and protocol era made it.
     pub via: Option<Inbound>,
+    /// Who answers the questions the tool asks (elicitation, sampling): the client of
+    /// the call.
+    pub asker: Option<Arc<dyn toolshed_core::Asker>>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("idempotency_key", &self.idempotency_key)
+            .field("events", &self.events.is_some())
+            .field("continue_run", &self.continue_run)
+            .field("via", &self.via)
+            .field("asker", &self.asker.is_some())
+            .finish()
+    }
 }
 
 /// The MCP side of an inbound call: the client and the protocol it spoke.
@@ -404,6 +420,7 @@ impl<G: Gateway> McpHandler<G> {
         let min = self.min_level();
         let watched = token.is_some() || min.is_some();
         let via = Some(Inbound::of(ctx));
+        let asker: Option<Arc<dyn toolshed_core::Asker>> = Some(Arc::new(ask::PeerAsker::of(ctx)));
         if !watched {
             // Nobody watches: no channel and no forwarding task (most calls).
             let options = CallOptions {
@@ -411,6 +428,7 @@ impl<G: Gateway> McpHandler<G> {
                 events: None,
                 continue_run,
                 via,
+                asker,
             };
             return self.call_gateway(caller, name, args, options, ctx).await;
         }
@@ -457,6 +475,7 @@ impl<G: Gateway> McpHandler<G> {
             events: Some(tx),
             continue_run,
             via,
+            asker,
         };
         let outcome = self.call_gateway(caller, name, args, options, ctx).await;
         // The sender is gone with `options`: the forwarder drains what is left and

@@ -3,9 +3,12 @@
 Each function is registered as a registry tool (python:conformance.py:NAME) and served
 on /mcp like any other: every call a durable run. Images, audio and embedded resources
 are returned as MCP content blocks under the `$content` key; progress and log lines
-come from partial results (a generator's yields before its last).
+come from partial results (a generator's yields before its last). The sampling and
+elicitation tools ask the client of the call through `ctx` (the subprocess protocol's
+`ask`).
 """
 
+import json
 import time
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
@@ -86,3 +89,83 @@ def test_error_handling():
 def json_schema_2020_12_tool(name=None, address=None):
     """Tool with JSON Schema 2020-12 features."""
     return {"name": name, "address": address}
+
+
+def test_sampling(prompt: str, ctx):
+    """Asks the client's model to complete the prompt."""
+    answer = ctx.sample(prompt, max_tokens=100)
+    content = answer.get("content")
+    text = content.get("text") if isinstance(content, dict) else json.dumps(content)
+    return "LLM response: %s" % text
+
+
+def test_elicitation(message: str, ctx):
+    """Asks the person at the client for a username and an email."""
+    answer = ctx.elicit(
+        message,
+        {
+            "type": "object",
+            "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            },
+            "required": ["username", "email"],
+        },
+    )
+    return "User response: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+
+
+def test_elicitation_sep1034_defaults(ctx):
+    """Elicits a form whose fields of every primitive type have defaults (SEP-1034)."""
+    answer = ctx.elicit(
+        "Please review your details",
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": True},
+            },
+        },
+    )
+    return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+
+
+def test_elicitation_sep1330_enums(ctx):
+    """Elicits a form with each of the five enum shapes (SEP-1330)."""
+    answer = ctx.elicit(
+        "Please choose",
+        {
+            "type": "object",
+            "properties": {
+                "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                "titledSingle": {
+                    "type": "string",
+                    "oneOf": [
+                        {"const": "value1", "title": "First Option"},
+                        {"const": "value2", "title": "Second Option"},
+                        {"const": "value3", "title": "Third Option"},
+                    ],
+                },
+                "legacyEnum": {
+                    "type": "string",
+                    "enum": ["opt1", "opt2", "opt3"],
+                    "enumNames": ["Option One", "Option Two", "Option Three"],
+                },
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                "titledMulti": {
+                    "type": "array",
+                    "items": {
+                        "anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"},
+                        ]
+                    },
+                },
+            },
+        },
+    )
+    return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))

@@ -1,0 +1,118 @@
+//! The questions a tool asks while `/mcp` or `toolshed mcp serve` runs it
+//! ([`toolshed_core::ask`]), put to the client that made the call: `elicitation/create`
+//! and `sampling/createMessage` over the same session.
+//!
+//! The tool is untrusted: its params are checked against MCP's schema (rmcp's types)
+//! before anything is sent, so the client never gets a malformed request from us, and
+//! an elicitation's message names the tool that asks (a gateway serves many tools; the
+//! person answering should know which one wants their input).
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rmcp::RoleServer;
+use rmcp::model::{CreateMessageRequestParams, ElicitRequestParams};
+use rmcp::service::{Peer, RequestContext};
+use serde_json::Value;
+use toolshed_core::{Ask, AskError, AskKind, Asker};
+
+/// How long a question may wait for its answer. The call's own timeout usually ends
+/// it sooner; this bounds a call that has none.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The client of one `tools/call`, as the asker of its tool.
+pub(crate) struct PeerAsker {
+    peer: Peer<RoleServer>,
+    elicitation: bool,
+    sampling: bool,
+    /// The request came in the `2026-07-28` era, which has no server-to-client requests.
+    sessionless: bool,
+}
+
+impl PeerAsker {
+    /// The asker of the call `ctx` carries.
+    pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> PeerAsker {
+        let info = ctx.peer.peer_info();
+        let caps = info.as_ref().map(|info| &info.capabilities);
+        PeerAsker {
+            peer: ctx.peer.clone(),
+            elicitation: caps.is_some_and(|c| c.elicitation.is_some()),
+            sampling: caps.is_some_and(|c| c.sampling.is_some()),
+            sessionless: ctx.protocol_version().is_some_and(|v| !v.has_initialize()),
+        }
+    }
+
+    async fn put(&self, tool: &str, ask: Ask) -> Result<Value, AskError> {
+        let kind = ask.kind;
+        let unsupported = |why: &str| AskError::Unsupported {
+            kind,
+            why: why.to_owned(),
+        };
+        if self.sessionless {
+            return Err(unsupported(
+                "it speaks protocol 2026-07-28, which has no requests from server to client",
+            ));
+        }
+        let declared = match kind {
+            AskKind::Elicit => self.elicitation,
+            AskKind::Sample => self.sampling,
+        };
+        if !declared {
+            return Err(unsupported(&format!(
+                "it did not declare the `{}` capability",
+                kind.capability()
+            )));
+        }
+        let invalid = |e: serde_json::Error| AskError::Invalid {
+            kind,
+            problem: e.to_string(),
+        };
+        let failed = |e: rmcp::ServiceError| AskError::Failed {
+            kind,
+            message: e.to_string(),
+        };
+        let answer = match kind {
+            AskKind::Elicit => {
+                let mut params = ask.params;
+                if let Some(Value::String(message)) = params.get_mut("message") {
+                    *message = format!("[tool {tool}] {message}");
+                }
+                let params: ElicitRequestParams =
+                    serde_json::from_value(params).map_err(invalid)?;
+                let asked = self.peer.create_elicitation(params);
+                let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
+                    .await
+                    .map_err(|_| timed_out(kind))?
+                    .map_err(failed)?;
+                serde_json::to_value(answer)
+            }
+            AskKind::Sample => {
+                let params: CreateMessageRequestParams =
+                    serde_json::from_value(ask.params).map_err(invalid)?;
+                let asked = self.peer.create_message(params);
+                let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
+                    .await
+                    .map_err(|_| timed_out(kind))?
+                    .map_err(failed)?;
+                serde_json::to_value(answer)
+            }
+        };
+        answer.map_err(|e| AskError::Failed {
+            kind,
+            message: format!("the client's answer cannot be read back: {e}"),
+        })
+    }
+}
+
+fn timed_out(kind: AskKind) -> AskError {
+    AskError::Failed {
+        kind,
+        message: format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs()),
+    }
+}
+
+impl Asker for PeerAsker {
+    fn ask<'a>(&'a self, tool: &'a str, ask: Ask) -> BoxFuture<'a, Result<Value, AskError>> {
+        Box::pin(self.put(tool, ask))
+    }
+}
