@@ -557,8 +557,9 @@ pub struct CallView {
     /// The human tool's answer, once given.
     pub answer: Option<HumanAnswer>,
     /// What the call's execution left besides its result: `stdout`, `stderr`,
-    /// `exit_code`, `signal`, `timed_out`, the truncation flags (each left out when
-    /// empty); `{}` for in-process tools.
+    /// `exit_code`, `signal`, `timed_out`, the truncation flags, and `asks` (the
+    /// questions the tool put to the client of the call: `kind`, `outcome`, `ms`),
+    /// each left out when empty; `{}` for in-process tools.
     #[schema(value_type = Object)]
     #[serde(default)]
     pub diagnostics: toolshed_core::Diagnostics,

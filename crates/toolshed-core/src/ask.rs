@@ -119,14 +119,30 @@ pub enum AskError {
     },
 }
 
+crate::wire_enum! {
+    case = "SCREAMING_SNAKE_CASE";
+    /// Why a tool's question got no answer: the code the tool sees (its `AskError`'s
+    /// `code` in Python and Node), listed in `docs/errors.md`.
+    pub enum AskCode {
+        /// The call did not come from a client that can answer.
+        AskNoClient,
+        /// The client cannot answer this kind of question.
+        AskUnsupported,
+        /// The question is not what MCP accepts.
+        AskInvalid,
+        /// The client failed to answer, or the call ended meanwhile.
+        AskFailed,
+    }
+}
+
 impl AskError {
-    /// The stable code (docs/errors.md, "Asking the caller"), as the tool sees it.
-    pub fn code(&self) -> &'static str {
+    /// The stable code, as the tool sees it.
+    pub fn code(&self) -> AskCode {
         match self {
-            AskError::NoClient { .. } => "ASK_NO_CLIENT",
-            AskError::Unsupported { .. } => "ASK_UNSUPPORTED",
-            AskError::Invalid { .. } => "ASK_INVALID",
-            AskError::Failed { .. } => "ASK_FAILED",
+            AskError::NoClient { .. } => AskCode::AskNoClient,
+            AskError::Unsupported { .. } => AskCode::AskUnsupported,
+            AskError::Invalid { .. } => AskCode::AskInvalid,
+            AskError::Failed { .. } => AskCode::AskFailed,
         }
     }
 }
@@ -161,7 +177,7 @@ impl AskRecord {
                 (AskKind::Elicit, Some(action)) => action.chars().take(20).collect(),
                 _ => "answered".to_owned(),
             },
-            Err(e) => e.code().to_owned(),
+            Err(e) => e.code().as_str().to_owned(),
         };
         AskRecord { kind, outcome, ms }
     }

@@ -46,7 +46,7 @@ pub mod spec;
 pub mod tool;
 pub mod toolset;
 
-pub use ask::{Ask, AskError, AskKind, AskRecord, Asker};
+pub use ask::{Ask, AskCode, AskError, AskKind, AskRecord, Asker};
 pub use attachment::{
     AttachmentPage, AttachmentReadError, AttachmentReader, AttachmentScope, NextPage, PageRequest,
 };

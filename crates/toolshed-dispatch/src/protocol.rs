@@ -213,7 +213,7 @@ pub(crate) fn encode_answer(id: &str, seq: &Value, answer: &Result<Value, AskErr
         Err(e) => serde_json::json!({
             "id": id,
             "seq": seq,
-            "error": {"message": e.to_string(), "code": e.code()}
+            "error": {"message": e.to_string(), "code": e.code().as_str()}
         }),
     };
     // Serializing a `Value` cannot fail.

@@ -20,7 +20,7 @@ use toolshed_agent::AgentCode;
 use toolshed_api::ApiCode;
 use toolshed_attachments::AttachmentCode;
 use toolshed_auth::AuthCode;
-use toolshed_core::ErrorCode;
+use toolshed_core::{AskCode, ErrorCode};
 use toolshed_dispatch::DispatchCode;
 use toolshed_journal::JournalCode;
 use toolshed_mcp::McpCode;
@@ -155,10 +155,11 @@ fn every_code_of_every_layer_is_on_the_errors_page() {
     check_enum::<SandboxCode>(&page, "SandboxCode");
     check_enum::<McpCode>(&page, "McpCode");
     check_enum::<AttachmentCode>(&page, "AttachmentCode");
+    check_enum::<AskCode>(&page, "AskCode");
     let sections: Vec<&String> = page.keys().collect();
     assert_eq!(
         sections.len(),
-        12,
+        13,
         "a section the test does not check: {sections:?}"
     );
 }

