@@ -25,6 +25,16 @@ impl Peer {
     }
 
     fn start_with(dir: &Path, db: &str, args: &[&str], env: &[(&str, &str)]) -> Peer {
+        Peer::spawn(dir, db, args, env, json!({}))
+    }
+
+    fn spawn(
+        dir: &Path,
+        db: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        capabilities: Value,
+    ) -> Peer {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolshed"));
         command
             .args(["mcp", "serve"])
@@ -61,7 +71,7 @@ impl Peer {
             stdin,
             lines: rx,
         };
-        let init = p.request(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).0;
+        let init = p.request(0, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t", "version": "1"}})).0;
         assert_eq!(init["serverInfo"]["name"], "toolshed", "{init}");
         p.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         p
@@ -502,5 +512,74 @@ fn a_background_run_survives_a_restart_of_the_mcp_server() {
     assert!(
         tail.contains("started") && tail.contains("finished"),
         "{tail:?}"
+    );
+}
+
+#[test]
+fn a_tool_served_on_stdio_asks_the_person_at_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir_all(p.join("tools")).unwrap();
+    std::fs::write(
+        p.join("agent.yaml"),
+        "name: asking\ntools:\n  - ref: tools/pick-colour\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("tools/pick_colour.py"),
+        "def pick_colour(ctx):\n    \"\"\"Ask the person for a colour.\"\"\"\n    form = ctx.elicit(\"Which colour?\", {\"type\": \"object\", \"properties\": {\"colour\": {\"type\": \"string\", \"enum\": [\"red\", \"blue\"]}}})\n    return {\"action\": form[\"action\"], \"colour\": (form.get(\"content\") or {}).get(\"colour\")}\n",
+    )
+    .unwrap();
+    let db = format!("sqlite://{}/journal.db", p.display());
+    let mut peer = Peer::spawn(p, &db, &[], &[], json!({"elicitation": {}}));
+    peer.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pick_colour", "arguments": {}}}));
+    // The server asks first: the tool's form, its message naming the tool.
+    let asked = loop {
+        let v = peer
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a request within 60 s");
+        if v["method"] == "elicitation/create" {
+            break v;
+        }
+    };
+    assert_eq!(
+        asked["params"]["message"], "[tool pick_colour] Which colour?",
+        "{asked}"
+    );
+    assert_eq!(
+        asked["params"]["requestedSchema"]["properties"]["colour"]["enum"],
+        json!(["red", "blue"])
+    );
+    peer.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"colour": "blue"}}}));
+    let done = loop {
+        let v = peer
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the answer within 60 s");
+        if v["id"] == json!(1) {
+            break v["result"].clone();
+        }
+    };
+    assert_eq!(
+        done["structuredContent"],
+        json!({"action": "accept", "colour": "blue"}),
+        "{done}"
+    );
+    // `runs show` lists the question and how it ended.
+    let run_id = done["_meta"]["toolshed/run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["runs", "show", &run_id])
+        .current_dir(p)
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("asked the client: elicitation/create -> accept"),
+        "{text}"
     );
 }
