@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use rmcp::RoleServer;
 use rmcp::model::{CreateMessageRequestParams, ElicitRequestParams};
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::Peer;
 use serde_json::Value;
 use toolshed_core::{Ask, AskError, AskKind, Asker};
 
@@ -23,23 +23,16 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 /// The client of one `tools/call`, as the asker of its tool.
 pub(crate) struct PeerAsker {
     peer: Peer<RoleServer>,
-    elicitation: bool,
-    sampling: bool,
     /// The request came in the `2026-07-28` era, which has no server-to-client requests.
     sessionless: bool,
 }
 
 impl PeerAsker {
-    /// The asker of the call `ctx` carries.
-    pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> PeerAsker {
-        let info = ctx.peer.peer_info();
-        let caps = info.as_ref().map(|info| &info.capabilities);
-        PeerAsker {
-            peer: ctx.peer.clone(),
-            elicitation: caps.is_some_and(|c| c.elicitation.is_some()),
-            sampling: caps.is_some_and(|c| c.sampling.is_some()),
-            sessionless: ctx.protocol_version().is_some_and(|v| !v.has_initialize()),
-        }
+    /// The asker of a call from `peer`, made in the `2026-07-28` era when
+    /// `sessionless`. Made for every call, so it only keeps the peer: the client's
+    /// capabilities are read when a question comes.
+    pub(crate) fn new(peer: Peer<RoleServer>, sessionless: bool) -> PeerAsker {
+        PeerAsker { peer, sessionless }
     }
 
     async fn put(&self, tool: &str, ask: Ask) -> Result<Value, AskError> {
@@ -53,9 +46,11 @@ impl PeerAsker {
                 "it speaks protocol 2026-07-28, which has no requests from server to client",
             ));
         }
+        let info = self.peer.peer_info();
+        let caps = info.as_ref().map(|info| &info.capabilities);
         let declared = match kind {
-            AskKind::Elicit => self.elicitation,
-            AskKind::Sample => self.sampling,
+            AskKind::Elicit => caps.is_some_and(|c| c.elicitation.is_some()),
+            AskKind::Sample => caps.is_some_and(|c| c.sampling.is_some()),
         };
         if !declared {
             return Err(unsupported(&format!(

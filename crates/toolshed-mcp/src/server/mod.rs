@@ -419,8 +419,11 @@ impl<G: Gateway> McpHandler<G> {
         let token = ctx.meta.get_progress_token();
         let min = self.min_level();
         let watched = token.is_some() || min.is_some();
-        let via = Some(Inbound::of(ctx));
-        let asker: Option<Arc<dyn toolshed_core::Asker>> = Some(Arc::new(ask::PeerAsker::of(ctx)));
+        let inbound = Inbound::of(ctx);
+        let sessionless = inbound.era == "discover";
+        let via = Some(inbound);
+        let asker: Option<Arc<dyn toolshed_core::Asker>> =
+            Some(Arc::new(ask::PeerAsker::new(ctx.peer.clone(), sessionless)));
         if !watched {
             // Nobody watches: no channel and no forwarding task (most calls).
             let options = CallOptions {
