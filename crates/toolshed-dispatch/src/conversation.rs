@@ -60,7 +60,8 @@ pub(crate) enum Event {
     /// A partial result.
     Partial(Value),
     /// The result or the error, with what the process left. Always the last event.
-    End(Result<Value, DispatchError>, Diagnostics),
+    /// Boxed: the diagnostics are large, and every partial result moves an `Event`.
+    End(Result<Value, DispatchError>, Box<Diagnostics>),
 }
 
 /// One call's exchange with a process.
@@ -228,7 +229,7 @@ impl Conversation {
                     }
                 };
                 log_stderr(&tool, &diagnostics, &secrets);
-                Some((Event::End(result, diagnostics), None))
+                Some((Event::End(result, Box::new(diagnostics)), None))
             }
         })
     }

@@ -439,7 +439,7 @@ impl Dispatcher {
                 Event::End(result, diagnostics) => {
                     return Execution {
                         result: result.map_err(|e| e.to_tool_error()),
-                        diagnostics,
+                        diagnostics: *diagnostics,
                         duration_ms: 0.0,
                         partials,
                     };
@@ -649,7 +649,7 @@ impl Dispatcher {
                     }
                     Some(Event::End(result, diagnostics)) => Reply {
                         output: result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()),
-                        diagnostics,
+                        diagnostics: *diagnostics,
                     },
                     None => Reply::new(Err(ended_without_answer(&tool).to_tool_error())),
                 }
@@ -738,7 +738,7 @@ fn chunks(
         let items = match event {
             Event::Partial(v) => vec![Ok(Chunk::Value(v))],
             Event::End(result, diagnostics) => vec![
-                Ok(Chunk::Diagnostics(diagnostics)),
+                Ok(Chunk::Diagnostics(*diagnostics)),
                 result.map(Chunk::Value).map_err(|e| e.to_tool_error()),
             ],
         };

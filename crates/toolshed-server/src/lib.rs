@@ -48,6 +48,7 @@ mod listen;
 pub mod login_limits;
 pub mod mcp;
 pub mod mcp_gateway;
+mod mcp_polling;
 pub mod public_url;
 mod retention;
 pub mod routes;

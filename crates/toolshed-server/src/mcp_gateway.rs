@@ -16,12 +16,12 @@
 
 use std::sync::Arc;
 
+use crate::mcp_polling::PollingSessions;
 use async_trait::async_trait;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
 use toolshed_api::ApiCode;
@@ -51,6 +51,10 @@ pub struct McpSettings {
     pub allowed_origins: Vec<String>,
     /// The prompts and resources offered (`--mcp-catalog FILE`).
     pub catalog: Catalog,
+    /// Close a session's POST stream that has not ended after this long; the client
+    /// resumes it with `Last-Event-ID` (`--mcp-sse-close-after`, SEP-1699 polling).
+    /// `None` (the default): a stream lasts as long as its call.
+    pub sse_close_after: Option<std::time::Duration>,
 }
 
 /// The authenticated caller of one MCP request.
@@ -348,7 +352,7 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
     let handler = McpHandler::new(Arc::new(RegistryGateway::new(state.clone())));
     let svc = StreamableHttpService::new(
         move || Ok(handler.fresh()),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(PollingSessions::new(settings.sse_close_after)),
         config,
     );
     axum::Router::new()
@@ -359,7 +363,7 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         ))
 }
 
-type McpService = StreamableHttpService<McpHandler<RegistryGateway>, LocalSessionManager>;
+type McpService = StreamableHttpService<McpHandler<RegistryGateway>, PollingSessions>;
 
 /// rmcp's service behind an `Arc`. The router clones a route's service for every
 /// request, once per layer around it, and rmcp's own `call` clones it again: each

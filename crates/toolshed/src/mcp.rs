@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::anyhow;
 use async_trait::async_trait;
@@ -474,7 +475,7 @@ async fn bridge() -> Result<(), Failure> {
         );
         let send = async move {
             let mut req = http
-                .post(url)
+                .post(url.clone())
                 .bearer_auth(&token)
                 .header("accept", "application/json, text/event-stream")
                 .header("content-type", "application/json");
@@ -499,21 +500,71 @@ async fn bridge() -> Result<(), Failure> {
                 *session.lock().await = Some(id.to_owned());
             }
             let status = answer.status();
-            let text = answer.text().await.unwrap_or_default();
-            if !status.is_success() {
-                if let Some(id) = message.get("id") {
-                    let why: String = text.chars().take(500).collect();
-                    write_line(&stdout, &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": format!("toolshed server answered {status}: {why}")}})).await;
+            let is_sse = answer
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            if !status.is_success() || !is_sse {
+                let text = answer.text().await.unwrap_or_default();
+                if !status.is_success() {
+                    if let Some(id) = message.get("id") {
+                        let why: String = text.chars().take(500).collect();
+                        write_line(&stdout, &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": format!("toolshed server answered {status}: {why}")}})).await;
+                    }
+                } else if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                    write_line(&stdout, &v).await;
                 }
                 return;
             }
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                write_line(&stdout, &v).await;
-                return;
-            }
-            for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
-                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
-                    write_line(&stdout, &v).await;
+            // A request's answer comes on an SSE stream, after whatever the server sends
+            // first (progress, logs, its own requests such as an elicitation, which the
+            // client must see before the answer can come): each event goes out as it
+            // arrives. A stream the server closed before the answer (SEP-1699 polling) is
+            // resumed with `Last-Event-ID`.
+            let waits_for = message.get("method").and(message.get("id")).cloned();
+            let mut seen = std::collections::HashSet::new();
+            let mut relayed = relay_sse(answer, &stdout, waits_for.as_ref(), &mut seen).await;
+            let Some(request_id) = waits_for else { return };
+            let mut resumes = 0;
+            while !relayed.answered {
+                let Some(last) = relayed.last_event_id.clone() else {
+                    write_line(&stdout, &json!({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32001, "message": "the toolshed server ended the answer's stream without the answer"}})).await;
+                    return;
+                };
+                if resumes == MAX_RESUMES {
+                    write_line(&stdout, &json!({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32001, "message": format!("no answer after {MAX_RESUMES} resumed streams")}})).await;
+                    return;
+                }
+                resumes += 1;
+                let wait = relayed.retry.unwrap_or(Duration::from_millis(500));
+                tokio::time::sleep(wait.min(Duration::from_secs(30))).await;
+                let mut get = http
+                    .get(url.clone())
+                    .bearer_auth(&token)
+                    .header("accept", "text/event-stream")
+                    .header("last-event-id", &last);
+                if let Some(id) = session.lock().await.clone() {
+                    get = get.header("mcp-session-id", id);
+                }
+                match get.send().await {
+                    Ok(a) if a.status().is_success() => {
+                        let next = relay_sse(a, &stdout, Some(&request_id), &mut seen).await;
+                        relayed = Relayed {
+                            answered: next.answered,
+                            last_event_id: next.last_event_id.or(Some(last)),
+                            retry: next.retry.or(relayed.retry),
+                        };
+                    }
+                    Ok(a) => {
+                        let status = a.status();
+                        write_line(&stdout, &json!({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32001, "message": format!("the answer's stream could not be resumed: the toolshed server answered {status}")}})).await;
+                        return;
+                    }
+                    Err(e) => {
+                        write_line(&stdout, &json!({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32603, "message": format!("toolshed server unreachable: {e}")}})).await;
+                        return;
+                    }
                 }
             }
         };
@@ -526,6 +577,86 @@ async fn bridge() -> Result<(), Failure> {
     }
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// How many times the bridge resumes one answer's stream before it gives up.
+const MAX_RESUMES: usize = 1000;
+
+/// The longest SSE line the bridge holds (an answer's `data:` line included).
+const MAX_SSE_LINE: usize = 64 << 20;
+
+/// What one SSE stream from the server carried.
+#[derive(Debug, Default)]
+struct Relayed {
+    /// The answer to the request the stream was opened for came.
+    answered: bool,
+    /// The id of the last event with one: where a resumed stream starts.
+    last_event_id: Option<String>,
+    /// How long the server asks a client to wait before it reconnects.
+    retry: Option<Duration>,
+}
+
+/// Write each message of an SSE stream to stdout as it arrives, each event once
+/// (`seen` holds the event ids already written: a resumed stream replays from the last
+/// one). Whether `request_id`'s answer was among them.
+async fn relay_sse(
+    mut answer: reqwest::Response,
+    stdout: &tokio::sync::Mutex<tokio::io::Stdout>,
+    request_id: Option<&Value>,
+    seen: &mut std::collections::HashSet<String>,
+) -> Relayed {
+    let mut out = Relayed::default();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut data = String::new();
+    let mut event_id: Option<String> = None;
+    let mut dispatch =
+        async |data: &mut String, event_id: &mut Option<String>, out: &mut Relayed| {
+            let id = event_id.take();
+            let fresh = id.as_ref().is_none_or(|i| seen.insert(i.clone()));
+            if let Some(i) = id {
+                out.last_event_id = Some(i);
+            }
+            if fresh && let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
+                if request_id.is_some_and(|r| v.get("id") == Some(r))
+                    && (v.get("result").is_some() || v.get("error").is_some())
+                {
+                    out.answered = true;
+                }
+                write_line(stdout, &v).await;
+            }
+            data.clear();
+        };
+    loop {
+        let chunk = match answer.chunk().await {
+            Ok(Some(c)) => c,
+            Ok(None) | Err(_) => break,
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(pos) = pending.iter().position(|b| *b == b'\n') {
+            let raw: Vec<u8> = pending.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&raw);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                dispatch(&mut data, &mut event_id, &mut out).await;
+            } else if let Some(v) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(v.strip_prefix(' ').unwrap_or(v));
+            } else if let Some(v) = line.strip_prefix("id:") {
+                event_id = Some(v.trim().to_owned());
+            } else if let Some(v) = line.strip_prefix("retry:") {
+                out.retry = v.trim().parse().ok().map(Duration::from_millis);
+            }
+        }
+        if pending.len() > MAX_SSE_LINE || data.len() > MAX_SSE_LINE {
+            break;
+        }
+    }
+    if !data.is_empty() {
+        dispatch(&mut data, &mut event_id, &mut out).await;
+    }
+    out
 }
 
 async fn write_line(stdout: &tokio::sync::Mutex<tokio::io::Stdout>, v: &Value) {

@@ -134,6 +134,14 @@ pub struct ServeArgs {
     /// `prompts:`, `resources:` and `templates:` (docs/design/mcp.md, "Server").
     #[arg(long, env = "TOOLSHED_MCP_CATALOG", value_name = "FILE")]
     mcp_catalog: Option<std::path::PathBuf>,
+    /// Close an MCP session's POST stream that is still open after this many seconds
+    /// (a long call: an approval, a person answering, a slow tool); the client resumes
+    /// it with `Last-Event-ID` and gets the answer (SEP-1699 polling). For proxies
+    /// that drop long-held connections; every 2025-11-25 SDK client resumes. Off by
+    /// default.
+    #[arg(long, env = "TOOLSHED_MCP_SSE_CLOSE_AFTER", value_name = "SECS",
+        value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    mcp_sse_close_after: Option<u64>,
 }
 
 /// The env var that runs tools unsandboxed (`1`, `true`, `yes`, `on`).
@@ -183,6 +191,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     config.four_eyes = args.four_eyes;
     config.public_url = args.public_url.as_deref().map(public_url).transpose()?;
     config.mcp_gateway.allowed_origins = args.mcp_allowed_origins.clone();
+    config.mcp_gateway.sse_close_after = args.mcp_sse_close_after.map(Duration::from_secs);
     if let Some(path) = &args.mcp_catalog {
         config.mcp_gateway.catalog = toolshed_mcp::server::Catalog::load(path)
             .map_err(|e| Failure::bad_input(anyhow!("{e}")))?;

@@ -321,10 +321,15 @@ impl Drop for Served {
 }
 
 fn serve() -> Served {
+    serve_with(&[])
+}
+
+fn serve_with(args: &[&str]) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("server.db").display());
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
         .current_dir(dir.path())
         .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
         .env("TOOLSHED_DATABASE_URL", &db)
@@ -582,4 +587,103 @@ fn a_tool_served_on_stdio_asks_the_person_at_the_client() {
         text.contains("asked the client: elicitation/create -> accept"),
         "{text}"
     );
+}
+
+#[test]
+fn the_bridge_relays_a_tools_question_at_once_and_resumes_a_stream_the_server_closed() {
+    // The server closes a call's stream after a second (SEP-1699 polling); the tool
+    // asks a question, then takes two seconds more.
+    let server = serve_with(&["--mcp-sse-close-after", "1"]);
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config");
+    let config = config.to_str().unwrap();
+    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args([
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "admin-password-1",
+        ])
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let tool = home.path().join("slow_question.py");
+    std::fs::write(
+        &tool,
+        "import time\n\ndef slow_question(ctx):\n    \"\"\"Ask, then think for two seconds.\"\"\"\n    form = ctx.elicit(\"Go on?\", {\"type\": \"object\", \"properties\": {\"go\": {\"type\": \"boolean\"}}})\n    time.sleep(2)\n    return {\"action\": form[\"action\"], \"go\": form[\"content\"][\"go\"]}\n",
+    )
+    .unwrap();
+    let pushed = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["registry", "tool", "push"])
+        .arg(&tool)
+        .args(["--name", "slow_question"])
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let db = format!("sqlite://{}/unused.db", home.path().display());
+    let mut peer = Peer::spawn(
+        home.path(),
+        &db,
+        &[],
+        &[
+            ("TOOLSHED_URL", &server.url),
+            ("TOOLSHED_CONFIG_DIR", config),
+        ],
+        json!({"elicitation": {}}),
+    );
+    peer.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "slow_question", "arguments": {}}}));
+    // The question reaches the client while the call's stream is open.
+    let asked = loop {
+        let v = peer
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the question within 60 s");
+        if v["method"] == "elicitation/create" {
+            break v;
+        }
+    };
+    assert_eq!(
+        asked["params"]["message"], "[tool slow_question] Go on?",
+        "{asked}"
+    );
+    peer.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"go": true}}}));
+    // The answer comes after the server closed the stream: on the resumed one, once.
+    let mut answers = Vec::new();
+    let started = std::time::Instant::now();
+    while answers.is_empty() || started.elapsed() < Duration::from_secs(5) {
+        match peer.lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(v) if v["id"] == json!(7) => answers.push(v),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        if !answers.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    let done = &answers[0]["result"];
+    assert_eq!(
+        done["structuredContent"],
+        json!({"action": "accept", "go": true}),
+        "{answers:?}"
+    );
+    // Nothing is written twice: the next line is the answer to the next request.
+    let (listed, notes) = peer.request(8, "tools/list", json!({}));
+    assert!(listed["tools"].is_array(), "{listed}");
+    assert!(notes.iter().all(|n| n["id"] != json!(7)), "{notes:?}");
 }

@@ -169,3 +169,10 @@ def test_elicitation_sep1330_enums(ctx):
         },
     )
     return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+
+
+def test_reconnection():
+    """Takes a second: long enough for a server started with a short
+    --mcp-sse-close-after to close the call's SSE stream before the answer (SEP-1699)."""
+    time.sleep(1.0)
+    return "Reconnection test completed"

@@ -1,0 +1,394 @@
+//! SSE polling for long `/mcp` calls (SEP-1699): a session's POST stream that has not
+//! ended after `--mcp-sse-close-after` is closed by the server, and the client resumes
+//! it with a GET carrying `Last-Event-ID`, which replays what it missed (the answer
+//! included) from the session's cache.
+//!
+//! Why: a call may wait minutes (an approval, a slow tool, a person answering an
+//! elicitation), and proxies between client and server drop connections held that
+//! long. Closing on our side, after the priming event that tells the client its event
+//! id and when to reconnect, turns a dropped connection into a planned poll.
+//!
+//! rmcp's session worker ignores a stream nobody reads (as its own `close_sse_stream`
+//! does), so ending the stream we hand to HTTP is all a close takes. The resume needs
+//! the events kept: rmcp's own cache of a request's stream goes with its answer, so a
+//! client that comes back after the answer was sent would find nothing. An
+//! [`ReplayStore`] (rmcp's `EventStore`) keeps each request stream's events until a
+//! minute after its answer, and a resumed stream replays what came after the client's
+//! `Last-Event-ID`, then follows the call live until its answer. Off unless the
+//! operator sets it: a client that cannot resume would lose the answer, and nothing is
+//! stored when it is off.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{Stream, StreamExt};
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::store::{
+    EventId, EventStore, EventStoreError, EventStream,
+};
+use rmcp::transport::streamable_http_server::session::{
+    ServerSseMessage, SessionId, SessionManager,
+};
+
+/// rmcp's local session manager, with POST streams closed after `close_after`.
+#[derive(Default)]
+pub(crate) struct PollingSessions {
+    inner: LocalSessionManager,
+    close_after: Option<Duration>,
+}
+
+impl PollingSessions {
+    /// Sessions whose POST streams close after `close_after` (never when `None`).
+    pub(crate) fn new(close_after: Option<Duration>) -> Self {
+        let mut inner = LocalSessionManager::default();
+        if close_after.is_some() {
+            inner = inner.with_event_store(Arc::new(ReplayStore::default()));
+        }
+        PollingSessions { inner, close_after }
+    }
+}
+
+/// How long a request stream's events are kept after its answer.
+const KEEP_AFTER_ANSWER: Duration = Duration::from_secs(60);
+
+/// The most events kept of one stream (the oldest go first): a call that floods
+/// progress cannot fill the server's memory.
+const MAX_EVENTS: usize = 1000;
+
+/// Each request stream's events, in memory, for resumes (rmcp's `EventStore`). Event
+/// ids are `STREAM/N`: rmcp names a request's stream by a random UUID, so an id names
+/// one stream of one session and cannot be guessed. The session's common stream (GET)
+/// is not kept: its resume starts afresh.
+#[derive(Default)]
+pub(crate) struct ReplayStore {
+    state: Arc<Mutex<Streams>>,
+}
+
+#[derive(Default)]
+struct Streams {
+    logs: HashMap<String, Log>,
+    /// Streams whose answer was sent, oldest first: evicted after `KEEP_AFTER_ANSWER`.
+    answered: VecDeque<(Instant, String)>,
+}
+
+struct Log {
+    /// The number the next event gets.
+    next: u64,
+    /// The kept events and their numbers.
+    events: VecDeque<(u64, ServerSseMessage)>,
+    answered: bool,
+    /// Wakes the streams replaying this one when an event is added.
+    added: Arc<tokio::sync::Notify>,
+}
+
+impl Log {
+    fn new() -> Log {
+        Log {
+            next: 0,
+            events: VecDeque::new(),
+            answered: false,
+            added: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+}
+
+fn is_answer(event: &ServerSseMessage) -> bool {
+    matches!(
+        event.message.as_deref(),
+        Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+    )
+}
+
+/// What a replay has seen of one stream.
+struct Seen {
+    /// The events after this number, and whether the stream has its answer.
+    events: Vec<(u64, ServerSseMessage)>,
+    answered: bool,
+    added: Arc<tokio::sync::Notify>,
+}
+
+/// The events of `stream` after number `after` (`None`: the stream is unknown, or was
+/// evicted).
+fn after(state: &Mutex<Streams>, stream: &str, after: u64) -> Option<Seen> {
+    let state = state.lock().ok()?;
+    let log = state.logs.get(stream)?;
+    Some(Seen {
+        events: log
+            .events
+            .iter()
+            .filter(|(n, _)| *n > after)
+            .cloned()
+            .collect(),
+        answered: log.answered,
+        added: log.added.clone(),
+    })
+}
+
+/// A replay in progress: the events still to send, and where it stands.
+struct Cursor {
+    state: Arc<Mutex<Streams>>,
+    stream: String,
+    last: u64,
+    pending: VecDeque<ServerSseMessage>,
+    answered: bool,
+}
+
+#[async_trait::async_trait]
+impl EventStore for ReplayStore {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<EventId, EventStoreError> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| EventStoreError::from("the replay store's lock is poisoned"))?;
+        let now = Instant::now();
+        while let Some((at, _)) = state.answered.front()
+            && now.duration_since(*at) > KEEP_AFTER_ANSWER
+        {
+            if let Some((_, gone)) = state.answered.pop_front() {
+                state.logs.remove(&gone);
+            }
+        }
+        if stream_id.ends_with(":common") {
+            // Not kept: numbered for the client, never replayed.
+            return Ok(format!("{stream_id}/0"));
+        }
+        let log = state
+            .logs
+            .entry(stream_id.to_owned())
+            .or_insert_with(Log::new);
+        let n = log.next;
+        log.next += 1;
+        let id = format!("{stream_id}/{n}");
+        let mut kept = event.clone();
+        kept.event_id = Some(id.clone());
+        if log.events.len() == MAX_EVENTS {
+            log.events.pop_front();
+        }
+        log.events.push_back((n, kept));
+        let answered = is_answer(event);
+        log.answered |= answered;
+        log.added.notify_waiters();
+        if answered {
+            state.answered.push_back((now, stream_id.to_owned()));
+        }
+        Ok(id)
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        let (stream, last) = last_event_id
+            .rsplit_once('/')
+            .and_then(|(s, n)| Some((s.to_owned(), n.parse::<u64>().ok()?)))
+            .ok_or_else(|| {
+                EventStoreError::from(format!(
+                    "`{last_event_id}` is not an event id of this server"
+                ))
+            })?;
+        if after(&self.state, &stream, last).is_none() {
+            return Err(EventStoreError::from(format!(
+                "no stream has the event `{last_event_id}` (its answer was sent more than {} s ago, or it never was)",
+                KEEP_AFTER_ANSWER.as_secs()
+            )));
+        }
+        // What came after the client's last event, then the call live until its answer.
+        let cursor = Cursor {
+            state: self.state.clone(),
+            stream,
+            last,
+            pending: VecDeque::new(),
+            answered: false,
+        };
+        let replay = futures_util::stream::unfold(cursor, |mut c| async move {
+            loop {
+                if let Some(event) = c.pending.pop_front() {
+                    return Some((event, c));
+                }
+                if c.answered {
+                    return None;
+                }
+                let seen = after(&c.state, &c.stream, c.last)?;
+                let added = seen.added.clone();
+                // Registered before the look, so an event added right after it wakes us.
+                let notified = added.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let seen = after(&c.state, &c.stream, c.last).unwrap_or(seen);
+                c.answered = seen.answered;
+                for (n, event) in seen.events {
+                    c.last = n;
+                    c.pending.push_back(event);
+                }
+                if c.pending.is_empty() && !c.answered {
+                    notified.await;
+                }
+            }
+        });
+        Ok(Box::pin(replay))
+    }
+}
+
+type Inner = LocalSessionManager;
+
+impl SessionManager for PollingSessions {
+    type Error = <Inner as SessionManager>::Error;
+    type Transport = <Inner as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.inner.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(self.closing(stream))
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // A resumed stream stays open until the answer (a client that polls once gets
+        // it there); should the connection drop, the client resumes again from the
+        // last event it got.
+        self.inner.resume(id, last_event_id).await
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
+
+impl PollingSessions {
+    /// `stream`, ended at the deadline unless it ended first (its answer sent).
+    fn closing<S>(&self, stream: S) -> impl Stream<Item = ServerSseMessage> + Send + Sync + 'static
+    where
+        S: Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+    {
+        match self.close_after {
+            Some(after) => stream.take_until(tokio::time::sleep(after)).left_stream(),
+            None => stream.right_stream(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{JsonRpcResponse, NumberOrString, RequestId, ServerResult};
+
+    use super::*;
+
+    fn answer(id: i64) -> ServerSseMessage {
+        let response = JsonRpcResponse {
+            jsonrpc: Default::default(),
+            id: RequestId::from(NumberOrString::Number(id)),
+            result: ServerResult::empty(()),
+        };
+        ServerSseMessage::from_message(ServerJsonRpcMessage::Response(response))
+    }
+
+    fn priming() -> ServerSseMessage {
+        ServerSseMessage::priming("", Duration::from_secs(3))
+    }
+
+    #[tokio::test]
+    async fn a_replay_sends_what_came_after_the_last_event_then_follows_live_to_the_answer() {
+        let store = ReplayStore::default();
+        let first = store.store_event("s1", &priming()).await.unwrap();
+        let second = store.store_event("s1", &priming()).await.unwrap();
+        assert_eq!((first.as_str(), second.as_str()), ("s1/0", "s1/1"));
+        let mut replay = store.replay_events_after(&first).await.unwrap();
+        // What the client missed comes first, with the id it was given.
+        let got = replay.next().await.unwrap();
+        assert_eq!(got.event_id.as_deref(), Some("s1/1"));
+        // Then the answer, stored while the replay waits, and the replay ends.
+        let waiting = tokio::spawn(async move {
+            let got = replay.next().await.unwrap();
+            (got, replay.next().await.is_none())
+        });
+        tokio::task::yield_now().await;
+        store.store_event("s1", &answer(7)).await.unwrap();
+        let (got, ended) = waiting.await.unwrap();
+        assert_eq!(got.event_id.as_deref(), Some("s1/2"));
+        assert!(is_answer(&got) && ended);
+        // A resume after the answer replays it and ends at once.
+        let late: Vec<_> = store
+            .replay_events_after(&second)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert_eq!(late.len(), 1);
+        assert!(is_answer(&late[0]));
+    }
+
+    #[tokio::test]
+    async fn unknown_and_malformed_ids_are_refused_and_the_common_stream_is_not_kept() {
+        let store = ReplayStore::default();
+        assert!(store.replay_events_after("nope/0").await.is_err());
+        assert!(store.replay_events_after("no-number").await.is_err());
+        assert!(store.replay_events_after("s1/x").await.is_err());
+        let id = store.store_event("sess:common", &priming()).await.unwrap();
+        assert!(store.replay_events_after(&id).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_stream_keeps_its_last_thousand_events() {
+        let store = ReplayStore::default();
+        for _ in 0..MAX_EVENTS + 5 {
+            store.store_event("s1", &priming()).await.unwrap();
+        }
+        let kept: Vec<_> = store
+            .replay_events_after("s1/0")
+            .await
+            .unwrap()
+            .take(MAX_EVENTS + 5)
+            .take_until(tokio::time::sleep(Duration::from_millis(50)))
+            .collect()
+            .await;
+        assert_eq!(kept.len(), MAX_EVENTS);
+        assert_eq!(kept[0].event_id.as_deref(), Some("s1/5"));
+    }
+}
