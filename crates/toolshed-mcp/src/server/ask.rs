@@ -7,6 +7,7 @@
 //! an elicitation's message names the tool that asks (a gateway serves many tools; the
 //! person answering should know which one wants their input).
 
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -103,6 +104,50 @@ fn timed_out(kind: AskKind) -> AskError {
     AskError::Failed {
         kind,
         message: format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs()),
+    }
+}
+
+/// An asker that answers every question with why this client cannot: for a client that
+/// declared neither capability, or a request of the session-less era. Shared, so the
+/// calls of such clients (most of them) allocate nothing for questions never asked.
+struct Unable {
+    why: &'static str,
+}
+
+impl Asker for Unable {
+    fn ask<'a>(&'a self, _tool: &'a str, ask: Ask) -> BoxFuture<'a, Result<Value, AskError>> {
+        Box::pin(std::future::ready(Err(AskError::Unsupported {
+            kind: ask.kind,
+            why: self.why.to_owned(),
+        })))
+    }
+}
+
+static SESSIONLESS: LazyLock<Arc<dyn Asker>> = LazyLock::new(|| {
+    Arc::new(Unable {
+        why: "it speaks protocol 2026-07-28, which has no requests from server to client",
+    })
+});
+
+static UNDECLARED: LazyLock<Arc<dyn Asker>> = LazyLock::new(|| {
+    Arc::new(Unable {
+        why: "it declared neither the `elicitation` nor the `sampling` capability",
+    })
+});
+
+/// Who answers the questions of a call from `peer` (`sessionless`: a `2026-07-28`
+/// request): the client itself when it declared a capability to answer with.
+pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn Asker> {
+    if sessionless {
+        return SESSIONLESS.clone();
+    }
+    let able = peer.peer_info().is_some_and(|info| {
+        info.capabilities.elicitation.is_some() || info.capabilities.sampling.is_some()
+    });
+    if able {
+        Arc::new(PeerAsker::new(peer.clone(), false))
+    } else {
+        UNDECLARED.clone()
     }
 }
 

@@ -422,8 +422,7 @@ impl<G: Gateway> McpHandler<G> {
         let inbound = Inbound::of(ctx);
         let sessionless = inbound.era == "discover";
         let via = Some(inbound);
-        let asker: Option<Arc<dyn toolshed_core::Asker>> =
-            Some(Arc::new(ask::PeerAsker::new(ctx.peer.clone(), sessionless)));
+        let asker = Some(ask::asker_for(&ctx.peer, sessionless));
         if !watched {
             // Nobody watches: no channel and no forwarding task (most calls).
             let options = CallOptions {
