@@ -347,6 +347,22 @@ async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_
     s.stop().await;
 }
 
+/// The run a `tools/call` result names (`_meta["toolshed/run_id"]`), as the deployer
+/// reads it.
+async fn run_of(s: &TestServer, result: &Value) -> Value {
+    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
+    let (status, run) = s
+        .call(
+            "GET",
+            &format!("/api/v1/runs/{run_id}"),
+            Some(&s.deployer),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    run
+}
+
 /// Run the SDK client of tests/mcp/conformance/elicit-client.mjs; what it was asked and
 /// the call's result.
 async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) -> (Value, Value) {
@@ -427,16 +443,7 @@ async fn a_tool_asks_the_person_and_the_model_at_the_mcp_client_and_nobody_over_
         json!(["username", "email"])
     );
     // The run records the question and how it ended, not what the person typed.
-    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
-    let (status, run) = s
-        .call(
-            "GET",
-            &format!("/api/v1/runs/{run_id}"),
-            Some(&s.deployer),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{run}");
+    let run = run_of(&s, result).await;
     let asks = &run["data"]["calls"][0]["diagnostics"]["asks"];
     assert_eq!(asks[0]["kind"], "elicitation/create", "{run}");
     assert_eq!(asks[0]["outcome"], "accept", "{run}");
@@ -516,16 +523,7 @@ async fn a_client_that_can_elicit_decides_the_approval_at_the_client() {
             .contains("+04:00"),
         "{result}"
     );
-    let run_id = result["_meta"]["toolshed/run_id"].as_str().unwrap();
-    let (status, run) = s
-        .call(
-            "GET",
-            &format!("/api/v1/runs/{run_id}"),
-            Some(&s.deployer),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{run}");
+    let run = run_of(&s, &result).await;
     assert_eq!(run["data"]["status"], "completed", "{run}");
     let text = run.to_string();
     assert!(

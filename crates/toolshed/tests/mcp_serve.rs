@@ -357,6 +357,28 @@ fn serve_with(args: &[&str]) -> Served {
     }
 }
 
+/// `toolshed login` as the server's admin, the token kept under `config`.
+fn login_admin(server: &Served, config: &str) {
+    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args([
+            "login",
+            "--username",
+            "admin",
+            "--password",
+            "admin-password-1",
+        ])
+        .env("TOOLSHED_URL", &server.url)
+        .env("TOOLSHED_CONFIG_DIR", config)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .output()
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+}
+
 #[test]
 fn with_toolshed_url_it_bridges_to_the_servers_mcp_under_the_callers_token() {
     let server = serve();
@@ -382,24 +404,7 @@ fn with_toolshed_url_it_bridges_to_the_servers_mcp_under_the_callers_token() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("toolshed login"));
 
-    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
-        .args([
-            "login",
-            "--username",
-            "admin",
-            "--password",
-            "admin-password-1",
-        ])
-        .env("TOOLSHED_URL", &server.url)
-        .env("TOOLSHED_CONFIG_DIR", config)
-        .env_remove("TOOLSHED_API_TOKEN")
-        .output()
-        .unwrap();
-    assert!(
-        login.status.success(),
-        "{}",
-        String::from_utf8_lossy(&login.stderr)
-    );
+    login_admin(&server, config);
     let mut peer = Peer::start_with(
         home.path(),
         &db,
@@ -597,24 +602,7 @@ fn the_bridge_relays_a_tools_question_at_once_and_resumes_a_stream_the_server_cl
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("config");
     let config = config.to_str().unwrap();
-    let login = Command::new(env!("CARGO_BIN_EXE_toolshed"))
-        .args([
-            "login",
-            "--username",
-            "admin",
-            "--password",
-            "admin-password-1",
-        ])
-        .env("TOOLSHED_URL", &server.url)
-        .env("TOOLSHED_CONFIG_DIR", config)
-        .env_remove("TOOLSHED_API_TOKEN")
-        .output()
-        .unwrap();
-    assert!(
-        login.status.success(),
-        "{}",
-        String::from_utf8_lossy(&login.stderr)
-    );
+    login_admin(&server, config);
     let tool = home.path().join("slow_question.py");
     std::fs::write(
         &tool,

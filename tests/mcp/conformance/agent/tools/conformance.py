@@ -115,6 +115,10 @@ def test_elicitation(message: str, ctx):
     return "User response: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
 
 
+def _completed(answer):
+    return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+
+
 def test_elicitation_sep1034_defaults(ctx):
     """Elicits a form whose fields of every primitive type have defaults (SEP-1034)."""
     answer = ctx.elicit(
@@ -130,7 +134,7 @@ def test_elicitation_sep1034_defaults(ctx):
             },
         },
     )
-    return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+    return _completed(answer)
 
 
 def test_elicitation_sep1330_enums(ctx):
@@ -168,7 +172,7 @@ def test_elicitation_sep1330_enums(ctx):
             },
         },
     )
-    return "Elicitation completed: action=%s, content=%s" % (answer.get("action"), json.dumps(answer.get("content")))
+    return _completed(answer)
 
 
 def test_reconnection():
