@@ -125,9 +125,19 @@ pub async fn execute(
         name: name.clone(),
         args: args.clone(),
     };
+    // Boxed: continuing a run (a keyed call) drives a whole run handle, whose future
+    // would otherwise set the size of every execution's future, which is moved whole
+    // wherever it goes (an MCP call boxes it once more).
     if let RunChoice::Continue(run_id) = &req.run
-        && let Some(step) =
-            continue_run(state, claims, &prepared, run_id, &call, &req.attended).await?
+        && let Some(step) = Box::pin(continue_run(
+            state,
+            claims,
+            &prepared,
+            run_id,
+            &call,
+            &req.attended,
+        ))
+        .await?
     {
         return Ok(Executed {
             run_id: run_id.clone(),
