@@ -100,6 +100,32 @@ impl PeerAsker {
     }
 }
 
+/// A tool's elicitation as the client will get it: its message prefixed with the
+/// tool's name (a gateway serves many tools; the person answering should know which one
+/// asks), and a URL-mode elicitation only to an `https://` address (a tool must not
+/// send a person to a plain-HTTP page, or to a `javascript:` or `file:` one).
+fn elicitation(tool: &str, mut params: Value) -> Result<ElicitRequestParams, AskError> {
+    let kind = AskKind::Elicit;
+    let invalid = |problem: String| AskError::Invalid { kind, problem };
+    if let Some(Value::String(message)) = params.get_mut("message") {
+        *message = format!("[tool {tool}] {message}");
+    }
+    if params.get("mode").and_then(Value::as_str) == Some("url") {
+        let url = params
+            .get("url")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let https = url::Url::parse(url).is_ok_and(|u| u.scheme() == "https" && u.host().is_some());
+        if !https {
+            return Err(invalid(format!(
+                "`url` must be an https:// address to send a person to, not {:?}",
+                url.chars().take(100).collect::<String>()
+            )));
+        }
+    }
+    serde_json::from_value(params).map_err(|e| invalid(e.to_string()))
+}
+
 fn timed_out(kind: AskKind) -> AskError {
     AskError::Failed {
         kind,
@@ -154,5 +180,45 @@ pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn A
 impl Asker for PeerAsker {
     fn ask<'a>(&'a self, tool: &'a str, ask: Ask) -> BoxFuture<'a, Result<Value, AskError>> {
         Box::pin(self.put(tool, ask))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_elicitation_names_its_tool_and_sends_people_only_to_https() {
+        let form = json!({"message": "Your name?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}});
+        let Ok(ElicitRequestParams::FormElicitationParams { message, .. }) =
+            elicitation("greet", form)
+        else {
+            panic!("a form elicitation is accepted");
+        };
+        assert_eq!(message, "[tool greet] Your name?");
+        for url in [
+            "http://example.com/login",
+            "javascript:alert(1)",
+            "file:///etc/passwd",
+            "",
+            "https://",
+        ] {
+            let asked =
+                json!({"mode": "url", "message": "Sign in", "url": url, "elicitationId": "e1"});
+            let err = elicitation("greet", asked).unwrap_err();
+            assert!(matches!(err, AskError::Invalid { .. }), "{url}: {err}");
+            assert!(err.to_string().contains("https://"), "{err}");
+        }
+        let ok = json!({"mode": "url", "message": "Sign in", "url": "https://example.com/login", "elicitationId": "e1"});
+        assert!(elicitation("greet", ok).is_ok());
+        // Not what MCP accepts: the field is named.
+        let err = elicitation(
+            "greet",
+            json!({"message": "x", "requestedSchema": {"type": "array"}}),
+        )
+        .unwrap_err();
+        assert!(matches!(err, AskError::Invalid { .. }), "{err}");
     }
 }
