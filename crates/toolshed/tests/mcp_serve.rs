@@ -675,3 +675,24 @@ fn the_bridge_relays_a_tools_question_at_once_and_resumes_a_stream_the_server_cl
     assert!(listed["tools"].is_array(), "{listed}");
     assert!(notes.iter().all(|n| n["id"] != json!(7)), "{notes:?}");
 }
+
+#[test]
+fn serve_refuses_an_sse_close_after_out_of_its_range_naming_the_flag() {
+    for bad in ["0", "soon", "86401"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--mcp-sse-close-after",
+                bad,
+            ])
+            .env_remove("TOOLSHED_MCP_SSE_CLOSE_AFTER")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("--mcp-sse-close-after"), "{bad}: {stderr}");
+    }
+}
