@@ -69,12 +69,7 @@ impl PeerAsker {
         };
         let answer = match kind {
             AskKind::Elicit => {
-                let mut params = ask.params;
-                if let Some(Value::String(message)) = params.get_mut("message") {
-                    *message = format!("[tool {tool}] {message}");
-                }
-                let params: ElicitRequestParams =
-                    serde_json::from_value(params).map_err(invalid)?;
+                let params = elicitation(tool, ask.params)?;
                 let asked = self.peer.create_elicitation(params);
                 let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
                     .await
