@@ -5,8 +5,9 @@
 Reads newline-delimited JSON requests `{"id", "tool", "args", "context", "credentials"}`
 on stdin and answers each with zero or more `{"id", "partial"}` lines and exactly one
 `{"id", "result"}` or `{"id", "error": {"message", "code"}}` line on stdout. It serves
-requests one at a time until stdin closes: a cold call writes one request and closes
-stdin, a warm worker keeps it open.
+requests one at a time until stdin closes, or until it has answered a request marked
+`once` (a cold call's only one, whose stdin stays open for answers to the tool's
+questions); a warm worker keeps stdin open.
 
 Start-up is kept near the bare interpreter's: the runtime starts it with `-S -E` and
 passes the `sys.path` a normal interpreter would have in TOOLSHED_SYS_PATH (so the
@@ -286,6 +287,8 @@ class _Runner:
         self.fn = fn
         self.load_error = load_error
         self.wants_ctx = fn is not None and _wants_ctx(fn)
+        # Set by a request with `once`: the process's only one; exit after answering it.
+        self.last = False
         self.convert = None
         if fn is not None:
             try:
@@ -335,6 +338,7 @@ class _Runner:
         try:
             request = _loads(raw)
             rid = request["id"]
+            self.last = request.get("once") is True
             args = request.get("args") or {}
             if not isinstance(args, dict):
                 raise ValueError("args must be a JSON object")
@@ -483,6 +487,10 @@ def main():
             break
         if raw.strip():
             runner.handle(raw)
+            if runner.last:
+                # A one-shot call: its stdin stayed open only for answers; nothing
+                # more comes, so the process ends with its answer.
+                break
     sys.stderr.flush()
     proto.flush()
     # Skip interpreter teardown: nothing is left to flush, and it costs milliseconds.

@@ -531,7 +531,8 @@ impl Dispatcher {
         asker: Option<Arc<dyn Asker>>,
     ) -> Result<Conversation, DispatchError> {
         let id = next_request_id();
-        let request = encode_request_with(&id, tool, op, args, context, credentials, env);
+        let once = matches!(mode, Mode::OneShot);
+        let request = encode_request_with(&id, tool, op, args, context, credentials, env, once);
         let config = &self.launcher.config;
         let opening = || Opening {
             tool: tool.clone(),

@@ -18,7 +18,9 @@
 //! end-of-file right after its request (the Node runner's one-shot mode reads stdin
 //! whole), so it cannot ask; `python:` tools, and every pooled worker, can.
 //!
-//! A request may also carry `env` (the run's declared env, Toren's `ctx.env`), and
+//! A request may also carry `once: true` (a one-shot process's only request: nothing
+//! but answers to its questions follows, so it may exit after its final answer),
+//! `env` (the run's declared env, Toren's `ctx.env`), and
 //! `op` for what the Node runner's compatibility layer answers besides calls: `approval`
 //! (a Toren tool's approval predicate over `args`: `{"result": true|false}`) and `hook`
 //! (a bread tool's `hook` with `result`, `error` and `attempt`: `{"result":
@@ -109,6 +111,10 @@ struct WireRequest<'a> {
     /// An op's own fields (`hook`, `result`, `error`, `attempt`).
     #[serde(flatten)]
     fields: &'a serde_json::Map<String, Value>,
+    /// A one-shot process's only request: after its final answer nothing more comes
+    /// (its stdin stays open only for answers to its questions), so it may exit at once.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    once: bool,
 }
 
 /// What a request asks of a Node worker besides a call: the compatibility layer's
@@ -123,7 +129,9 @@ pub(crate) enum Op {
     Hook(serde_json::Map<String, Value>),
 }
 
-/// Encode one request line, `\n` included: a call, or an [`Op`].
+/// Encode one request line, `\n` included: a call, or an [`Op`]; `once` for a one-shot
+/// process's only request.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_request_with(
     id: &str,
     tool: &str,
@@ -132,6 +140,7 @@ pub(crate) fn encode_request_with(
     context: &CallContext,
     credentials: &BTreeMap<String, Secret>,
     env: &BTreeMap<String, String>,
+    once: bool,
 ) -> Vec<u8> {
     let empty = serde_json::Map::new();
     let (op, fields) = match op {
@@ -151,6 +160,7 @@ pub(crate) fn encode_request_with(
             .collect(),
         env,
         fields,
+        once,
     };
     // Serializing a struct of strings and `Value`s cannot fail.
     let mut line = serde_json::to_vec(&wire).unwrap_or_else(|_| b"{}".to_vec());
@@ -167,7 +177,16 @@ pub(crate) fn encode_request(
     context: &CallContext,
     credentials: &BTreeMap<String, Secret>,
 ) -> Vec<u8> {
-    encode_request_with(id, tool, None, args, context, credentials, &BTreeMap::new())
+    encode_request_with(
+        id,
+        tool,
+        None,
+        args,
+        context,
+        credentials,
+        &BTreeMap::new(),
+        false,
+    )
 }
 
 /// One valid line from a tool.
@@ -487,15 +506,37 @@ mod tests {
         assert_eq!(v["context"]["idempotency_key"], Value::Null);
         assert_eq!(v["context"]["principal"], Value::Null);
         assert_eq!(v["args"], json!({"a": 1}));
-        // No declared env: no `env` key.
+        // No declared env: no `env` key; a pooled request has no `once`.
         assert!(v.get("env").is_none(), "{v}");
+        assert!(v.get("once").is_none(), "{v}");
+        let once = encode_request_with(
+            "r1",
+            "t",
+            None,
+            &json!({}),
+            &ctx,
+            &creds,
+            &BTreeMap::new(),
+            true,
+        );
+        let v: Value = serde_json::from_slice(&once).unwrap();
+        assert_eq!(v["once"], true, "a one-shot process's only request says so");
     }
 
     #[test]
     fn the_declared_env_travels_beside_the_context() {
         let ctx = CallContext::ephemeral();
         let env = BTreeMap::from([("REGION".to_owned(), "eu".to_owned())]);
-        let line = encode_request_with("r1", "t", None, &json!({}), &ctx, &BTreeMap::new(), &env);
+        let line = encode_request_with(
+            "r1",
+            "t",
+            None,
+            &json!({}),
+            &ctx,
+            &BTreeMap::new(),
+            &env,
+            false,
+        );
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["env"], json!({"REGION": "eu"}));
         assert!(v["context"].get("env").is_none(), "{v}");
