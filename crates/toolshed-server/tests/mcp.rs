@@ -188,19 +188,7 @@ async fn tools_are_listed_and_called_as_durable_runs_for_the_executing_role() {
     )
     .await;
     assert_eq!(done.get("isError"), None, "{done}");
-    let run_id = done["_meta"]["toolshed/run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, run) = s
-        .call(
-            "GET",
-            &format!("/api/v1/runs/{run_id}"),
-            Some(&s.deployer),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{run}");
+    let run = run_of(&s, &done).await;
     assert_eq!(run["data"]["agent_id"], "mcp");
     assert_eq!(run["data"]["status"], "completed");
     // The run records the MCP side: the client as it named itself, the era and version.

@@ -77,6 +77,20 @@ impl Peer {
         p
     }
 
+    /// The next request the server sends with `method` (what comes before it is
+    /// skipped).
+    fn next_request(&mut self, method: &str) -> Value {
+        loop {
+            let v = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("a {method} request within 60 s"));
+            if v["method"] == method {
+                return v;
+            }
+        }
+    }
+
     fn send(&mut self, v: Value) {
         writeln!(self.stdin, "{v}").unwrap();
         self.stdin.flush().unwrap();
@@ -544,15 +558,7 @@ fn a_tool_served_on_stdio_asks_the_person_at_the_client() {
     let mut peer = Peer::spawn(p, &db, &[], &[], json!({"elicitation": {}}));
     peer.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pick_colour", "arguments": {}}}));
     // The server asks first: the tool's form, its message naming the tool.
-    let asked = loop {
-        let v = peer
-            .lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a request within 60 s");
-        if v["method"] == "elicitation/create" {
-            break v;
-        }
-    };
+    let asked = peer.next_request("elicitation/create");
     assert_eq!(
         asked["params"]["message"], "[tool pick_colour] Which colour?",
         "{asked}"
@@ -636,15 +642,7 @@ fn the_bridge_relays_a_tools_question_at_once_and_resumes_a_stream_the_server_cl
     );
     peer.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "slow_question", "arguments": {}}}));
     // The question reaches the client while the call's stream is open.
-    let asked = loop {
-        let v = peer
-            .lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the question within 60 s");
-        if v["method"] == "elicitation/create" {
-            break v;
-        }
-    };
+    let asked = peer.next_request("elicitation/create");
     assert_eq!(
         asked["params"]["message"], "[tool slow_question] Go on?",
         "{asked}"
