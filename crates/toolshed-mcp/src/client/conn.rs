@@ -208,6 +208,8 @@ impl Connection {
             loop {
                 if let Some(status) = child.exited() {
                     why = format!("the process exited ({status})");
+                    // Its last words may still be in the pipe: quoted below.
+                    self.stderr.drained(Duration::from_millis(500)).await;
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -423,6 +425,7 @@ impl Connection {
             while Instant::now() < deadline {
                 if let Some(status) = c.exited() {
                     reason = format!("the process exited ({status}) before answering `initialize`");
+                    self.stderr.drained(Duration::from_millis(500)).await;
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

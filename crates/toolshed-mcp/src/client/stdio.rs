@@ -120,6 +120,10 @@ impl Child {
 pub(crate) struct StderrLog {
     buf: Mutex<VecDeque<u8>>,
     cap: usize,
+    /// Readers still reading a process's stderr (one per start of the server).
+    reading: std::sync::atomic::AtomicUsize,
+    /// Told when a reader reaches the end of its pipe.
+    ended: tokio::sync::Notify,
 }
 
 impl StderrLog {
@@ -127,7 +131,28 @@ impl StderrLog {
         Arc::new(StderrLog {
             buf: Mutex::new(VecDeque::new()),
             cap,
+            reading: std::sync::atomic::AtomicUsize::new(0),
+            ended: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Wait (at most `within`) until every reader has read its pipe to the end: a
+    /// process that just exited may still have its last words in the pipe, and an
+    /// error that quotes them must not be written before they are read.
+    pub(crate) async fn drained(&self, within: Duration) {
+        use std::sync::atomic::Ordering;
+        let _ = tokio::time::timeout(within, async {
+            loop {
+                let ended = self.ended.notified();
+                tokio::pin!(ended);
+                ended.as_mut().enable();
+                if self.reading.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        })
+        .await;
     }
 
     fn push(&self, bytes: &[u8]) {
@@ -155,7 +180,9 @@ impl StderrLog {
     }
 
     fn spawn_reader(self: &Arc<Self>, mut r: impl AsyncRead + Send + Unpin + 'static) {
+        use std::sync::atomic::Ordering;
         let log = self.clone();
+        log.reading.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
             let mut chunk = [0u8; 4096];
             loop {
@@ -164,6 +191,8 @@ impl StderrLog {
                     Ok(n) => log.push(&chunk[..n]),
                 }
             }
+            log.reading.fetch_sub(1, Ordering::AcqRel);
+            log.ended.notify_waiters();
         });
     }
 }
