@@ -21,32 +21,15 @@ use toolshed_core::{Ask, AskError, AskKind, Asker};
 /// it sooner; this bounds a call that has none.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The client of one `tools/call`, as the asker of its tool.
+/// The client of one `tools/call` (of a session: a session-less request gets
+/// [`SESSIONLESS`]), as the asker of its tool.
 pub(crate) struct PeerAsker {
     peer: Peer<RoleServer>,
-    /// The request came in the `2026-07-28` era, which has no server-to-client requests.
-    sessionless: bool,
 }
 
 impl PeerAsker {
-    /// The asker of a call from `peer`, made in the `2026-07-28` era when
-    /// `sessionless`. Made for every call, so it only keeps the peer: the client's
-    /// capabilities are read when a question comes.
-    pub(crate) fn new(peer: Peer<RoleServer>, sessionless: bool) -> PeerAsker {
-        PeerAsker { peer, sessionless }
-    }
-
     async fn put(&self, tool: &str, ask: Ask) -> Result<Value, AskError> {
         let kind = ask.kind;
-        let unsupported = |why: &str| AskError::Unsupported {
-            kind,
-            why: why.to_owned(),
-        };
-        if self.sessionless {
-            return Err(unsupported(
-                "it speaks protocol 2026-07-28, which has no requests from server to client",
-            ));
-        }
         let info = self.peer.peer_info();
         let caps = info.as_ref().map(|info| &info.capabilities);
         let declared = match kind {
@@ -54,45 +37,47 @@ impl PeerAsker {
             AskKind::Sample => caps.is_some_and(|c| c.sampling.is_some()),
         };
         if !declared {
-            return Err(unsupported(&format!(
-                "it did not declare the `{}` capability",
-                kind.capability()
-            )));
+            return Err(AskError::Unsupported {
+                kind,
+                why: format!("it did not declare the `{}` capability", kind.capability()),
+            });
         }
         let invalid = |e: serde_json::Error| AskError::Invalid {
             kind,
             problem: e.to_string(),
         };
-        let failed = |e: rmcp::ServiceError| AskError::Failed {
-            kind,
-            message: e.to_string(),
-        };
         let answer = match kind {
             AskKind::Elicit => {
                 let params = elicitation(tool, ask.params)?;
-                let asked = self.peer.create_elicitation(params);
-                let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
-                    .await
-                    .map_err(|_| timed_out(kind))?
-                    .map_err(failed)?;
-                serde_json::to_value(answer)
+                answered(kind, self.peer.create_elicitation(params)).await?
             }
             AskKind::Sample => {
                 let params: CreateMessageRequestParams =
                     serde_json::from_value(ask.params).map_err(invalid)?;
-                let asked = self.peer.create_message(params);
-                let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
-                    .await
-                    .map_err(|_| timed_out(kind))?
-                    .map_err(failed)?;
-                serde_json::to_value(answer)
+                answered(kind, self.peer.create_message(params)).await?
             }
         };
-        answer.map_err(|e| AskError::Failed {
-            kind,
-            message: format!("the client's answer cannot be read back: {e}"),
-        })
+        Ok(answer)
     }
+}
+
+/// The client's answer to one question, within [`ANSWER_TIMEOUT`], as JSON.
+async fn answered<T: serde::Serialize>(
+    kind: AskKind,
+    asked: impl Future<Output = Result<T, rmcp::ServiceError>>,
+) -> Result<Value, AskError> {
+    let failed = |message: String| AskError::Failed { kind, message };
+    let answer = tokio::time::timeout(ANSWER_TIMEOUT, asked)
+        .await
+        .map_err(|_| {
+            failed(format!(
+                "no answer within {} seconds",
+                ANSWER_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| failed(e.to_string()))?;
+    serde_json::to_value(answer)
+        .map_err(|e| failed(format!("the client's answer cannot be read back: {e}")))
 }
 
 /// A tool's elicitation as the client will get it: its message prefixed with the
@@ -119,13 +104,6 @@ fn elicitation(tool: &str, mut params: Value) -> Result<ElicitRequestParams, Ask
         }
     }
     serde_json::from_value(params).map_err(|e| invalid(e.to_string()))
-}
-
-fn timed_out(kind: AskKind) -> AskError {
-    AskError::Failed {
-        kind,
-        message: format!("no answer within {} seconds", ANSWER_TIMEOUT.as_secs()),
-    }
 }
 
 /// An asker that answers every question with why this client cannot: for a client that
@@ -166,7 +144,7 @@ pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn A
         info.capabilities.elicitation.is_some() || info.capabilities.sampling.is_some()
     });
     if able {
-        Arc::new(PeerAsker::new(peer.clone(), false))
+        Arc::new(PeerAsker { peer: peer.clone() })
     } else {
         UNDECLARED.clone()
     }
