@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{Stream, StreamExt};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionError};
 use rmcp::transport::streamable_http_server::session::store::{
     EventId, EventStore, EventStoreError, EventStream,
 };
@@ -37,16 +37,23 @@ use rmcp::transport::streamable_http_server::session::{
 pub(crate) struct PollingSessions {
     inner: LocalSessionManager,
     close_after: Option<Duration>,
+    /// The event store, when polling is on.
+    store: Option<Arc<ReplayStore>>,
 }
 
 impl PollingSessions {
     /// Sessions whose POST streams close after `close_after` (never when `None`).
     pub(crate) fn new(close_after: Option<Duration>) -> Self {
         let mut inner = LocalSessionManager::default();
-        if close_after.is_some() {
-            inner = inner.with_event_store(Arc::new(ReplayStore::default()));
+        let store = close_after.map(|_| Arc::new(ReplayStore::default()));
+        if let Some(store) = &store {
+            inner = inner.with_event_store(store.clone());
         }
-        PollingSessions { inner, close_after }
+        PollingSessions {
+            inner,
+            close_after,
+            store,
+        }
     }
 }
 
@@ -81,6 +88,8 @@ struct Log {
     answered: bool,
     /// Wakes the streams replaying this one when an event is added.
     added: Arc<tokio::sync::Notify>,
+    /// The session whose request the stream answers: only it may resume the stream.
+    session: Option<SessionId>,
 }
 
 impl Log {
@@ -90,7 +99,40 @@ impl Log {
             events: VecDeque::new(),
             answered: false,
             added: Arc::new(tokio::sync::Notify::new()),
+            session: None,
         }
+    }
+}
+
+/// The stream an event id (`STREAM/N`) names.
+fn stream_of(event_id: &str) -> Option<&str> {
+    event_id.rsplit_once('/').map(|(stream, _)| stream)
+}
+
+impl ReplayStore {
+    /// Record that the stream of `event_id` answers `session` (the first time only).
+    fn claim(&self, event_id: &str, session: &SessionId) {
+        let (Some(stream), Ok(mut state)) = (stream_of(event_id), self.state.lock()) else {
+            return;
+        };
+        if let Some(log) = state.logs.get_mut(stream)
+            && log.session.is_none()
+        {
+            log.session = Some(session.clone());
+        }
+    }
+
+    /// Whether `session` may resume from `event_id`: the stream answers that session.
+    /// Another session (another caller, perhaps another tenant, who learnt an event
+    /// id) gets nothing.
+    fn owned_by(&self, event_id: &str, session: &SessionId) -> bool {
+        let (Some(stream), Ok(state)) = (stream_of(event_id), self.state.lock()) else {
+            return false;
+        };
+        state
+            .logs
+            .get(stream)
+            .is_some_and(|log| log.session.as_ref() == Some(session))
     }
 }
 
@@ -133,6 +175,8 @@ struct Cursor {
     last: u64,
     pending: VecDeque<ServerSseMessage>,
     answered: bool,
+    /// The stream's wake-up, told of every event added.
+    added: Arc<tokio::sync::Notify>,
 }
 
 #[async_trait::async_trait]
@@ -192,12 +236,12 @@ impl EventStore for ReplayStore {
                     "`{last_event_id}` is not an event id of this server"
                 ))
             })?;
-        if after(&self.state, &stream, last).is_none() {
+        let Some(first) = after(&self.state, &stream, last) else {
             return Err(EventStoreError::from(format!(
                 "no stream has the event `{last_event_id}` (its answer was sent more than {} s ago, or it never was)",
                 KEEP_AFTER_ANSWER.as_secs()
             )));
-        }
+        };
         // What came after the client's last event, then the call live until its answer.
         let cursor = Cursor {
             state: self.state.clone(),
@@ -205,6 +249,7 @@ impl EventStore for ReplayStore {
             last,
             pending: VecDeque::new(),
             answered: false,
+            added: first.added,
         };
         let replay = futures_util::stream::unfold(cursor, |mut c| async move {
             loop {
@@ -214,13 +259,12 @@ impl EventStore for ReplayStore {
                 if c.answered {
                     return None;
                 }
-                let seen = after(&c.state, &c.stream, c.last)?;
-                let added = seen.added.clone();
                 // Registered before the look, so an event added right after it wakes us.
+                let added = c.added.clone();
                 let notified = added.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                let seen = after(&c.state, &c.stream, c.last).unwrap_or(seen);
+                let seen = after(&c.state, &c.stream, c.last)?;
                 c.answered = seen.answered;
                 for (n, event) in seen.events {
                     c.last = n;
@@ -267,6 +311,15 @@ impl SessionManager for PollingSessions {
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let stream = self.inner.create_stream(id, message).await?;
+        // Each event that reaches this session's client binds its stream to the session
+        // before the client can know the id (it learns ids only from these events).
+        let store = self.store.clone();
+        let session = id.clone();
+        let stream = stream.inspect(move |event| {
+            if let (Some(store), Some(event_id)) = (&store, &event.event_id) {
+                store.claim(event_id, &session);
+            }
+        });
         Ok(self.closing(stream))
     }
 
@@ -293,6 +346,12 @@ impl SessionManager for PollingSessions {
         // A resumed stream stays open until the answer (a client that polls once gets
         // it there); should the connection drop, the client resumes again from the
         // last event it got.
+        if let Some(store) = &self.store
+            && !store.owned_by(&last_event_id, id)
+        {
+            // rmcp answers a failed resume with an empty stream that ends at once.
+            return Err(SessionError::InvalidEventId.into());
+        }
         self.inner.resume(id, last_event_id).await
     }
 
@@ -372,6 +431,22 @@ mod tests {
         assert!(store.replay_events_after("s1/x").await.is_err());
         let id = store.store_event("sess:common", &priming()).await.unwrap();
         assert!(store.replay_events_after(&id).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn only_the_session_whose_stream_it_is_may_resume_it() {
+        let store = ReplayStore::default();
+        let id = store.store_event("s1", &priming()).await.unwrap();
+        let (a, b): (SessionId, SessionId) = ("session-a".into(), "session-b".into());
+        // Not yet seen by any session's client: nobody may resume.
+        assert!(!store.owned_by(&id, &a));
+        store.claim(&id, &a);
+        // Another session that learnt the id cannot take the stream over.
+        store.claim(&id, &b);
+        assert!(store.owned_by(&id, &a));
+        assert!(!store.owned_by(&id, &b));
+        assert!(!store.owned_by("s2/0", &a), "an unknown stream");
+        assert!(!store.owned_by("no-number", &a));
     }
 
     #[tokio::test]

@@ -826,3 +826,90 @@ async fn another_tenant_sees_and_runs_what_rest_lets_it_run_with_its_own_princip
     assert_eq!(status, 404);
     s.stop().await;
 }
+
+/// GET `/mcp` resuming after `last_event_id` in session `sid`; the stream's text, read
+/// until it ends or for at most five seconds.
+async fn resume(s: &TestServer, token: &str, sid: &str, last_event_id: &str) -> String {
+    let resp = s
+        .client
+        .get(format!("{}/mcp", s.base))
+        .bearer_auth(token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("last-event-id", last_event_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    tokio::time::timeout(std::time::Duration::from_secs(5), resp.text())
+        .await
+        .map(|t| t.unwrap_or_default())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stream_is_resumed_only_by_its_own_session() {
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/mcp/conformance/agent")
+        .canonicalize()
+        .unwrap();
+    let s = TestServer::start_with(|c| {
+        c.code.tool_roots.push(fixture.clone());
+        c.mcp_gateway.sse_close_after = Some(std::time::Duration::from_millis(300));
+    })
+    .await;
+    let py = fixture.join("tools/conformance.py");
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.admin),
+            Some(
+                json!({"name": "test_reconnection", "description": "Takes a second",
+                "endpoint": format!("python:{}:test_reconnection", py.display())}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mine = session(&s, &s.deployer).await;
+    // The call's stream closes after 300 ms, before its answer: only the priming event.
+    let text = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(&s.deployer)
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &mine)
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "test_reconnection", "arguments": {}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("Reconnection test completed"), "{text}");
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .last()
+        .expect("an event id")
+        .trim()
+        .to_owned();
+    // Another caller's session that learnt the id gets nothing, not even after the answer.
+    let theirs = session(&s, &s.admin).await;
+    let stolen = resume(&s, &s.admin, &theirs, &last).await;
+    assert!(!stolen.contains("Reconnection test completed"), "{stolen}");
+    // The call's own session gets its answer.
+    let resumed = resume(&s, &s.deployer, &mine, &last).await;
+    assert!(resumed.contains("Reconnection test completed"), "{resumed}");
+    // And once the answer was sent, the other session still gets nothing.
+    let stolen = resume(&s, &s.admin, &theirs, &last).await;
+    assert!(!stolen.contains("Reconnection test completed"), "{stolen}");
+    s.stop().await;
+}
