@@ -896,8 +896,8 @@ async fn a_closed_stream_is_resumed_only_by_its_own_session() {
     assert!(!text.contains("Reconnection test completed"), "{text}");
     let last = text
         .lines()
-        .filter_map(|l| l.strip_prefix("id:"))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("id:"))
         .expect("an event id")
         .trim()
         .to_owned();
