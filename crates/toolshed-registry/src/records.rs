@@ -175,6 +175,10 @@ pub struct ToolFilter {
     pub page: u32,
     /// Items per page (0 means 20; at most [`MAX_PER_PAGE`]).
     pub per_page: u32,
+    /// Leave out each tool's definition: every record's `definition` is `null`. For
+    /// listings that show only the other fields (the REST listing's summaries), where
+    /// reading and parsing the definitions was about a fifth of a page's cost.
+    pub skip_definitions: bool,
 }
 
 /// The largest page a listing returns.

@@ -403,7 +403,11 @@ pub(crate) async fn list_tools(
     let (cond_sql, cond_params) = cond.parts();
     let statement = format!(
         "{}{cond_sql}{}{cond_sql} ORDER BY name{}) p ON TRUE",
-        sql::TOOL_PAGE_HEAD,
+        if filter.skip_definitions {
+            sql::TOOL_SUMMARY_PAGE_HEAD
+        } else {
+            sql::TOOL_PAGE_HEAD
+        },
         sql::TOOL_PAGE_JOIN,
         paging.limit_offset_sql(),
     );
@@ -413,7 +417,7 @@ pub(crate) async fn list_tools(
     for row in &rows {
         total = row.get(14)?;
         if row.get::<Option<String>>(0)?.is_some() {
-            items.push(tool_from_row(row)?);
+            items.push(tool_from_row_with(row, !filter.skip_definitions)?);
         }
     }
     Ok(paging.page_of(items, total))
@@ -434,6 +438,11 @@ fn escape_like(text: &str) -> String {
 
 /// A tool row (id and the tool fields, in `sql::TOOL_FIELDS` order).
 fn tool_from_row(row: &Row) -> Result<ToolRecord> {
+    tool_from_row_with(row, true)
+}
+
+/// A tool row, its definition read only when `definition` is set (`null` otherwise).
+fn tool_from_row_with(row: &Row, definition: bool) -> Result<ToolRecord> {
     let id: String = row.get(0)?;
     let status: String = row.get(5)?;
     let status = status.parse::<ToolStatus>().map_err(|_| {
@@ -442,9 +451,13 @@ fn tool_from_row(row: &Row) -> Result<ToolRecord> {
     let revision = row
         .get::<u32>(8)
         .map_err(|e| RegistryError::Backend(format!("tool `{id}` has an invalid revision: {e}")))?;
-    let definition = row.get::<serde_json::Value>(9).map_err(|e| {
-        RegistryError::Backend(format!("tool `{id}` has a corrupt definition: {e}"))
-    })?;
+    let definition = if definition {
+        row.get::<serde_json::Value>(9).map_err(|e| {
+            RegistryError::Backend(format!("tool `{id}` has a corrupt definition: {e}"))
+        })?
+    } else {
+        serde_json::Value::Null
+    };
     Ok(ToolRecord {
         name: row.get(1)?,
         description: row.get(2)?,

@@ -134,6 +134,11 @@ pub(crate) const TOOL_PAGE_HEAD: &str = "SELECT p.id, p.name, p.description, p.t
      p.source, p.status, p.endpoint, p.version, p.revision, p.definition, p.created_by, \
      p.created_at_ms, p.updated_at_ms, p.tenant, t.total \
      FROM (SELECT COUNT(*) AS total FROM registry_tools WHERE ";
+/// [`TOOL_PAGE_HEAD`] with NULL for each definition (`ToolFilter::skip_definitions`).
+pub(crate) const TOOL_SUMMARY_PAGE_HEAD: &str = "SELECT p.id, p.name, p.description, \
+     p.tool_type, p.source, p.status, p.endpoint, p.version, p.revision, NULL, p.created_by, \
+     p.created_at_ms, p.updated_at_ms, p.tenant, t.total \
+     FROM (SELECT COUNT(*) AS total FROM registry_tools WHERE ";
 /// Between the two copies of the condition.
 pub(crate) const TOOL_PAGE_JOIN: &str = concat!(
     ") t LEFT JOIN (SELECT id, ",

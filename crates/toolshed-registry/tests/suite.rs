@@ -318,6 +318,20 @@ async fn list_tools_pages_and_filters(store: Arc<dyn RegistryStore>) {
     // Defaults: page 1, 20 per page, by name.
     let first = store.list_tools(&filter()).await.unwrap();
     assert_eq!((first.page, first.per_page, first.total), (1, 20, 45));
+    assert!(first.items.iter().all(|t| t.definition["name"] == t.name));
+    // Without definitions: the same page, each definition null.
+    let summaries = store
+        .list_tools(&ToolFilter {
+            skip_definitions: true,
+            ..filter()
+        })
+        .await
+        .unwrap();
+    let mut expected = first.clone();
+    for t in &mut expected.items {
+        t.definition = serde_json::Value::Null;
+    }
+    assert_eq!(summaries, expected);
     assert_eq!(names(&first), all_names[..20]);
     // Page 0 is page 1.
     let zero = store

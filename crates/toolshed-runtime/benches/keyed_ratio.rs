@@ -4,8 +4,8 @@
 //!   times one raw commit, one call through the plain pipeline, and one keyed call
 //!   through the durable runtime; the figure is the median over rounds of
 //!   (durable − plain) / raw;
-//! - back to back: a run of raw commits, then a run of plain calls, then a run of keyed
-//!   calls; the figure is (median durable − median plain) / median raw.
+//! - back to back: runs of 200 raw commits, 200 plain calls and 200 keyed calls taking
+//!   turns; the figure is (median durable − median plain) / median raw.
 //!
 //! Run: `cargo bench -p toolshed-runtime --bench keyed_ratio` (prints a table).
 
@@ -109,35 +109,55 @@ fn main() {
         median(&mut ratios)
     );
 
-    // Back to back: each kind in a run of its own.
-    let time = |f: &mut dyn FnMut()| {
-        let mut samples = Vec::with_capacity(ROUNDS);
-        for round in 0..ROUNDS + 200 {
+    // Back to back: each kind in a run of its own, in blocks that take turns (raw,
+    // plain, durable, raw, …), so that a drift of the disk's fsync cost over seconds
+    // (on this VM the raw commit's median moved between 141 and 211 µs from one run to
+    // the next) lands on all three kinds alike instead of on whichever ran last.
+    const BLOCK: usize = 200;
+    const WARM: usize = 20;
+    let block = |f: &mut dyn FnMut(), samples: &mut Vec<f64>| {
+        for i in 0..BLOCK + WARM {
             let t = Instant::now();
             f();
-            if round >= 200 {
+            if i >= WARM {
                 samples.push(t.elapsed().as_secs_f64() * 1e6);
             }
         }
-        median(&mut samples)
     };
-    let raw_b = time(&mut || {
-        raw.execute(
-            "INSERT INTO t (v) VALUES ('a row of about the size of a journal record')",
-            [],
-        )
-        .expect("insert");
-    });
-    let plain_b = time(&mut || {
-        rt.block_on(plain.call(&ctx, ToolCall::new("inc", json!({"n": 1}))))
-            .result
-            .expect("ok");
-    });
-    let durable_b = time(&mut || {
-        rt.block_on(run.call(ToolCall::new("inc", json!({"n": 1}))))
-            .expect("call");
-    });
-    println!("back to back, {ROUNDS} of each (medians):");
+    let (mut raw_s, mut plain_s, mut durable_s) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS / BLOCK {
+        block(
+            &mut || {
+                raw.execute(
+                    "INSERT INTO t (v) VALUES ('a row of about the size of a journal record')",
+                    [],
+                )
+                .expect("insert");
+            },
+            &mut raw_s,
+        );
+        block(
+            &mut || {
+                rt.block_on(plain.call(&ctx, ToolCall::new("inc", json!({"n": 1}))))
+                    .result
+                    .expect("ok");
+            },
+            &mut plain_s,
+        );
+        block(
+            &mut || {
+                rt.block_on(run.call(ToolCall::new("inc", json!({"n": 1}))))
+                    .expect("call");
+            },
+            &mut durable_s,
+        );
+    }
+    let (raw_b, plain_b, durable_b) = (
+        median(&mut raw_s),
+        median(&mut plain_s),
+        median(&mut durable_s),
+    );
+    println!("back to back, {ROUNDS} of each in blocks of {BLOCK} taking turns (medians):");
     println!("  raw commit                 {raw_b:8.1} µs");
     println!("  call, plain pipeline       {plain_b:8.1} µs");
     println!("  keyed call, durable        {durable_b:8.1} µs");

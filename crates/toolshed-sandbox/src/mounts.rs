@@ -4,7 +4,8 @@
 //! bind targets) and shared read-only by every run: the mount points (`usr`, `proc`,
 //! `dev/null`, `tmp`, `work`, the binds'), the lib and bin links as the host has them,
 //! `/dev/shm` → `/tmp`, and a synthetic `/etc` (a `passwd` with the sandbox user, no real
-//! user of the host). Each run, the parent prepares *detached* mounts (new mount API):
+//! user of the host; a copy of the loader's cache, so programs find their libraries at
+//! once). Each run, the parent prepares *detached* mounts (new mount API):
 //! a read-only clone of the skeleton, read-only clones of `/usr` and the binds (a
 //! writable bind is a writable clone of one folder, given to the run's uid first), the three
 //! device nodes, and two fresh size-limited tmpfs (`/tmp` and the scratch folder); an
@@ -33,7 +34,7 @@ use crate::error::SandboxError;
 use crate::sys;
 
 /// Bumped when the skeleton's contents change, so old skeletons are not reused.
-const SKELETON_VERSION: u32 = 1;
+const SKELETON_VERSION: u32 = 2;
 
 /// The host's top-level links or folders the sandbox mirrors (merged /usr: links).
 const TOP_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
@@ -104,11 +105,50 @@ fn key(points: &[MountPoint]) -> String {
     }
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
     SKELETON_VERSION.hash(&mut h);
+    // A skeleton holds a copy of the loader's cache: a new cache (after `ldconfig`)
+    // makes a new skeleton.
+    if let Ok(m) = std::fs::metadata(LOADER_CACHE) {
+        use std::os::unix::fs::MetadataExt;
+        m.len().hash(&mut h);
+        m.mtime().hash(&mut h);
+        m.mtime_nsec().hash(&mut h);
+        m.ino().hash(&mut h);
+    }
     for p in points {
         p.target.as_os_str().as_bytes().hash(&mut h);
         p.dir.hash(&mut h);
     }
     format!("root-{:016x}", h.finish())
+}
+
+/// The dynamic loader's cache of where each library is (`ldconfig`'s output).
+const LOADER_CACHE: &str = "/etc/ld.so.cache";
+/// A loader cache larger than this is not copied (a typical one is tens of KiB).
+const LOADER_CACHE_MAX: u64 = 4 << 20;
+
+/// Copies the host's loader cache into the skeleton's `/etc`. Without it the loader of
+/// every dynamically linked program looks for each library in every hardware-capability
+/// folder of every library path first (about forty failed lookups per library, each
+/// checked by Landlock), which made up much of a sandboxed start. The cache names only
+/// library paths under `/usr`, which the sandbox sees anyway. A missing, odd or huge
+/// cache is skipped: programs then start the slow way.
+fn copy_loader_cache(root: &Path) -> Result<(), SandboxError> {
+    let host = Path::new(LOADER_CACHE);
+    match std::fs::symlink_metadata(host) {
+        Ok(m) if m.is_file() && m.len() <= LOADER_CACHE_MAX => {}
+        _ => return Ok(()),
+    }
+    let Ok(bytes) = std::fs::read(host) else {
+        return Ok(());
+    };
+    let p = root.join("etc/ld.so.cache");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&p)
+        .map_err(io_at(&p, "create"))?;
+    std::io::Write::write_all(&mut f, &bytes).map_err(io_at(&p, "write"))
 }
 
 fn io_at(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> SandboxError {
@@ -236,6 +276,7 @@ fn populate(root: &Path, points: &[MountPoint]) -> Result<(), SandboxError> {
         "passwd: files\ngroup: files\nhosts: files dns\n",
     )?;
     file("etc/resolv.conf", RESOLV_CONF)?;
+    copy_loader_cache(root)?;
     for p in points {
         let rel = p.target.strip_prefix("/").unwrap_or(&p.target);
         let full = root.join(rel);

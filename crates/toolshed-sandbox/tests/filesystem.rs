@@ -109,6 +109,44 @@ grep -c '^[^:]*:' /etc/passwd
 }
 
 #[tokio::test]
+async fn etc_holds_the_synthetic_files_and_the_loaders_cache_only() {
+    let sb = sandbox();
+    let o = run(
+        &sb,
+        sh(
+            "ls -A /etc | tr '\\n' ' '; echo; cmp -s /etc/ld.so.cache /etc/ld.so.cache && echo readable",
+            LimitsRequest::default(),
+        ),
+    )
+    .await;
+    let text = out(&o);
+    let mut expected = vec![
+        "group",
+        "hostname",
+        "hosts",
+        "nsswitch.conf",
+        "passwd",
+        "resolv.conf",
+        "ssl",
+    ];
+    // The host's loader cache is copied in (programs then find their libraries without
+    // trying every hardware-capability folder); a host without one has none.
+    if Path::new("/etc/ld.so.cache").is_file() {
+        expected.push("ld.so.cache");
+        assert!(text.contains("readable"), "{}", show(&o));
+    }
+    expected.sort_unstable();
+    let mut listed: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, expected, "{}", show(&o));
+}
+
+#[tokio::test]
 async fn a_planted_symlink_fifo_or_escape_is_never_followed_on_read_back() {
     let sb = sandbox();
     let dir = tempfile::tempdir().unwrap();

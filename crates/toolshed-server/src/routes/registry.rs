@@ -151,6 +151,8 @@ pub async fn list_tools(
                 .transpose()?,
             page: page_of(q.page)?,
             per_page: per_page_of(q.per_page)?,
+            // A summary shows no definition.
+            skip_definitions: true,
         })
         .await?;
     Ok(Json(views::paged(page, |t| views::tool_summary(&t))))
