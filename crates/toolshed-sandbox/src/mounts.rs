@@ -141,14 +141,18 @@ fn copy_loader_cache(root: &Path) -> Result<(), SandboxError> {
     let Ok(bytes) = std::fs::read(host) else {
         return Ok(());
     };
-    let p = root.join("etc/ld.so.cache");
+    new_file(&root.join("etc/ld.so.cache"), &bytes)
+}
+
+/// Creates the file `p` (which must not exist yet), readable by all, with `contents`.
+fn new_file(p: &Path, contents: &[u8]) -> Result<(), SandboxError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
-        .open(&p)
-        .map_err(io_at(&p, "create"))?;
-    std::io::Write::write_all(&mut f, &bytes).map_err(io_at(&p, "write"))
+        .open(p)
+        .map_err(io_at(p, "create"))?;
+    std::io::Write::write_all(&mut f, contents).map_err(io_at(p, "write"))
 }
 
 fn io_at(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> SandboxError {
@@ -217,16 +221,7 @@ fn populate(root: &Path, points: &[MountPoint]) -> Result<(), SandboxError> {
             .create(&p)
             .map_err(io_at(&p, "create"))
     };
-    let file = |rel: &str, contents: &str| -> Result<(), SandboxError> {
-        let p = root.join(rel);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&p)
-            .map_err(io_at(&p, "create"))?;
-        std::io::Write::write_all(&mut f, contents.as_bytes()).map_err(io_at(&p, "write"))
-    };
+    let file = |rel: &str, contents: &str| new_file(&root.join(rel), contents.as_bytes());
     let link = |target: &str, rel: &str| -> Result<(), SandboxError> {
         let p = root.join(rel);
         std::os::unix::fs::symlink(target, &p).map_err(io_at(&p, "create"))
