@@ -28,6 +28,7 @@ use toolshed_api::ApiCode;
 use toolshed_auth::{Claims, Role};
 use toolshed_core::{Crumb, CrumbKind};
 use toolshed_journal::Gate;
+use toolshed_mcp::server::direct;
 use toolshed_mcp::server::{
     CallEvent, CallOptions, CallOutcome, Catalog, ExposedTool, Gateway, GatewayError, LogLevel,
     McpHandler,
@@ -44,7 +45,7 @@ use crate::state::AppState;
 pub const MCP_AGENT: &str = "mcp";
 
 /// `/mcp`'s settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct McpSettings {
     /// Origins allowed besides the loopback ones (`--mcp-allowed-origins`), e.g.
     /// `https://tools.example.com`; each one's host is also an allowed `Host`.
@@ -55,6 +56,21 @@ pub struct McpSettings {
     /// resumes it with `Last-Event-ID` (`--mcp-sse-close-after`, SEP-1699 polling).
     /// `None` (the default): a stream lasts as long as its call.
     pub sse_close_after: Option<std::time::Duration>,
+    /// Answer a plain session-less `tools/call` directly instead of through rmcp's
+    /// per-request service (the same answer, about a fifth less work per call;
+    /// [`toolshed_mcp::server::direct`]). On by default; off only to compare the two.
+    pub direct_calls: bool,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            allowed_origins: Vec::new(),
+            catalog: Catalog::default(),
+            sse_close_after: None,
+            direct_calls: true,
+        }
+    }
 }
 
 /// The authenticated caller of one MCP request.
@@ -344,7 +360,6 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         }
     }
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         // A 2026-07-28 request whose first message is its answer gets it as one JSON
@@ -353,13 +368,27 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
         .with_json_response(true)
         .with_max_request_body_bytes(state.config().max_body_bytes);
     let handler = McpHandler::new(Arc::new(RegistryGateway::new(state.clone())));
+    let direct = settings.direct_calls.then(|| {
+        Arc::new(Direct {
+            handler: handler.fresh(),
+            hosts: hosts.clone(),
+            max_body: state.config().max_body_bytes,
+        })
+    });
+    let config = config.with_allowed_hosts(hosts);
     let svc = StreamableHttpService::new(
         move || Ok(handler.fresh()),
         Arc::new(PollingSessions::new(settings.sse_close_after)),
         config,
     );
     axum::Router::new()
-        .route_service("/mcp", Shared(Arc::new(svc)))
+        .route_service(
+            "/mcp",
+            Shared {
+                rmcp: Arc::new(svc),
+                direct,
+            },
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             authenticate,
@@ -368,13 +397,26 @@ pub fn service(state: &AppState, local: std::net::SocketAddr) -> axum::Router<Ap
 
 type McpService = StreamableHttpService<McpHandler<RegistryGateway>, PollingSessions>;
 
-/// rmcp's service behind an `Arc`. The router clones a route's service for every
-/// request, once per layer around it, and rmcp's own `call` clones it again: each
-/// clone of the bare service copies its whole config (the allowed hosts and origins,
-/// one `String` each), about a hundred allocations per request. Cloning this one
-/// bumps a reference count.
+/// rmcp's service behind an `Arc`, and the direct path beside it. The router clones a
+/// route's service for every request, once per layer around it, and rmcp's own `call`
+/// clones it again: each clone of the bare service copies its whole config (the
+/// allowed hosts and origins, one `String` each), about a hundred allocations per
+/// request. Cloning this one bumps reference counts.
 #[derive(Clone)]
-struct Shared(Arc<McpService>);
+struct Shared {
+    rmcp: Arc<McpService>,
+    /// `None` when `McpSettings::direct_calls` is off.
+    direct: Option<Arc<Direct>>,
+}
+
+/// What the direct path of a session-less `tools/call` needs
+/// ([`toolshed_mcp::server::direct`]).
+struct Direct {
+    handler: McpHandler<RegistryGateway>,
+    /// The allowed `Host` names (rmcp's allowlist, which the direct path checks too).
+    hosts: Vec<String>,
+    max_body: usize,
+}
 
 impl tower::Service<Request> for Shared {
     type Response = Response;
@@ -390,8 +432,35 @@ impl tower::Service<Request> for Shared {
 
     fn call(&mut self, req: Request) -> Self::Future {
         // What rmcp's `call` does, without cloning the service first.
-        let svc = self.0.clone();
-        Box::pin(async move { Ok(svc.handle(req).await.map(axum::body::Body::new)) })
+        let svc = self.rmcp.clone();
+        let direct = self
+            .direct
+            .clone()
+            .filter(|d| direct::wants(req.method(), req.headers(), &d.hosts, d.max_body));
+        let Some(direct) = direct else {
+            return Box::pin(async move { Ok(svc.handle(req).await.map(axum::body::Body::new)) });
+        };
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, direct.max_body).await else {
+                return Ok((
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "Bad Request: the body could not be read in full",
+                )
+                    .into_response());
+            };
+            let Some(call) = direct::parse(&parts.headers, &bytes) else {
+                let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+                return Ok(svc.handle(req).await.map(axum::body::Body::new));
+            };
+            let answer = direct.handler.answer_direct(&parts, call).await;
+            Ok((
+                answer.status,
+                [(header::CONTENT_TYPE, "application/json")],
+                answer.body,
+            )
+                .into_response())
+        })
     }
 }
 

@@ -913,3 +913,296 @@ async fn a_closed_stream_is_resumed_only_by_its_own_session() {
     assert!(!stolen.contains("Reconnection test completed"), "{stolen}");
     s.stop().await;
 }
+
+/// The headers of a 2026-07-28 `tools/call` as a client sends them (`extra` replaces
+/// or adds), and its body with `params` and the era's `_meta` (plus `meta`).
+fn direct_request(
+    s: &TestServer,
+    params: &Value,
+    meta: &Value,
+    extra: &[(&str, &str)],
+) -> (axum::http::HeaderMap, String) {
+    let mut params = params.clone();
+    let mut m = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    for (k, v) in meta.as_object().unwrap() {
+        m[k] = v.clone();
+    }
+    params["_meta"] = m;
+    let body =
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}).to_string();
+    let mut h = axum::http::HeaderMap::new();
+    let name = params["name"].as_str().unwrap_or_default().to_owned();
+    let host = s.base.trim_start_matches("http://").to_owned();
+    let length = body.len().to_string();
+    for (k, v) in [
+        ("host", host.as_str()),
+        ("accept", ACCEPT),
+        ("content-type", "application/json"),
+        ("content-length", length.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name.as_str()),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        h.insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    (h, body)
+}
+
+/// Send what [`direct_request`] made as `token`: the status, the content type and the
+/// body with what differs between two servers (run and call ids, times) replaced.
+async fn send_direct(
+    s: &TestServer,
+    token: &str,
+    headers: &axum::http::HeaderMap,
+    body: &str,
+) -> (u16, String, String) {
+    let mut req = s.client.post(format!("{}/mcp", s.base)).bearer_auth(token);
+    for (k, v) in headers {
+        if k != "host" && k != "content-length" {
+            req = req.header(k.as_str(), v.to_str().unwrap());
+        }
+    }
+    let resp = req.body(body.to_owned()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let mut text = text;
+    for (pattern, with) in [
+        (
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "<uuid>",
+        ),
+        (r"mcp-[0-9a-f]{32}", "<keyed run>"),
+        (
+            r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)",
+            "<time>",
+        ),
+        (r#"unix\\?":\s*\d+"#, "<unix>"),
+    ] {
+        text = regex_lite::Regex::new(pattern)
+            .unwrap()
+            .replace_all(&text, with)
+            .into_owned();
+    }
+    (status, content_type, text)
+}
+
+#[tokio::test]
+async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_it() {
+    use toolshed_mcp::server::direct;
+    // The direct path says so at DEBUG: captured here (one thread runs the test, both
+    // servers and the client), to show which server took which request.
+    let log = Log::default();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(log.clone())
+            .finish(),
+    );
+    let fast = TestServer::start().await;
+    let slow = TestServer::start_with(|c| c.mcp_gateway.direct_calls = false).await;
+    for s in [&fast, &slow] {
+        let (status, body) = s
+            .call(
+                "POST",
+                "/api/v1/registry/tools",
+                Some(&s.deployer),
+                Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let clock = json!({"name": "get_current_time", "arguments": {"utc_offset": "+02:00"}});
+    let key = |k: &str| json!({"toolshed/idempotency_key": k});
+    let none = json!({});
+    // (what, params, extra _meta, who calls, taken by the direct path)
+    let cases: Vec<(&str, Value, Value, bool, bool)> = vec![
+        ("a result", clock.clone(), none.clone(), false, true),
+        (
+            "no arguments",
+            json!({"name": "get_current_time"}),
+            none.clone(),
+            false,
+            true,
+        ),
+        (
+            "invalid arguments",
+            json!({"name": "get_current_time", "arguments": {"utc_offset": 7}}),
+            none.clone(),
+            false,
+            true,
+        ),
+        (
+            "an unknown tool",
+            json!({"name": "nope", "arguments": {}}),
+            none.clone(),
+            false,
+            true,
+        ),
+        (
+            "a malformed key",
+            clock.clone(),
+            key("has spaces"),
+            false,
+            true,
+        ),
+        ("a keyed result", clock.clone(), key("k-1"), false, true),
+        (
+            "the keyed result again",
+            clock.clone(),
+            key("k-1"),
+            false,
+            true,
+        ),
+        (
+            "a pending approval",
+            json!({"name": "gated", "arguments": {}}),
+            key("order-1"),
+            false,
+            true,
+        ),
+        (
+            "the same approval again",
+            json!({"name": "gated", "arguments": {}}),
+            key("order-1"),
+            false,
+            true,
+        ),
+        (
+            "the same key, other arguments",
+            json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}}),
+            key("order-1"),
+            false,
+            true,
+        ),
+        ("a viewer", clock.clone(), none.clone(), true, true),
+        // Left to rmcp: a progress token (the call streams), arguments that are not an
+        // object, unknown fields.
+        (
+            "a progress token",
+            clock.clone(),
+            json!({"progressToken": "p1"}),
+            false,
+            false,
+        ),
+        (
+            "arguments not an object",
+            json!({"name": "get_current_time", "arguments": [1]}),
+            none.clone(),
+            false,
+            false,
+        ),
+        (
+            "an unknown field",
+            json!({"name": "get_current_time", "arguments": {}, "task": {}}),
+            none.clone(),
+            false,
+            false,
+        ),
+    ];
+    for (what, params, meta, viewer, taken) in &cases {
+        let mut answers = Vec::new();
+        for s in [&fast, &slow] {
+            let (headers, body) = direct_request(s, params, meta, &[]);
+            let max = 1 << 20;
+            let direct = direct::wants(
+                &axum::http::Method::POST,
+                &headers,
+                &["127.0.0.1".to_owned()],
+                max,
+            ) && direct::parse(&headers, body.as_bytes()).is_some();
+            assert_eq!(direct, *taken, "{what}: taken by the direct path");
+            let token = if *viewer { &s.viewer } else { &s.deployer };
+            answers.push(send_direct(s, token, &headers, &body).await);
+        }
+        assert_eq!(answers[0], answers[1], "{what}: the two paths answer alike");
+        let directly = log.take().matches("answered directly").count();
+        assert_eq!(
+            directly,
+            usize::from(*taken),
+            "{what}: answered directly by the first server only"
+        );
+        assert!(!answers[0].2.is_empty(), "{what}: an answer");
+    }
+
+    // Headers that do not fit: left to rmcp, which refuses them; never a 500, and the
+    // body read for the check still reaches rmcp.
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], u16);
+    let header_cases: [Case; 3] = [
+        ("another Mcp-Name", &[("mcp-name", "nope")], 400),
+        (
+            "a foreign Origin",
+            &[("origin", "https://evil.example.com")],
+            403,
+        ),
+        (
+            "an allowed Origin",
+            &[("origin", "http://localhost:1")],
+            200,
+        ),
+    ];
+    for (what, extra, want) in header_cases {
+        let (headers, body) = direct_request(&fast, &clock, &none, extra);
+        assert!(
+            !direct::wants(
+                &axum::http::Method::POST,
+                &headers,
+                &["127.0.0.1".to_owned()],
+                1 << 20
+            ) || direct::parse(&headers, body.as_bytes()).is_none(),
+            "{what}: left to rmcp"
+        );
+        let (status, _, text) = send_direct(&fast, &fast.deployer, &headers, &body).await;
+        assert_eq!(status, want, "{what}: {text}");
+    }
+    // Garbage under the direct path's headers: read, found wanting, refused by rmcp.
+    let (headers, _) = direct_request(&fast, &clock, &none, &[]);
+    for garbage in ["not json", "{\"jsonrpc\": \"2.0\"}", "[]"] {
+        let (status, _, text) = send_direct(&fast, &fast.deployer, &headers, garbage).await;
+        assert!((400..500).contains(&status), "{garbage}: {status} {text}");
+    }
+    fast.stop().await;
+    slow.stop().await;
+}
+
+/// A log sink shared with a `fmt` subscriber.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Log {
+    /// What was logged since the last take.
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Log;
+    fn make_writer(&'a self) -> Log {
+        self.clone()
+    }
+}

@@ -134,11 +134,16 @@ static UNDECLARED: LazyLock<Arc<dyn Asker>> = LazyLock::new(|| {
     })
 });
 
+/// The asker of every session-less request's call: nobody can answer.
+pub(crate) fn sessionless() -> Arc<dyn Asker> {
+    SESSIONLESS.clone()
+}
+
 /// Who answers the questions of a call from `peer` (`sessionless`: a `2026-07-28`
 /// request): the client itself when it declared a capability to answer with.
 pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn Asker> {
     if sessionless {
-        return SESSIONLESS.clone();
+        return self::sessionless();
     }
     let able = peer.peer_info().is_some_and(|info| {
         info.capabilities.elicitation.is_some() || info.capabilities.sampling.is_some()

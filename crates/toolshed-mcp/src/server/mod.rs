@@ -30,6 +30,7 @@
 mod ask;
 pub mod catalog;
 pub mod content;
+pub mod direct;
 
 use std::sync::{Arc, Mutex};
 
@@ -389,7 +390,13 @@ impl<G: Gateway> McpHandler<G> {
     }
 
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Result<G::Caller, ErrorData> {
-        if let Some(parts) = ctx.extensions.get::<http::request::Parts>()
+        self.caller_in(ctx.extensions.get::<http::request::Parts>())
+    }
+
+    /// The caller of the HTTP request whose head is `parts` (put in its extensions by
+    /// the auth layer), or the fixed caller.
+    fn caller_in(&self, parts: Option<&http::request::Parts>) -> Result<G::Caller, ErrorData> {
+        if let Some(parts) = parts
             && let Some(caller) = parts.extensions.get::<G::Caller>()
         {
             return Ok(caller.clone());
@@ -587,6 +594,11 @@ fn idempotency_key(
         .as_ref()
         .and_then(|m| m.get(IDEMPOTENCY_META))
         .or_else(|| ctx.meta.get(IDEMPOTENCY_META));
+    check_idempotency_key(value)
+}
+
+/// An idempotency key as `_meta` gave it (`None`: none given), checked.
+fn check_idempotency_key(value: Option<&Value>) -> Result<Option<String>, ErrorData> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(k))
