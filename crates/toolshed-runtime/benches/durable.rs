@@ -13,25 +13,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
-use toolshed_core::{Idempotency, Pipeline, RunContext, Tool, ToolCall, ToolSet};
+#[path = "support/inc_tool.rs"]
+mod inc_tool;
+
+use inc_tool::pipeline;
+use toolshed_core::{RunContext, ToolCall};
 use toolshed_journal::Journal;
 use toolshed_runtime::{CallStep, NewRunBuilder, Runtime, RuntimeConfig};
-
-fn keyed_tool() -> Tool {
-    Tool::builder("inc")
-        .description("Add one.")
-        .input_schema(
-            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
-        )
-        .idempotency(Idempotency::Keyed)
-        .handler(|args, _| async move { Ok::<_, String>(args["n"].as_i64().unwrap_or(0) + 1) })
-        .build()
-        .expect("tool")
-}
-
-fn pipeline() -> Pipeline {
-    Pipeline::builder(ToolSet::from_tools([keyed_tool()]).expect("toolset")).build()
-}
 
 fn runtime_on(journal: Arc<dyn Journal>) -> Runtime {
     Runtime::new(pipeline(), journal, RuntimeConfig::default()).expect("runtime")

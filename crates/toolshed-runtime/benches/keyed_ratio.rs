@@ -12,23 +12,14 @@
 use std::time::Instant;
 
 use serde_json::json;
-use toolshed_core::{Idempotency, Pipeline, RunContext, Tool, ToolCall, ToolSet};
+#[path = "support/inc_tool.rs"]
+mod inc_tool;
+
+use inc_tool::pipeline;
+use toolshed_core::{RunContext, ToolCall};
 use toolshed_runtime::{NewRunBuilder, Runtime, RuntimeConfig};
 
 const ROUNDS: usize = 2000;
-
-fn pipeline() -> Pipeline {
-    let tool = Tool::builder("inc")
-        .description("Add one.")
-        .input_schema(
-            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
-        )
-        .idempotency(Idempotency::Keyed)
-        .handler(|args, _| async move { Ok::<_, String>(args["n"].as_i64().unwrap_or(0) + 1) })
-        .build()
-        .expect("tool");
-    Pipeline::builder(ToolSet::from_tools([tool]).expect("toolset")).build()
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

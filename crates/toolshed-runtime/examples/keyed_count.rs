@@ -5,7 +5,10 @@
 //! Run: `cargo run --release -p toolshed-runtime --example keyed_count -- 1000`.
 
 use serde_json::json;
-use toolshed_core::{Idempotency, Pipeline, Tool, ToolCall, ToolSet};
+#[path = "../benches/support/inc_tool.rs"]
+mod inc_tool;
+
+use toolshed_core::ToolCall;
 use toolshed_runtime::{NewRunBuilder, Runtime, RuntimeConfig};
 
 fn main() {
@@ -13,16 +16,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1000);
-    let tool = Tool::builder("inc")
-        .description("Add one.")
-        .input_schema(
-            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
-        )
-        .idempotency(Idempotency::Keyed)
-        .handler(|args, _| async move { Ok::<_, String>(args["n"].as_i64().unwrap_or(0) + 1) })
-        .build()
-        .expect("tool");
-    let pipeline = Pipeline::builder(ToolSet::from_tools([tool]).expect("toolset")).build();
+    let pipeline = inc_tool::pipeline();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -260,15 +260,7 @@ async fn tools_are_listed_and_called_as_durable_runs_for_the_executing_role() {
 #[tokio::test]
 async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_it() {
     let s = TestServer::start().await;
-    let (status, body) = s
-        .call(
-            "POST",
-            "/api/v1/registry/tools",
-            Some(&s.deployer),
-            Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    register_gated(&s).await;
     let sid = session(&s, &s.deployer).await;
     let call = json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}, "_meta": {"toolshed/idempotency_key": "order-42"}});
     let pending = request(&s, &s.deployer, &sid, 1, "tools/call", call.clone()).await;
@@ -333,6 +325,19 @@ async fn a_gated_call_names_its_approval_and_the_same_key_gets_the_result_after_
     assert_eq!(theirs["isError"], true, "{theirs}");
     assert_ne!(theirs["structuredContent"]["call_id"], json!(call_id));
     s.stop().await;
+}
+
+/// Register `gated`: the clock, behind an approval every time.
+async fn register_gated(s: &TestServer) {
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
 }
 
 /// The run a `tools/call` result names (`_meta["toolshed/run_id"]`), as the deployer
@@ -1016,15 +1021,7 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
     let fast = TestServer::start().await;
     let slow = TestServer::start_with(|c| c.mcp_gateway.direct_calls = false).await;
     for s in [&fast, &slow] {
-        let (status, body) = s
-            .call(
-                "POST",
-                "/api/v1/registry/tools",
-                Some(&s.deployer),
-                Some(json!({"name": "gated", "description": "Needs approval", "endpoint": "builtin:get_current_time", "approval": "always"})),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
+        register_gated(s).await;
     }
     let clock = json!({"name": "get_current_time", "arguments": {"utc_offset": "+02:00"}});
     let key = |k: &str| json!({"toolshed/idempotency_key": k});
