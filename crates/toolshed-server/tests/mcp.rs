@@ -1167,11 +1167,27 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
         assert_eq!(status, want, "{what}: {text}");
     }
     // Garbage under the direct path's headers: read, found wanting, refused by rmcp.
-    let (headers, _) = direct_request(&fast, &clock, &none, &[]);
+    let (headers, body) = direct_request(&fast, &clock, &none, &[]);
     for garbage in ["not json", "{\"jsonrpc\": \"2.0\"}", "[]"] {
         let (status, _, text) = send_direct(&fast, &fast.deployer, &headers, garbage).await;
         assert!((400..500).contains(&status), "{garbage}: {status} {text}");
     }
+    // Every truncation of a valid call, and every one with a byte flipped: a clear
+    // 4xx or an answer, never a 500, and the server still answers afterwards.
+    let bytes = body.as_bytes();
+    let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+    bodies.extend((0..bytes.len()).step_by(3).map(|i| {
+        let mut b = bytes.to_vec();
+        b[i] ^= 0x20;
+        b
+    }));
+    for b in bodies {
+        let text = String::from_utf8_lossy(&b).into_owned();
+        let (status, _, answer) = send_direct(&fast, &fast.deployer, &headers, &text).await;
+        assert!(status < 500, "{status} for {text}: {answer}");
+    }
+    let (status, _, _) = send_direct(&fast, &fast.deployer, &headers, &body).await;
+    assert_eq!(status, 200, "still answering");
     fast.stop().await;
     slow.stop().await;
 }
