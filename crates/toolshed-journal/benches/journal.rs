@@ -262,7 +262,10 @@ async fn one_call_run(journal: &dyn Journal) {
         .record_run(
             run,
             vec![(call, result)],
-            vec![json!({"type": "tool:call"}), json!({"type": "tool:result"})],
+            [json!({"type": "tool:call"}), json!({"type": "tool:result"})]
+                .iter()
+                .map(|c| serde_json::value::to_raw_value(c).expect("crumb"))
+                .collect(),
             toolshed_journal::RunStatus::Completed,
         )
         .await

@@ -248,7 +248,7 @@ pub trait Journal: Send + Sync + fmt::Debug {
         &self,
         run: NewRun,
         calls: Vec<(NewCall, CallResult)>,
-        crumbs: Vec<Value>,
+        crumbs: Vec<Box<serde_json::value::RawValue>>,
         status: RunStatus,
     ) -> Result<RunRecord>;
 
@@ -319,10 +319,16 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     // ---- crumbs ----
 
-    /// Append crumbs (already serialized) to a run's log, in order. Sequence numbers are
-    /// assigned by the journal: consecutive per run from 0, the crumbs of one append
-    /// contiguous, also under concurrent appends. An unknown run is `NotFound`.
-    async fn append_crumbs(&self, run_id: &str, crumbs: Vec<Value>) -> Result<()>;
+    /// Append crumbs to a run's log, in order, each already serialized as JSON (a
+    /// [`RawValue`](serde_json::value::RawValue): the runtime writes a crumb's text once,
+    /// without building a JSON tree first). Sequence numbers are assigned by the
+    /// journal: consecutive per run from 0, the crumbs of one append contiguous, also
+    /// under concurrent appends. An unknown run is `NotFound`.
+    async fn append_crumbs(
+        &self,
+        run_id: &str,
+        crumbs: Vec<Box<serde_json::value::RawValue>>,
+    ) -> Result<()>;
 
     /// Read a run's crumbs in order. An unknown run is `NotFound`.
     async fn crumbs_of_run(&self, run_id: &str) -> Result<Vec<CrumbRecord>>;

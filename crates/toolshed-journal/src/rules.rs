@@ -545,7 +545,7 @@ impl WriteOp {
     pub(crate) fn record_run(
         run: &NewRun,
         calls: &[(NewCall, CallResult)],
-        crumbs: &[Value],
+        crumbs: &[Box<serde_json::value::RawValue>],
         status: RunStatus,
         now: i64,
     ) -> Result<WriteOp> {
@@ -564,10 +564,7 @@ impl WriteOp {
         Ok(WriteOp::RecordRun(FinishedRun {
             run: RunInsert::new(run, status, now)?,
             calls: finished,
-            crumbs: crumbs
-                .iter()
-                .map(|c| to_json("crumb", c))
-                .collect::<Result<_>>()?,
+            crumbs: crumbs.iter().map(|c| c.get().to_owned()).collect(),
         }))
     }
 
@@ -631,13 +628,13 @@ impl WriteOp {
         })
     }
 
-    pub(crate) fn append_crumbs(run_id: &str, crumbs: &[Value]) -> Result<WriteOp> {
+    pub(crate) fn append_crumbs(
+        run_id: &str,
+        crumbs: &[Box<serde_json::value::RawValue>],
+    ) -> Result<WriteOp> {
         Ok(WriteOp::AppendCrumbs {
             run_id: run_id.to_owned(),
-            crumbs: crumbs
-                .iter()
-                .map(|c| to_json("crumb", c))
-                .collect::<Result<_>>()?,
+            crumbs: crumbs.iter().map(|c| c.get().to_owned()).collect(),
         })
     }
 }

@@ -269,7 +269,7 @@ impl Journal for SqlJournal {
         &self,
         run: NewRun,
         calls: Vec<(NewCall, CallResult)>,
-        crumbs: Vec<Value>,
+        crumbs: Vec<Box<serde_json::value::RawValue>>,
         status: RunStatus,
     ) -> Result<RunRecord> {
         let now = now_ms();
@@ -361,7 +361,11 @@ impl Journal for SqlJournal {
             .await
     }
 
-    async fn append_crumbs(&self, run_id: &str, crumbs: Vec<Value>) -> Result<()> {
+    async fn append_crumbs(
+        &self,
+        run_id: &str,
+        crumbs: Vec<Box<serde_json::value::RawValue>>,
+    ) -> Result<()> {
         self.write(WriteOp::append_crumbs(run_id, &crumbs)?)
             .await?
             .into_done()

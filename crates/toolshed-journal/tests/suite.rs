@@ -43,6 +43,14 @@ impl OpenJournal for Store {
     }
 }
 
+/// Crumbs as the journal takes them: each already serialized.
+fn raw(values: Vec<Value>) -> Vec<Box<serde_json::value::RawValue>> {
+    values
+        .iter()
+        .map(|v| serde_json::value::to_raw_value(v).unwrap())
+        .collect()
+}
+
 /// The journal in the SQLite file at `path`.
 async fn sqlite_at(path: &std::path::Path) -> Result<SqlJournal, JournalError> {
     SqlJournal::open(&Location::Sqlite {
@@ -263,7 +271,11 @@ async fn unknown_ids_are_not_found(store: Store) {
     not_found(j.begin_drive("nope").await, "run", "nope");
     not_found(j.calls_of_run("nope").await, "run", "nope");
     not_found(j.crumbs_of_run("nope").await, "run", "nope");
-    not_found(j.append_crumbs("nope", vec![json!(1)]).await, "run", "nope");
+    not_found(
+        j.append_crumbs("nope", raw(vec![json!(1)])).await,
+        "run",
+        "nope",
+    );
     not_found(j.append_crumbs("nope", vec![]).await, "run", "nope");
     not_found(j.open_call(new_call("nope", 0)).await, "run", "nope");
     not_found(j.open_and_start(new_call("nope", 0)).await, "run", "nope");
@@ -922,19 +934,19 @@ async fn crumbs_get_consecutive_seqs_from_zero(store: Store) {
     j.create_run(new_run("r2")).await.unwrap();
     j.append_crumbs(
         "r1",
-        vec![
+        raw(vec![
             json!({"kind": "tool:call"}),
             json!({"kind": "tool:result"}),
             json!(3),
-        ],
+        ]),
     )
     .await
     .unwrap();
-    j.append_crumbs("r2", vec![json!("other run")])
+    j.append_crumbs("r2", raw(vec![json!("other run")]))
         .await
         .unwrap();
     j.append_crumbs("r1", vec![]).await.unwrap();
-    j.append_crumbs("r1", vec![json!(4), json!(5)])
+    j.append_crumbs("r1", raw(vec![json!(4), json!(5)]))
         .await
         .unwrap();
     let crumbs = j.crumbs_of_run("r1").await.unwrap();
@@ -1056,7 +1068,9 @@ async fn json_values_round_trip_exactly(store: Store) {
         j.get_call(&call.call_id).await.unwrap().result,
         Some(awkward.clone())
     );
-    j.append_crumbs("r1", vec![awkward.clone()]).await.unwrap();
+    j.append_crumbs("r1", raw(vec![awkward.clone()]))
+        .await
+        .unwrap();
     assert_eq!(j.crumbs_of_run("r1").await.unwrap()[0].crumb, awkward);
 }
 
@@ -1147,7 +1161,7 @@ async fn concurrent_crumb_appends_get_unique_consecutive_seqs(store: Store) {
             };
             tokio::spawn(async move {
                 for append in 0..5 {
-                    let crumbs = (0..3).map(|i| json!([task, append, i])).collect();
+                    let crumbs = raw((0..3).map(|i| json!([task, append, i])).collect());
                     j.append_crumbs("r1", crumbs).await.unwrap();
                 }
             })
@@ -1326,7 +1340,7 @@ async fn reads_never_wait_for_writes(store: Store) {
         .unwrap();
     let gated = j.open_call(new_call("r1", 0)).await.unwrap();
     j.record_gate(&gated.call_id, approval()).await.unwrap();
-    j.append_crumbs("r1", vec![json!("a")]).await.unwrap();
+    j.append_crumbs("r1", raw(vec![json!("a")])).await.unwrap();
     // The writer waits for a lock another connection holds, inside its transaction.
     let (lock, blocked) = block_the_writer(&store, &j).await;
     let reads = async {
@@ -1437,7 +1451,7 @@ async fn data_survives_reopening(store: Store) {
     j.set_run_status("r1", RunStatus::Parked, None)
         .await
         .unwrap();
-    j.append_crumbs("r1", vec![json!("a"), json!("b")])
+    j.append_crumbs("r1", raw(vec![json!("a"), json!("b")]))
         .await
         .unwrap();
     let run = j.get_run("r1").await.unwrap();
@@ -1459,7 +1473,7 @@ async fn data_survives_reopening(store: Store) {
     );
     // And it goes on where it stopped.
     reopened
-        .append_crumbs("r1", vec![json!("c")])
+        .append_crumbs("r1", raw(vec![json!("c")]))
         .await
         .unwrap();
     assert_eq!(reopened.crumbs_of_run("r1").await.unwrap()[2].seq, 2);
@@ -1856,7 +1870,7 @@ async fn record_run_stores_a_finished_run_at_once(store: Store) {
         .record_run(
             tenant_run("once", "registry", "acme"),
             vec![(new_call("once", 0), ok(json!({"answer": 42})))],
-            crumbs.clone(),
+            raw(crumbs.clone()),
             RunStatus::Completed,
         )
         .await
@@ -1944,7 +1958,10 @@ async fn finished_run(j: &dyn Journal, id: &str, status: RunStatus) -> RunRecord
     j.record_run(
         new_run(id),
         vec![(new_call(id, 0), result)],
-        vec![json!({"type": "tool:call"}), json!({"type": "tool:result"})],
+        raw(vec![
+            json!({"type": "tool:call"}),
+            json!({"type": "tool:result"}),
+        ]),
         status,
     )
     .await
@@ -2255,7 +2272,7 @@ mod sqlite_retention {
                         j.record_run(
                             new_run(&id),
                             vec![(new_call(&id, 0), ok(json!({"payload": payload})))],
-                            vec![json!({"type": "tool:result", "payload": payload})],
+                            raw(vec![json!({"type": "tool:result", "payload": payload})]),
                             RunStatus::Completed,
                         )
                         .await

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{Notify, oneshot};
 use toolshed_core::{Crumb, CrumbSink};
 use toolshed_journal::Journal;
@@ -137,11 +138,11 @@ pub(crate) struct Held {
 
 impl Held {
     /// The crumbs kept aside, as journal JSON; they are no longer held.
-    pub(crate) fn take(mut self, max_payload: usize) -> Vec<Value> {
+    pub(crate) fn take(mut self, max_payload: usize) -> Vec<Box<RawValue>> {
         self.taken = true;
         self.release()
             .iter()
-            .map(|c| to_json(c, max_payload))
+            .filter_map(|c| to_json(c, max_payload))
             .collect()
     }
 
@@ -181,23 +182,51 @@ impl CrumbSink for JournalCrumbs {
     }
 }
 
-fn to_json(crumb: &Crumb, max_payload: usize) -> Value {
-    let mut value = serde_json::to_value(crumb).unwrap_or(Value::Null);
-    if let Some(payload) = value.get_mut("payload") {
-        let size = serde_json::to_string(payload).map(|s| s.len()).unwrap_or(0);
-        if size > max_payload {
-            *payload = serde_json::json!({ "truncated": true, "bytes": size });
+/// A crumb as the journal stores it, its payload replaced by `{"truncated": true,
+/// "bytes": N}` when its JSON is longer than `max_payload`. Written as text once: no
+/// JSON tree is built (building, then dropping, one cost more than the crumb's text
+/// itself, BENCHMARKS.md "Durable runs").
+fn to_json(crumb: &Crumb, max_payload: usize) -> Option<Box<RawValue>> {
+    let size = crumb.payload.as_ref().map_or(0, json_len);
+    let written = if size > max_payload {
+        let mut cut = crumb.clone();
+        cut.payload = Some(serde_json::json!({ "truncated": true, "bytes": size }));
+        serde_json::value::to_raw_value(&cut)
+    } else {
+        serde_json::value::to_raw_value(crumb)
+    };
+    written
+        .inspect_err(|e| tracing::error!(error = %e, "cannot serialize a crumb"))
+        .ok()
+}
+
+/// The length of `value`'s JSON, counted as it is written (nothing is kept).
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
-    value
+    let mut n = Count(0);
+    match serde_json::to_writer(&mut n, value) {
+        Ok(()) => n.0,
+        Err(_) => 0,
+    }
 }
 
 async fn write(journal: &dyn Journal, batch: &[Arc<Crumb>], max_payload: usize) {
     // Group by run, keeping the order within each run.
     let mut order: Vec<Arc<str>> = Vec::new();
-    let mut groups: HashMap<Arc<str>, Vec<Value>> = HashMap::new();
+    let mut groups: HashMap<Arc<str>, Vec<Box<RawValue>>> = HashMap::new();
     for c in batch {
-        let json = to_json(c, max_payload);
+        let Some(json) = to_json(c, max_payload) else {
+            continue;
+        };
         groups
             .entry(c.run_id.clone())
             .or_insert_with(|| {
@@ -216,4 +245,37 @@ async fn write(journal: &dyn Journal, batch: &[Arc<Crumb>], max_payload: usize) 
         })
     });
     futures_util::future::join_all(appends).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use toolshed_core::{CrumbKind, RunContext};
+
+    use super::*;
+
+    fn stored(crumb: &Crumb, max: usize) -> Value {
+        let raw = to_json(crumb, max).expect("a crumb serializes");
+        serde_json::from_str(raw.get()).expect("the stored text is JSON")
+    }
+
+    #[test]
+    fn a_crumb_is_stored_as_its_json_and_a_long_payload_as_its_size() {
+        let ctx = RunContext::ephemeral();
+        let payload = json!({"text": "x".repeat(100), "n": [1, 2.5, null]});
+        let size = serde_json::to_string(&payload).unwrap().len();
+        let crumb = Crumb::new(CrumbKind::Result, &ctx, "tc-1", "echo").with_payload(payload);
+        // At the limit: kept whole, exactly the crumb's own JSON.
+        assert_eq!(stored(&crumb, size), serde_json::to_value(&crumb).unwrap());
+        // One byte over: the payload is replaced by its size, the rest kept.
+        let cut = stored(&crumb, size - 1);
+        assert_eq!(cut["payload"], json!({"truncated": true, "bytes": size}));
+        let mut whole = serde_json::to_value(&crumb).unwrap();
+        whole["payload"] = cut["payload"].clone();
+        assert_eq!(cut, whole);
+        // No payload: nothing to measure.
+        let bare = Crumb::new(CrumbKind::Call, &ctx, "tc-1", "echo");
+        assert_eq!(stored(&bare, 0), serde_json::to_value(&bare).unwrap());
+        assert_eq!(stored(&bare, 0).get("payload"), None);
+    }
 }

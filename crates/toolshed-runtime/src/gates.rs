@@ -196,7 +196,13 @@ async fn crumb(journal: &dyn Journal, rec: &CallRecord, kind: CrumbKind, payload
                 .session_id(run.session_id)
                 .build();
             let c = Crumb::new(kind, &ctx, &rec.tool_call_id, &rec.tool).with_payload(payload);
-            serde_json::to_value(&c).unwrap_or(Value::Null)
+            match serde_json::value::to_raw_value(&c) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::error!(run_id = %rec.run_id, error = %e, "cannot serialize a decision crumb");
+                    return;
+                }
+            }
         }
         Err(_) => return,
     };
