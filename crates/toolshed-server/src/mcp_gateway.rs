@@ -57,7 +57,7 @@ pub struct McpSettings {
     /// `None` (the default): a stream lasts as long as its call.
     pub sse_close_after: Option<std::time::Duration>,
     /// Answer a plain session-less `tools/call` directly instead of through rmcp's
-    /// per-request service (the same answer, about a fifth less work per call;
+    /// per-request service (the same answer, about a quarter less work per call;
     /// [`toolshed_mcp::server::direct`]). On by default; off only to compare the two.
     pub direct_calls: bool,
 }
