@@ -631,11 +631,11 @@ impl WriteOp {
     pub(crate) fn append_crumbs(
         run_id: &str,
         crumbs: &[Box<serde_json::value::RawValue>],
-    ) -> Result<WriteOp> {
-        Ok(WriteOp::AppendCrumbs {
+    ) -> WriteOp {
+        WriteOp::AppendCrumbs {
             run_id: run_id.to_owned(),
             crumbs: crumbs.iter().map(|c| c.get().to_owned()).collect(),
-        })
+        }
     }
 }
 

@@ -567,7 +567,7 @@ fn run_batch(
             // Alone in its transaction: a failure rolls the whole transaction back,
             // which undoes exactly what a savepoint would, so it needs none. A savepoint
             // copies every page the operation touches into SQLite's statement journal:
-            // about 30,000 instructions of a keyed call's 212,000 (callgrind,
+            // about 27,000 instructions of a keyed call's 212,000 (callgrind,
             // BENCHMARKS.md "Durable runs").
             let result = apply(st, op);
             if result.is_err() {

@@ -366,7 +366,7 @@ impl Journal for SqlJournal {
         run_id: &str,
         crumbs: Vec<Box<serde_json::value::RawValue>>,
     ) -> Result<()> {
-        self.write(WriteOp::append_crumbs(run_id, &crumbs)?)
+        self.write(WriteOp::append_crumbs(run_id, &crumbs))
             .await?
             .into_done()
     }

@@ -435,8 +435,9 @@ impl tower::Service<Request> for Shared {
         let svc = self.rmcp.clone();
         let direct = self
             .direct
-            .clone()
-            .filter(|d| direct::wants(req.method(), req.headers(), &d.hosts, d.max_body));
+            .as_ref()
+            .filter(|d| direct::wants(req.method(), req.headers(), &d.hosts, d.max_body))
+            .cloned();
         let Some(direct) = direct else {
             return Box::pin(async move { Ok(svc.handle(req).await.map(axum::body::Body::new)) });
         };

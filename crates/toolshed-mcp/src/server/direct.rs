@@ -31,7 +31,8 @@ use std::borrow::Cow;
 use http::{HeaderMap, Method, StatusCode, header};
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientCapabilities, ErrorCode, Implementation, RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientCapabilities, ErrorCode, Implementation, JsonRpcVersion2_0, RequestId,
+    ServerJsonRpcMessage, ServerResult,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -122,7 +123,9 @@ pub fn wants(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Envelope {
-    jsonrpc: String,
+    /// Only `"2.0"` reads (rmcp's own type for it).
+    #[expect(dead_code, reason = "read to check it, as rmcp does")]
+    jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
     method: String,
     params: Params,
@@ -148,7 +151,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8]) -> Option<DirectCall> {
         mut meta,
     } = envelope.params;
     let named = headers.get("mcp-name").and_then(|v| v.to_str().ok());
-    if envelope.jsonrpc != "2.0" || envelope.method != "tools/call" || named != Some(&name) {
+    if envelope.method != "tools/call" || named != Some(&name) {
         return None;
     }
     if meta.get(META_VERSION).and_then(Value::as_str) != Some(VERSION) {
