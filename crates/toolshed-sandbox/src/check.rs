@@ -2,6 +2,7 @@
 //! `Sandbox::new` refuses to start when a required mechanism is missing (unless the
 //! operator opted into running without it, by name); [`check`] reports them all.
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -125,17 +126,39 @@ fn report(
 pub(crate) struct Facts {
     pub landlock_abi: Option<i32>,
     pub cgroups: Option<Discovery>,
+    /// The seccomp program (built once, for the report and the runs).
+    pub seccomp: Option<crate::seccomp::Program>,
 }
 
-/// Probes everything but the trial run (no process is started).
-pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Facts) {
+/// How much a probe looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The mechanisms every run needs (`Sandbox::new`). The optional ones are checked
+    /// where they are used: overlayfs by a workspace's bash call, the network helper by
+    /// a run with the network on; each refuses with its own clear error.
+    Required,
+    /// Everything, with the network helper's version (`toolshed sandbox check`).
+    Full,
+}
+
+/// Probes the host (no process is started). `cgroups` is the cgroup discovery, read
+/// by the caller (`Sandbox::new` reads it first, to start making cgroups while the rest
+/// is probed).
+pub(crate) fn probe(
+    config: &SandboxConfig,
+    scope: Scope,
+    cgroups: io::Result<Discovery>,
+) -> (HostSupport, Facts) {
     let mut facts = Facts::default();
     let mut out = Vec::new();
 
-    // Namespaces.
+    // Namespaces: one read of /proc/self/ns rather than a lookup per namespace.
+    let present: Vec<std::ffi::OsString> = std::fs::read_dir("/proc/self/ns")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     let missing_ns: Vec<&str> = ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"]
         .into_iter()
-        .filter(|ns| !Path::new("/proc/self/ns").join(ns).exists())
+        .filter(|ns| !present.iter().any(|p| p == ns))
         .collect();
     let max_userns = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
         .ok()
@@ -201,7 +224,7 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
     });
 
     // Cgroups.
-    match Discovery::read() {
+    match cgroups {
         Ok(d) => {
             let weakened = config.allows(Weakening::Cgroup);
             let missing_status = if weakened {
@@ -350,16 +373,16 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
     // Seccomp.
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let has_seccomp = status.lines().any(|l| l.starts_with("Seccomp:"));
-    let compiled = crate::seccomp::programs();
+    let compiled = crate::seccomp::program();
     out.push(match (&compiled, has_seccomp) {
         (Ok(p), true) => report(
             Mechanism::Seccomp,
             Status::Ok,
             true,
             format!(
-                "deny-list of {} system calls plus clone namespace flags, clone3 and TIOCSTI ({} programs)",
+                "deny-list of {} system calls plus clone namespace flags, clone3 and TIOCSTI ({} BPF instructions)",
                 crate::seccomp::DENIED.len(),
-                p.len()
+                p.instructions().len()
             ),
             None,
         ),
@@ -378,6 +401,9 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
             Some("use a kernel built with CONFIG_SECCOMP_FILTER"),
         ),
     });
+    if has_seccomp {
+        facts.seccomp = compiled.ok();
+    }
 
     // pidfd.
     out.push(
@@ -422,27 +448,6 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
         },
     );
 
-    // overlayfs (workspace overlays). `fsopen` loads the module when it is not loaded yet,
-    // which a look at /proc/filesystems would not.
-    out.push(
-        match rustix::mount::fsopen(c"overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC) {
-            Ok(_) => report(
-                Mechanism::Overlay,
-                Status::Ok,
-                false,
-                "overlayfs (the layer of a workspace's bash calls)",
-                None,
-            ),
-            Err(e) => report(
-                Mechanism::Overlay,
-                Status::Missing,
-                false,
-                format!("fsopen(overlay) failed: {e}; `sandbox: true` agents' bash calls are refused"),
-                Some("load the overlay module (modprobe overlay), or use a kernel built with CONFIG_OVERLAY_FS"),
-            ),
-        },
-    );
-
     // openat2.
     out.push(
         match rustix::fs::openat2(
@@ -469,6 +474,35 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
         },
     );
 
+    if scope == Scope::Full {
+        probe_optional(config, &facts, &mut out);
+    }
+    (HostSupport { mechanisms: out }, facts)
+}
+
+/// The mechanisms only some runs need.
+fn probe_optional(config: &SandboxConfig, facts: &Facts, out: &mut Vec<MechanismReport>) {
+    // overlayfs (workspace overlays). `fsopen` loads the module when it is not loaded yet,
+    // which a look at /proc/filesystems would not.
+    out.push(
+        match rustix::mount::fsopen(c"overlay", rustix::mount::FsOpenFlags::FSOPEN_CLOEXEC) {
+            Ok(_) => report(
+                Mechanism::Overlay,
+                Status::Ok,
+                false,
+                "overlayfs (the layer of a workspace's bash calls)",
+                None,
+            ),
+            Err(e) => report(
+                Mechanism::Overlay,
+                Status::Missing,
+                false,
+                format!("fsopen(overlay) failed: {e}; `sandbox: true` agents' bash calls are refused"),
+                Some("load the overlay module (modprobe overlay), or use a kernel built with CONFIG_OVERLAY_FS"),
+            ),
+        },
+    );
+
     // The network helper (only for tools with the network on), confined by a BPF filter
     // on a cgroup v2 folder.
     let cgroup2 = facts
@@ -487,7 +521,7 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
             Some("mount cgroup2 (e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`)"),
         ),
         (helper, cgroup2) => match helper {
-        Some(path) if versions => {
+        Some(path) => {
             let cgroup2 = cgroup2.unwrap_or_default();
             let version = std::process::Command::new(&path)
                 .arg("--version")
@@ -513,13 +547,6 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
                 None,
             )
         }
-        Some(path) => report(
-            Mechanism::NetworkHelper,
-            Status::Ok,
-            false,
-            path.display().to_string(),
-            None,
-        ),
         None => report(
             Mechanism::NetworkHelper,
             Status::Missing,
@@ -532,8 +559,6 @@ pub(crate) fn probe(config: &SandboxConfig, versions: bool) -> (HostSupport, Fac
         ),
         },
     });
-
-    (HostSupport { mechanisms: out }, facts)
 }
 
 /// The helper's path: as configured when it has a `/`, else looked up in `PATH` and the
@@ -552,7 +577,7 @@ pub(crate) fn find_helper(configured: &Path) -> Option<PathBuf> {
 /// Reports what this host supports, mechanism by mechanism, ending with a trial run of
 /// `true` in a sandbox (when nothing required is missing).
 pub async fn check(config: &SandboxConfig) -> HostSupport {
-    let (mut support, _) = probe(config, true);
+    let (mut support, _) = probe(config, Scope::Full, Discovery::read());
     let trial = if support.ready() {
         let started = Instant::now();
         match crate::Sandbox::new(config.clone()) {

@@ -16,7 +16,6 @@ use rustix::fs::{CWD, Mode};
 use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, UnmountFlags};
 use rustix::process::Signal;
 use rustix::thread::{CapabilitiesSecureBits, CapabilitySet, CapabilitySets};
-use seccompiler::sock_filter;
 
 use crate::sys;
 
@@ -141,8 +140,8 @@ pub(crate) struct ChildPlan {
     pub cgroup_tasks: Vec<RawFd>,
     /// Every fd above, ascending: the only ones the child keeps from the clone on.
     pub keep: Vec<RawFd>,
-    /// Seccomp programs to install, in order.
-    pub seccomp: Vec<std::sync::Arc<[sock_filter]>>,
+    /// The seccomp program to install.
+    pub seccomp: crate::seccomp::Program,
     /// The program (absolute, inside the sandbox).
     pub program: CString,
     /// argv, program name first.
@@ -413,9 +412,10 @@ fn setup_and_exec(
     if let Some(ruleset) = plan.ruleset {
         at_io(Step::Landlock, sys::landlock_restrict_self(ruleset))?;
     }
-    for program in &plan.seccomp {
-        at_io(Step::Seccomp, sys::seccomp_install(program))?;
-    }
+    at_io(
+        Step::Seccomp,
+        sys::seccomp_install(plan.seccomp.instructions()),
+    )?;
 
     // 10. Nothing inherited survives the exec but 0, 1 and 2.
     at_io(Step::CloseFds, sys::close_range_cloexec(3))?;

@@ -4,13 +4,12 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use seccompiler::sock_filter;
-
 use crate::cgroup::{self, Cgroups};
-use crate::check::{HostSupport, Mechanism, Status};
+use crate::check::{HostSupport, Mechanism, Scope, Status};
 use crate::config::{Clamp, Limits, Network, RunSpec, SandboxConfig, Weakening};
 use crate::error::SandboxError;
 use crate::mounts::Skeletons;
+use crate::stock::Stock;
 use crate::uidpool::Pool;
 
 /// Runs commands sandboxed. Cheap to clone; every clone shares one supervisor state.
@@ -37,13 +36,12 @@ pub struct Sandbox {
 pub(crate) struct Inner {
     pub config: SandboxConfig,
     pub support: HostSupport,
-    pub cgroups: Option<Arc<Cgroups>>,
-    /// Network namespaces made ahead.
-    pub netns: Arc<crate::stock::Stock<OwnedFd>>,
+    /// What is made ahead of the runs.
+    pub ahead: Ahead,
     /// The cgroup v2 mount (for the network helper's host-address filter).
     pub cgroup2: Option<std::path::PathBuf>,
     pub landlock_abi: Option<i32>,
-    pub seccomp: Vec<Arc<[sock_filter]>>,
+    pub seccomp: crate::seccomp::Program,
     pub pool: Pool,
     pub skeletons: Skeletons,
     /// `O_PATH` fds of `/usr` and the top-level folders bound like it (Landlock rules).
@@ -53,9 +51,17 @@ pub(crate) struct Inner {
     pub weakened: Vec<Weakening>,
 }
 
-impl Drop for Inner {
+/// What the janitor thread makes ahead of the runs: cgroups and network namespaces.
+#[derive(Debug)]
+pub(crate) struct Ahead {
+    pub cgroups: Option<Arc<Cgroups>>,
+    pub netns: Arc<Stock<OwnedFd>>,
+}
+
+impl Drop for Ahead {
     fn drop(&mut self) {
-        // The last handle is gone: finish the queued cleanups, remove the stock.
+        // The last handle is gone (or `Sandbox::new` failed after starting them): finish
+        // the queued work, remove what no run took.
         crate::janitor::flush();
         if let Some(c) = &self.cgroups {
             c.clear();
@@ -79,7 +85,33 @@ impl Sandbox {
     /// ([`SandboxConfig::allow_weaker`]).
     pub fn new(config: SandboxConfig) -> Result<Sandbox, SandboxError> {
         config.validate()?;
-        let (support, facts) = crate::check::probe(&config, false);
+        // The slowest preparations of a first run, a network namespace and the cgroup
+        // folders, are started on the janitor thread before the host is checked, so a
+        // one-shot process (the CLI) finds them ready instead of waiting for them.
+        // Only root can make them; without root the checks below refuse anyway.
+        let ahead_size = if rustix::process::geteuid().is_root() {
+            config.prepared_ahead
+        } else {
+            0
+        };
+        let netns = Stock::new("network namespace", ahead_size, crate::netns::create);
+        let discovery = cgroup::Discovery::read();
+        let hierarchy = match &discovery {
+            Ok(d) => d.prepare(&config.cgroup_parent),
+            Err(_) => Err("cannot read the cgroup mounts".to_owned()),
+        };
+        let ahead = Ahead {
+            cgroups: hierarchy.as_ref().ok().map(|h| {
+                let sweep = h.clone();
+                let cgroups = Cgroups::new(h.clone(), ahead_size);
+                // Folders of supervisors that died without removing them.
+                crate::janitor::later(move || cgroup::sweep(&sweep));
+                cgroups
+            }),
+            netns,
+        };
+
+        let (support, facts) = crate::check::probe(&config, Scope::Required, discovery);
         if let Some(r) = support.get(Mechanism::Privileges)
             && r.status == Status::Missing
         {
@@ -110,39 +142,26 @@ impl Sandbox {
             .cgroups
             .as_ref()
             .and_then(|d| d.v2.as_ref().map(|(m, _)| m.clone()));
-        let cgroups = match facts.cgroups.map(|d| d.prepare(&config.cgroup_parent)) {
-            Some(Ok(h)) => Some(h),
-            failure => {
-                let detail = match failure {
-                    Some(Err(detail)) => detail,
-                    _ => "cannot read the cgroup mounts".to_owned(),
-                };
-                if !config.allows(Weakening::Cgroup) {
-                    return Err(SandboxError::MechanismUnavailable {
-                        mechanism: Mechanism::Cgroups,
-                        detail,
-                        fix: "run the supervisor as root with the cgroup hierarchies mounted read-write; or opt in to `cgroup`".into(),
-                    });
-                }
-                weakened.push(Weakening::Cgroup);
-                None
+        if let Err(detail) = hierarchy {
+            if !config.allows(Weakening::Cgroup) {
+                return Err(SandboxError::MechanismUnavailable {
+                    mechanism: Mechanism::Cgroups,
+                    detail,
+                    fix: "run the supervisor as root with the cgroup hierarchies mounted read-write; or opt in to `cgroup`".into(),
+                });
+            }
+            weakened.push(Weakening::Cgroup);
+        }
+        let seccomp = match facts.seccomp {
+            Some(programs) => programs,
+            None => {
+                crate::seccomp::program().map_err(|detail| SandboxError::MechanismUnavailable {
+                    mechanism: Mechanism::Seccomp,
+                    detail,
+                    fix: "run on x86_64, aarch64 or riscv64".into(),
+                })?
             }
         };
-        if let Some(h) = &cgroups {
-            cgroup::sweep(h);
-        }
-        let cgroups = cgroups.map(|h| Cgroups::new(h, config.prepared_ahead));
-        let netns = crate::stock::Stock::new(
-            "network namespace",
-            config.prepared_ahead,
-            crate::netns::create,
-        );
-        let seccomp =
-            crate::seccomp::programs().map_err(|detail| SandboxError::MechanismUnavailable {
-                mechanism: Mechanism::Seccomp,
-                detail,
-                fix: "run on x86_64, aarch64 or riscv64".into(),
-            })?;
         std::fs::create_dir_all(&config.runtime_dir).map_err(|e| {
             SandboxError::io(
                 format!(
@@ -176,8 +195,7 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 config,
                 support,
-                cgroups,
-                netns,
+                ahead,
                 cgroup2,
                 landlock_abi,
                 seccomp,
@@ -202,7 +220,7 @@ impl Sandbox {
 
     /// How many network namespaces made ahead are ready (for diagnostics and tests).
     pub fn ready_network_namespaces(&self) -> usize {
-        self.inner.netns.ready()
+        self.inner.ahead.netns.ready()
     }
 
     /// Protections this sandbox runs without (by the operator's opt-in).

@@ -385,7 +385,7 @@ pub(crate) async fn start(
         None => None,
     };
 
-    let cgroup = match &inner.cgroups {
+    let cgroup = match &inner.ahead.cgroups {
         Some(c) => Some(
             c.take(limits)
                 .await
@@ -415,7 +415,7 @@ pub(crate) async fn start(
         None => Vec::new(),
     };
 
-    let netns = inner.netns.take().await;
+    let netns = inner.ahead.netns.take().await;
     let mut plan = ChildPlan {
         loopback: netns.is_none(),
         sync: sync_r.as_raw_fd(),
@@ -518,7 +518,7 @@ pub(crate) async fn start(
         pid,
         pidfd,
         cgroup,
-        cgroups: inner.cgroups.clone(),
+        cgroups: inner.ahead.cgroups.clone(),
         mount_ns,
         net: None,
         lease,

@@ -1,4 +1,4 @@
-//! The system calls neither `rustix` nor the `landlock` and `seccompiler` crates wrap
+//! The system calls neither `rustix` nor the `landlock` crate wraps
 //! for us: `clone3` with namespace flags, `mount_setattr`, `close_range`,
 //! `landlock_restrict_self` on a prepared ruleset, installing a prepared seccomp
 //! program, resetting signals, `execve`. This module and [`crate::child`] are the only
@@ -19,8 +19,6 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-
-use seccompiler::sock_filter;
 
 /// What `clone3` returned.
 enum Cloned {
@@ -150,14 +148,13 @@ pub(crate) fn landlock_abi() -> Result<i32, io::Error> {
 
 /// Installs a prepared seccomp program on the calling thread (no-new-privileges must
 /// already be set). Async-signal-safe.
-pub(crate) fn seccomp_install(program: &[sock_filter]) -> io::Result<()> {
+pub(crate) fn seccomp_install(program: &[libc::sock_filter]) -> io::Result<()> {
     let Ok(len) = u16::try_from(program.len()) else {
         return Err(io::Error::from_raw_os_error(libc::E2BIG));
     };
     let prog = libc::sock_fprog {
         len,
-        // seccompiler's sock_filter has the kernel's layout (code, jt, jf, k).
-        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        filter: program.as_ptr().cast_mut(),
     };
     // SAFETY: `prog` points at `program`, alive for the call; the kernel copies the
     // instructions before returning.

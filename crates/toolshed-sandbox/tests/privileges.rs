@@ -77,6 +77,10 @@ for name, flag in spec["clone_flags"]:
     result["clone " + name] = call(spec["clone"], flag | 17, 0, 0, 0, 0)  # 17: SIGCHLD
 result["clone3"] = call(spec["clone3"], 0, 0)
 result["ioctl TIOCSTI"] = call(spec["ioctl"], 0, 0x5412, 0)
+# The kernel reads the request as 32 bits: high bits must not get it past the filter.
+result["ioctl TIOCSTI with high bits"] = call(spec["ioctl"], 0, (1 << 32) | 0x5412, 0)
+if spec["x32_mount"] is not None:
+    result["x32 mount"] = call(spec["x32_mount"], 0, 0, 0, 0, 0, 0)
 result["plain clone (fork)"] = None
 pid = os.fork()
 if pid == 0:
@@ -95,6 +99,8 @@ async fn every_denied_system_call_fails() {
         "clone": libc::SYS_clone,
         "clone3": libc::SYS_clone3,
         "ioctl": libc::SYS_ioctl,
+        // x86_64: the x32 entry point of mount (the x32 bit set on its number).
+        "x32_mount": cfg!(target_arch = "x86_64").then_some(0x4000_0000 | libc::SYS_mount),
     });
     let mut run_spec = py(SYSCALLS, LimitsRequest::default());
     run_spec.args.push(spec.to_string().into());
@@ -110,6 +116,10 @@ async fn every_denied_system_call_fails() {
     }
     assert_eq!(v["clone3"], serde_json::json!([-1, libc::ENOSYS]), "{v}");
     assert_eq!(v["ioctl TIOCSTI"], eperm, "{v}");
+    assert_eq!(v["ioctl TIOCSTI with high bits"], eperm, "{v}");
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(v["x32 mount"], serde_json::json!([-1, libc::ENOSYS]), "{v}");
+    }
     // Not a blanket refusal: an ordinary fork still works.
     assert_eq!(v["plain clone (fork)"], "ok", "{v}");
 }
