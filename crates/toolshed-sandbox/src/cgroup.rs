@@ -289,6 +289,11 @@ impl Cgroups {
         used.remove_later();
     }
 
+    /// Makes no more cgroups ahead (the supervisor is shutting down).
+    pub(crate) fn close(&self) {
+        self.stock.close();
+    }
+
     /// Removes the stock's cgroups (the supervisor is shutting down).
     pub(crate) fn clear(&self) {
         let hierarchy = self.hierarchy.clone();

@@ -1,46 +1,178 @@
 //! Work that need not delay a caller, done on a thread of its own: removing a finished
 //! run's cgroup, dropping the last reference to its mount namespace (whose teardown waits
 //! for an RCU grace period), keeping a stock of fresh cgroups ready.
+//!
+//! [`flush`] does not only wait: it runs queued jobs on the calling thread while the
+//! janitor runs others, so a one-shot process ending (a cgroup to remove, a mount
+//! namespace to drop) uses both cores instead of waiting for one.
 
-use std::sync::OnceLock;
-use std::sync::mpsc;
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 type Job = Box<dyn FnOnce() + Send>;
 
-fn sender() -> Option<&'static mpsc::Sender<Job>> {
-    static TX: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
+#[derive(Default)]
+struct State {
+    /// Queued jobs with their sequence numbers, oldest first.
+    queued: VecDeque<(u64, Job)>,
+    /// Sequence numbers of the jobs running now (on the janitor or a flushing caller).
+    running: Vec<u64>,
+    next: u64,
+    /// Whether the janitor thread runs (else `later` runs jobs inline).
+    started: bool,
+}
+
+struct Janitor {
+    state: Mutex<State>,
+    /// A job was queued.
+    queued: Condvar,
+    /// A job ended.
+    ended: Condvar,
+}
+
+impl Janitor {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `job` numbered `seq` (already marked running), then marks it ended.
+    fn run(&self, seq: u64, job: Job) {
+        job();
+        let mut s = self.lock();
+        s.running.retain(|r| *r != seq);
+        drop(s);
+        self.ended.notify_all();
+    }
+}
+
+fn janitor() -> &'static Janitor {
+    static JANITOR: OnceLock<Janitor> = OnceLock::new();
+    JANITOR.get_or_init(|| {
+        let made = Janitor {
+            state: Mutex::new(State::default()),
+            queued: Condvar::new(),
+            ended: Condvar::new(),
+        };
+        let started = std::thread::Builder::new()
             .name("sandbox-janitor".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
+            .spawn(|| {
+                let j = janitor();
+                loop {
+                    let mut s = j.lock();
+                    let (seq, job) = loop {
+                        if let Some(next) = s.queued.pop_front() {
+                            break next;
+                        }
+                        s = j
+                            .queued
+                            .wait(s)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    };
+                    s.running.push(seq);
+                    drop(s);
+                    j.run(seq, job);
                 }
             })
-            .ok()
-            .map(|_| tx)
+            .is_ok();
+        made.lock().started = started;
+        made
     })
-    .as_ref()
 }
 
 /// Runs `job` on the janitor thread (inline if that thread cannot be started).
 pub(crate) fn later(job: impl FnOnce() + Send + 'static) {
-    match sender() {
-        Some(tx) => {
-            if let Err(mpsc::SendError(job)) = tx.send(Box::new(job)) {
-                job();
-            }
+    let j = janitor();
+    let mut s = j.lock();
+    if !s.started {
+        drop(s);
+        job();
+        return;
+    }
+    let seq = s.next;
+    s.next += 1;
+    s.queued.push_back((seq, Box::new(job)));
+    drop(s);
+    j.queued.notify_one();
+}
+
+/// Returns once every job queued so far has run, running queued ones on this thread
+/// meanwhile.
+pub(crate) fn flush() {
+    let j = janitor();
+    let mut s = j.lock();
+    let target = s.next;
+    loop {
+        if let Some((seq, _)) = s.queued.front()
+            && *seq < target
+        {
+            let Some((seq, job)) = s.queued.pop_front() else {
+                continue;
+            };
+            s.running.push(seq);
+            drop(s);
+            j.run(seq, job);
+            s = j.lock();
+            continue;
         }
-        None => job(),
+        if s.running.iter().all(|r| *r >= target) {
+            return;
+        }
+        s = j
+            .ended
+            .wait(s)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
     }
 }
 
-/// Waits until every job queued so far has run.
-pub(crate) fn flush() {
-    let (tx, rx) = mpsc::channel::<()>();
-    later(move || {
-        let _ = tx.send(());
-    });
-    let _ = rx.recv();
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn flush_runs_queued_jobs_on_the_calling_thread_and_returns_after_all_of_them() {
+        // The janitor is held by a first job until the second has run (or ten seconds
+        // have passed): only a flush that runs queued jobs itself gets the second run
+        // before that, on a thread other than the janitor.
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let (begun_tx, begun) = std::sync::mpsc::channel::<()>();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        later(move || {
+            let _ = begun_tx.send(());
+            let _ = gate.recv_timeout(std::time::Duration::from_secs(10));
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        begun
+            .recv()
+            .unwrap_or_else(|e| panic!("the janitor never began: {e}"));
+        let r = ran.clone();
+        let on = Arc::new(Mutex::new(None));
+        let o = on.clone();
+        later(move || {
+            *o.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(std::thread::current().name().map(str::to_owned));
+            r.fetch_add(1, Ordering::SeqCst);
+            let _ = go.send(());
+        });
+        flush();
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            2,
+            "flush returned before a job ran"
+        );
+        let on = on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        assert_ne!(
+            on,
+            Some(Some("sandbox-janitor".to_owned())),
+            "the flush only waited: the second job ran on the janitor"
+        );
+    }
 }

@@ -62,6 +62,10 @@ impl Drop for Ahead {
     fn drop(&mut self) {
         // The last handle is gone (or `Sandbox::new` failed after starting them): finish
         // the queued work, remove what no run took.
+        self.netns.close();
+        if let Some(c) = &self.cgroups {
+            c.close();
+        }
         crate::janitor::flush();
         if let Some(c) = &self.cgroups {
             c.clear();
@@ -87,8 +91,9 @@ impl Sandbox {
         config.validate()?;
         // The slowest preparations of a first run, a network namespace and the cgroup
         // folders, are started on the janitor thread before the host is checked, so a
-        // one-shot process (the CLI) finds them ready instead of waiting for them.
-        // Only root can make them; without root the checks below refuse anyway.
+        // one-shot process (the CLI) finds them ready, or makes what the janitor has not
+        // begun itself, instead of waiting. Only root can make them; without root the
+        // checks below refuse anyway.
         let ahead_size = if rustix::process::geteuid().is_root() {
             config.prepared_ahead
         } else {

@@ -52,9 +52,40 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<std::io::Result<(i32, OwnedFd)>>,
 }
 
-/// The one thread that clones every sandbox. The kernel sends the parent-death signal
-/// when the *thread* that created a child exits; this thread lives as long as the
-/// process, so a sandbox dies with its supervisor and never earlier.
+/// Clones a sandbox's first process: into the network namespace made ahead when there
+/// is one (entered by this thread for the clone only), else into a fresh one.
+fn clone_job(
+    plan: &ChildPlan,
+    cgroup: Option<&OwnedFd>,
+    netns: Option<&OwnedFd>,
+) -> std::io::Result<(i32, OwnedFd)> {
+    let pointers = Pointers::new(plan);
+    let cgroup = cgroup.map(AsRawFd::as_raw_fd);
+    match netns {
+        Some(netns) => crate::netns::within(netns, || {
+            sys::clone_child(
+                (NAMESPACES & !(libc::CLONE_NEWNET as u64)) | CLONE_CLEAR_SIGHAND,
+                cgroup,
+                plan,
+                &pointers,
+            )
+        })
+        .and_then(|r| r),
+        None => sys::clone_child(NAMESPACES | CLONE_CLEAR_SIGHAND, cgroup, plan, &pointers),
+    }
+}
+
+/// Whether the calling thread is the process's main thread, which lives as long as
+/// the process (a Rust program ends when its main thread returns).
+fn on_main_thread() -> bool {
+    rustix::thread::gettid() == rustix::process::getpid()
+}
+
+/// The thread that clones the sandboxes started from other threads. The kernel sends
+/// the parent-death signal when the *thread* that created a child exits, and a
+/// runtime's worker threads may end before the process does; this thread lives as long
+/// as the process, so a sandbox dies with its supervisor and never earlier. (The main
+/// thread lives as long too: a start on it clones there, without the two hops.)
 fn spawner() -> &'static mpsc::Sender<Job> {
     static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
     SPAWNER.get_or_init(|| {
@@ -63,25 +94,7 @@ fn spawner() -> &'static mpsc::Sender<Job> {
             .name("sandbox-spawner".into())
             .spawn(move || {
                 for job in rx {
-                    let pointers = Pointers::new(&job.plan);
-                    let cgroup = job.cgroup.as_ref().map(AsRawFd::as_raw_fd);
-                    let result = match &job.netns {
-                        Some(netns) => crate::netns::within(netns, || {
-                            sys::clone_child(
-                                (NAMESPACES & !(libc::CLONE_NEWNET as u64)) | CLONE_CLEAR_SIGHAND,
-                                cgroup,
-                                &job.plan,
-                                &pointers,
-                            )
-                        })
-                        .and_then(|r| r),
-                        None => sys::clone_child(
-                            NAMESPACES | CLONE_CLEAR_SIGHAND,
-                            cgroup,
-                            &job.plan,
-                            &pointers,
-                        ),
-                    };
+                    let result = clone_job(&job.plan, job.cgroup.as_ref(), job.netns.as_ref());
                     let _ = job.reply.send(result);
                 }
             });
@@ -449,7 +462,6 @@ pub(crate) async fn start(
         .collect();
     plan.keep.sort_unstable();
     plan.keep.dedup();
-    let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
     let cgroup_fd = match cgroup.as_ref().and_then(RunCgroup::v2_dir) {
         Some(dir) => Some(
             rustix::fs::open(
@@ -463,25 +475,30 @@ pub(crate) async fn start(
         ),
         None => None,
     };
-    spawner()
-        .send(Job {
-            plan,
-            cgroup: cgroup_fd,
-            netns,
-            reply: reply_tx,
-        })
-        .map_err(|_| {
+    let cloned = if on_main_thread() {
+        clone_job(&plan, cgroup_fd.as_ref(), netns.as_ref())
+    } else {
+        let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
+        spawner()
+            .send(Job {
+                plan,
+                cgroup: cgroup_fd,
+                netns,
+                reply: reply_tx,
+            })
+            .map_err(|_| {
+                SandboxError::io(
+                    "the sandbox spawner thread is gone",
+                    std::io::Error::other("channel closed"),
+                )
+            })?;
+        reply_rx.await.map_err(|_| {
             SandboxError::io(
                 "the sandbox spawner thread is gone",
-                std::io::Error::other("channel closed"),
+                std::io::Error::other("no reply"),
             )
-        })?;
-    let cloned = reply_rx.await.map_err(|_| {
-        SandboxError::io(
-            "the sandbox spawner thread is gone",
-            std::io::Error::other("no reply"),
-        )
-    })?;
+        })?
+    };
     let (pid, pidfd) = match cloned {
         Ok(p) => p,
         Err(e) => {

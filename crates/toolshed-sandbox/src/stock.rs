@@ -1,8 +1,10 @@
 //! A stock of things made ahead on the janitor thread (network namespaces, cgroups),
 //! each handed to one run only. It starts with one (made while the supervisor prepares
 //! its first run) and is refilled from the second run on, so a one-shot process (the
-//! CLI) makes none it does not use; a run that finds the stock empty while one is being
-//! made waits for it rather than making a second.
+//! CLI) makes none it does not use. A run that finds the stock empty while one is being
+//! made waits for it rather than making a second; one that finds an item asked for but
+//! not yet begun (the janitor is busy with another stock's) makes it itself, so a
+//! one-shot start keeps both cores busy instead of waiting for one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +21,8 @@ struct State<T> {
     ready: Vec<T>,
     /// Items the janitor has been asked to make and has not finished.
     pending: usize,
+    /// Of those, the ones it has not begun: a run may take one over.
+    unstarted: usize,
 }
 
 /// The stock.
@@ -51,6 +55,7 @@ impl<T: Send + 'static> Stock<T> {
             state: Mutex::new(State {
                 ready: Vec::new(),
                 pending: 0,
+                unstarted: 0,
             }),
             made: Notify::new(),
             taken: AtomicU64::new(0),
@@ -78,6 +83,7 @@ impl<T: Send + 'static> Stock<T> {
             let mut s = self.lock();
             let missing = target.saturating_sub(s.ready.len() + s.pending);
             s.pending += missing;
+            s.unstarted += missing;
             missing
         };
         if missing == 0 {
@@ -85,7 +91,15 @@ impl<T: Send + 'static> Stock<T> {
         }
         let me = self.clone();
         crate::janitor::later(move || {
-            for left in (0..missing).rev() {
+            for _ in 0..missing {
+                {
+                    let mut s = me.lock();
+                    if s.unstarted == 0 {
+                        // Runs took the rest over.
+                        return;
+                    }
+                    s.unstarted -= 1;
+                }
                 match (me.make)() {
                     Ok(item) => {
                         let mut s = me.lock();
@@ -93,7 +107,11 @@ impl<T: Send + 'static> Stock<T> {
                         s.ready.push(item);
                     }
                     Err(e) => {
-                        me.lock().pending -= left + 1;
+                        {
+                            let mut s = me.lock();
+                            s.pending -= 1 + s.unstarted;
+                            s.unstarted = 0;
+                        }
                         me.made.notify_waiters();
                         tracing::warn!(error = %e, what = me.what, "cannot prepare ahead");
                         return;
@@ -104,8 +122,9 @@ impl<T: Send + 'static> Stock<T> {
         });
     }
 
-    /// One item: a ready one, or one being made (waited for briefly); `None` when there
-    /// is none, and the caller makes its own.
+    /// One item: a ready one, one asked for and not begun (made here and now), or one
+    /// being made (waited for briefly); `None` when there is none, or making it here
+    /// failed, and the caller makes its own.
     pub(crate) async fn take(self: &Arc<Self>) -> Option<T> {
         let item = self.wait_for_one().await;
         if self.taken.fetch_add(1, Ordering::Relaxed) >= 1 {
@@ -125,6 +144,12 @@ impl<T: Send + 'static> Stock<T> {
                 if let Some(item) = s.ready.pop() {
                     return Some(item);
                 }
+                if s.unstarted > 0 {
+                    s.unstarted -= 1;
+                    s.pending -= 1;
+                    drop(s);
+                    return (self.make)().ok();
+                }
                 if s.pending == 0 {
                     return None;
                 }
@@ -133,6 +158,14 @@ impl<T: Send + 'static> Stock<T> {
                 return self.lock().ready.pop();
             }
         }
+    }
+
+    /// Makes nothing more: the items asked for and not begun are given up (the
+    /// supervisor is shutting down).
+    pub(crate) fn close(&self) {
+        let mut s = self.lock();
+        s.pending -= s.unstarted;
+        s.unstarted = 0;
     }
 
     /// Drops what is ready (the supervisor is shutting down), handing each to `end`.
@@ -155,16 +188,21 @@ mod tests {
         let made = Arc::new(AtomicUsize::new(0));
         let (go, gate) = std::sync::mpsc::channel::<()>();
         let gate = Mutex::new(gate);
+        let (begun_tx, begun) = std::sync::mpsc::channel::<()>();
+        let begun_tx = Mutex::new(begun_tx);
         let m = made.clone();
         let stock = Stock::new("test item", 3, move || {
             // The first item is made only once the test says so.
             if m.load(Ordering::SeqCst) == 0 {
+                let _ = begun_tx.lock().map(|b| b.send(()));
                 let _ = gate.lock().map(|g| g.recv());
             }
             Ok(m.fetch_add(1, Ordering::SeqCst))
         });
-        // The take is polled first: nothing is ready, one is being made; it waits for
-        // it instead of returning empty-handed (and the caller making its own).
+        // The janitor has begun the first item. The take is polled first: nothing is
+        // ready, one is being made; it waits for it instead of returning empty-handed
+        // (and the caller making its own).
+        begun.recv().unwrap();
         let (first, ()) = tokio::join!(stock.take(), async {
             tokio::task::yield_now().await;
             let _ = go.send(());
@@ -180,6 +218,37 @@ mod tests {
         assert_eq!(stock.take().await, None, "nothing was ready or being made");
         crate::janitor::flush();
         assert_eq!(stock.ready(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_take_makes_an_item_the_janitor_has_not_begun_and_the_janitor_then_skips_it() {
+        // The janitor is busy with other work until the test lets it go.
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        crate::janitor::later(move || {
+            let _ = gate.recv();
+        });
+        let made_by = Arc::new(Mutex::new(Vec::new()));
+        let m = made_by.clone();
+        let stock = Stock::new("test item", 3, move || {
+            let name = std::thread::current().name().map(str::to_owned);
+            let mut m = m.lock().unwrap();
+            m.push(name);
+            Ok(m.len())
+        });
+        // The first item is asked for, not begun: the run makes it on its own thread.
+        assert_eq!(stock.take().await, Some(1));
+        assert_eq!(
+            *made_by.lock().unwrap(),
+            [std::thread::current().name().map(str::to_owned)]
+        );
+        go.send(()).unwrap();
+        crate::janitor::flush();
+        assert_eq!(
+            made_by.lock().unwrap().len(),
+            1,
+            "the janitor made a second"
+        );
+        assert_eq!(stock.ready(), 0);
     }
 
     #[tokio::test]
