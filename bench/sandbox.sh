@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Whole-process figures for the sandbox (BENCHMARKS.md, "Sandbox"), side by side in one
 # run:
-#   1. /bin/true: plain fork+exec, in the sandbox (toolshed-sandbox-exec), and in
-#      bubblewrap with a comparable set of namespaces and mounts;
+#   1. /bin/true: plain fork+exec, in the sandbox (toolshed-sandbox-exec, as Cargo
+#      builds it and as a static binary, the build a deployment installs: see
+#      ARCHITECTURE.md, "The supervisor binary"), and in bubblewrap with a comparable set
+#      of namespaces and mounts;
 #   2. Python hello: unsandboxed and in the sandbox;
 #   3. the same two in one long-lived supervisor (examples/starts.rs), as a server runs
 #      them: the supervisor's own start-up is then paid once, not per run.
@@ -29,9 +31,19 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 [ "$(id -u)" = 0 ] || { echo "run as root: the sandbox maps pool uids and creates cgroups" >&2; exit 2; }
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+WORKDIR_BIN="$WORK/bin"
+mkdir -p "$WORKDIR_BIN"
 
 cargo build --release -p toolshed-sandbox --bin toolshed-sandbox-exec --example starts >&2
-SANDBOX="$PWD/target/release/toolshed-sandbox-exec"
+SANDBOX="$WORKDIR_BIN/toolshed-sandbox-exec"
+cp target/release/toolshed-sandbox-exec "$SANDBOX"
+# The static build: `crt-static` for this binary's own link only (`cargo rustc` passes
+# the flag to the final crate; the dependencies and proc-macros build as usual).
+cargo rustc --release -p toolshed-sandbox --bin toolshed-sandbox-exec -- -C target-feature=+crt-static >&2
+STATIC="$WORKDIR_BIN/toolshed-sandbox-exec-static"
+cp target/release/toolshed-sandbox-exec "$STATIC"
 STARTS="$PWD/target/release/examples/starts"
 PY=/usr/bin/python3
 # bubblewrap with what the sandbox sets up that bubblewrap can: new user, mount, pid,
@@ -43,8 +55,6 @@ BWRAP="bwrap --unshare-all --die-with-parent --uid 1000 --gid 1000 --cap-drop AL
 --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin \
 --proc /proc --dev /dev --size 67108864 --tmpfs /tmp --size 67108864 --tmpfs /work --chdir /work --clearenv"
 
-WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
 
 echo "== machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(uname -r)"
 "$SANDBOX" -- /bin/true || { echo "the sandbox cannot run here: see \`toolshed sandbox check\`" >&2; exit 3; }
@@ -63,6 +73,8 @@ for r in results:
     name = {"/bin/true": "fork+exec /bin/true"}.get(name, name)
     if name.startswith("bwrap"):
         name = "bubblewrap " + name.split()[-1]
+    elif "toolshed-sandbox-exec-static" in name:
+        name = "sandbox (static) " + " ".join(name.split()[2:])
     elif "toolshed-sandbox-exec" in name:
         name = "sandbox " + " ".join(name.split()[2:])
     print(f"{name[:34]:<34} {p50:7.2f} ms {r['mean']*1000:7.2f} ms {min(t)*1000:7.2f} ms {p90:7.2f} ms")
@@ -70,15 +82,15 @@ EOF
 }
 
 echo
-echo "== /bin/true: fork+exec, sandbox, bubblewrap (hyperfine, $RUNS runs each)"
+echo "== /bin/true: fork+exec, sandbox, sandbox (static), bubblewrap (hyperfine, $RUNS runs each)"
 hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$WORK/true.json" \
-  /bin/true "$SANDBOX -- /bin/true" "$BWRAP /bin/true" >/dev/null
+  /bin/true "$SANDBOX -- /bin/true" "$STATIC -- /bin/true" "$BWRAP /bin/true" >/dev/null
 summary "$WORK/true.json"
 
 echo
-echo "== Python hello: unsandboxed, sandbox (hyperfine, $RUNS runs each)"
+echo "== Python hello: unsandboxed, sandbox, sandbox (static) (hyperfine, $RUNS runs each)"
 hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$WORK/py.json" \
-  "$PY -c \"print('hello')\"" "$SANDBOX -- $PY -c \"print('hello')\"" >/dev/null
+  "$PY -c \"print('hello')\"" "$SANDBOX -- $PY -c \"print('hello')\"" "$STATIC -- $PY -c \"print('hello')\"" >/dev/null
 summary "$WORK/py.json"
 
 echo
@@ -91,6 +103,12 @@ if command -v farm-bench >/dev/null; then
   echo "== paired: sandbox vs bubblewrap, /bin/true (farm-bench, 100 pairs)"
   farm-bench -n 100 --warmup 5 --vs "$BWRAP /bin/true" -- "$SANDBOX" -- /bin/true
   echo
+  echo "== paired: sandbox (static) vs bubblewrap, /bin/true (farm-bench, 100 pairs)"
+  farm-bench -n 100 --warmup 5 --vs "$BWRAP /bin/true" -- "$STATIC" -- /bin/true
+  echo
   echo "== paired: sandboxed vs unsandboxed Python hello (farm-bench, 100 pairs)"
   farm-bench -n 100 --warmup 5 --vs "$PY -c \"print('hello')\"" -- "$SANDBOX" -- "$PY" -c "print('hello')"
+  echo
+  echo "== paired: sandboxed (static) vs unsandboxed Python hello (farm-bench, 100 pairs)"
+  farm-bench -n 100 --warmup 5 --vs "$PY -c \"print('hello')\"" -- "$STATIC" -- "$PY" -c "print('hello')"
 fi
