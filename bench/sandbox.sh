@@ -94,7 +94,7 @@ hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$WORK/py.json" \
 summary "$WORK/py.json"
 
 echo
-echo "== in one long-lived supervisor (as a server's dispatcher): Sandbox::run back to back, then plain spawns"
+echo "== in one long-lived supervisor (as a server's dispatcher): Sandbox::run and a plain spawn taking turns"
 "$STARTS" "$RUNS" /bin/true
 "$STARTS" 200 "$PY" -c "print('hello')"
 

@@ -1,18 +1,19 @@
-//! Starts in one long-lived supervisor (as a server's dispatcher runs them): `N` runs of
-//! a command through `Sandbox::run`, then `N` plain spawns of it, with their medians.
+//! Starts in one long-lived supervisor (as a server's dispatcher runs them): `N` pairs of
+//! a run of a command through `Sandbox::run` and a plain spawn of it, taking turns, with
+//! their medians and the median of the per-pair ratios.
 //! Used by `bench/sandbox.sh`.
 //!
 //! `cargo run --release -p toolshed-sandbox --example starts -- [N] PROGRAM [ARGS…]`
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use toolshed_sandbox::{RunSpec, Sandbox, SandboxConfig};
 
-fn percentile(v: &mut [Duration], p: f64) -> f64 {
-    v.sort();
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v.get(i).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    v.get(i).copied().unwrap_or(f64::NAN)
 }
 
 fn main() -> ExitCode {
@@ -46,10 +47,12 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        // Back to back, as a busy server starts them (sporadic starts under cgroup v1
-        // also pay an RCU grace period for the cgroup move: see BENCHMARKS.md); the
-        // first ten of each are warm-up.
+        // Sandboxed and plain runs take turns (A B A B …), as farm-bench pairs them, so
+        // a machine whose speed drifts over seconds moves both alike; the figure is the
+        // median of the per-pair ratios. The first ten pairs are warm-up.
         let mut sandboxed = Vec::with_capacity(runs);
+        let mut plain = Vec::with_capacity(runs);
+        let mut ratios = Vec::with_capacity(runs);
         for i in 0..runs + 10 {
             let t = Instant::now();
             match sandbox
@@ -70,12 +73,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             }
-            if i >= 10 {
-                sandboxed.push(t.elapsed());
-            }
-        }
-        let mut plain = Vec::with_capacity(runs);
-        for i in 0..runs + 10 {
+            let s = t.elapsed().as_secs_f64() * 1000.0;
             let t = Instant::now();
             let status = std::process::Command::new(&args[0])
                 .args(&args[1..])
@@ -85,16 +83,19 @@ fn main() -> ExitCode {
                 eprintln!("the command failed unsandboxed");
                 return ExitCode::from(1);
             }
+            let p = t.elapsed().as_secs_f64() * 1000.0;
             if i >= 10 {
-                plain.push(t.elapsed());
+                sandboxed.push(s);
+                plain.push(p);
+                ratios.push(s / p);
             }
         }
         let (s50, s90) = (percentile(&mut sandboxed, 0.5), percentile(&mut sandboxed, 0.9));
         let (p50, p90) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.9));
+        let ratio = percentile(&mut ratios, 0.5);
         println!(
-            "{runs} runs of {}: sandboxed p50 {s50:.2} ms (p90 {s90:.2}), plain spawn p50 {p50:.2} ms (p90 {p90:.2}), ratio {:.2}",
+            "{runs} pairs of {}: sandboxed p50 {s50:.2} ms (p90 {s90:.2}), plain spawn p50 {p50:.2} ms (p90 {p90:.2}), median pair ratio {ratio:.2}",
             args.join(" "),
-            s50 / p50
         );
         ExitCode::SUCCESS
     })
