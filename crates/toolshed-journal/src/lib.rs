@@ -286,8 +286,10 @@ pub trait Journal: Send + Sync + fmt::Debug {
 
     /// Durably record a call's final result or error result (status `completed` or
     /// `failed`), from any non-final status (a gated call may be finished too, e.g. when
-    /// its run is cancelled). A call that is already final is a `Conflict`.
-    async fn record_finished(&self, call_id: &str, outcome: CallResult) -> Result<CallRecord>;
+    /// its run is cancelled). A call that is already final is a `Conflict`. Nothing is
+    /// read back (the runtime has the result already; [`get_call`](Journal::get_call)
+    /// reads the stored call).
+    async fn record_finished(&self, call_id: &str, outcome: CallResult) -> Result<()>;
 
     /// Mark a call as waiting for a human: status `awaiting_approval` for
     /// [`Gate::Approval`], `awaiting_answer` for [`Gate::Answer`]. Only valid on an

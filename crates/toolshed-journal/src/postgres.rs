@@ -520,6 +520,8 @@ async fn finish(
                 load_call(client, target, call_id).await?.as_ref(),
             )),
         },
+        // Nothing to read back when it took (the caller has the result).
+        WriteOp::RecordFinished { .. } if first.is_some() => Ok(Outcome::Done),
         WriteOp::RecordFinished { call_id, .. }
         | WriteOp::RecordGate { call_id, .. }
         | WriteOp::Decide { call_id, .. }

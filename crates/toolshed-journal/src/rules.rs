@@ -643,7 +643,8 @@ impl WriteOp {
 /// caller.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// `create_run` inserted the run; `append_crumbs` appended; `record_run` recorded.
+    /// `create_run` inserted the run; `append_crumbs` appended; `record_run` recorded;
+    /// `record_finished` finished the call.
     Done,
     /// A run row ([`RUN_COLUMNS`]).
     Run(Row),

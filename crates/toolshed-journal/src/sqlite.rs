@@ -888,6 +888,11 @@ fn apply(st: &WriterStatements<'_>, op: &WriteOp) -> Result<Outcome> {
                     finished.diagnostics
                 ])
                 .map_err(db)?;
+            // Nothing to read back when it took (the caller has the result); a refusal
+            // reads the call to say why.
+            if changed == 1 {
+                return Ok(Outcome::Done);
+            }
             call_outcome(st, op, call_id, changed)
         }
         WriteOp::RecordGate {

@@ -324,10 +324,10 @@ impl Journal for SqlJournal {
             .into_attempts()
     }
 
-    async fn record_finished(&self, call_id: &str, outcome: CallResult) -> Result<CallRecord> {
+    async fn record_finished(&self, call_id: &str, outcome: CallResult) -> Result<()> {
         self.write(WriteOp::record_finished(call_id, &outcome)?)
             .await?
-            .into_call(None)
+            .into_done()
     }
 
     async fn record_gate(&self, call_id: &str, gate: Gate) -> Result<CallRecord> {

@@ -597,10 +597,10 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
     j.create_run(new_run("r1")).await.unwrap();
     let call = j.open_call(new_call("r1", 0)).await.unwrap();
     j.record_started(&call.call_id).await.unwrap();
-    let done = j
-        .record_finished(&call.call_id, ok(json!({"hits": [1, 2, 3]})))
+    j.record_finished(&call.call_id, ok(json!({"hits": [1, 2, 3]})))
         .await
         .unwrap();
+    let done = j.get_call(&call.call_id).await.unwrap();
     assert_eq!(done.status, CallStatus::Completed);
     assert_eq!(done.result, Some(json!({"hits": [1, 2, 3]})));
     assert_eq!(done.error, None);
@@ -618,17 +618,17 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
     // An unkeyed call goes from open straight to failed.
     let other = j.open_call(new_call("r1", 1)).await.unwrap();
     let error = ToolError::new(ErrorCode::Timeout, "no answer within 30 s");
-    let failed = j
-        .record_finished(
-            &other.call_id,
-            CallResult {
-                result: Err(error.clone()),
-                duration_ms: 30_000.0,
-                diagnostics: Default::default(),
-            },
-        )
-        .await
-        .unwrap();
+    j.record_finished(
+        &other.call_id,
+        CallResult {
+            result: Err(error.clone()),
+            duration_ms: 30_000.0,
+            diagnostics: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let failed = j.get_call(&other.call_id).await.unwrap();
     assert_eq!(failed.status, CallStatus::Failed);
     assert_eq!(failed.error, Some(error));
     assert_eq!(failed.result, None);
@@ -637,17 +637,17 @@ async fn record_finished_only_on_non_final_calls(store: Store) {
     // A gated call can be finished (e.g. its run was cancelled).
     let gated = j.open_call(new_call("r1", 2)).await.unwrap();
     j.record_gate(&gated.call_id, approval()).await.unwrap();
-    let cancelled = j
-        .record_finished(
-            &gated.call_id,
-            CallResult {
-                result: Err(ToolError::new(ErrorCode::Cancelled, "run cancelled")),
-                duration_ms: 0.0,
-                diagnostics: Default::default(),
-            },
-        )
-        .await
-        .unwrap();
+    j.record_finished(
+        &gated.call_id,
+        CallResult {
+            result: Err(ToolError::new(ErrorCode::Cancelled, "run cancelled")),
+            duration_ms: 0.0,
+            diagnostics: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let cancelled = j.get_call(&gated.call_id).await.unwrap();
     assert_eq!(cancelled.status, CallStatus::Failed);
 }
 
@@ -1059,10 +1059,10 @@ async fn json_values_round_trip_exactly(store: Store) {
         .await
         .unwrap();
     assert_eq!(call.args, awkward);
-    let done = j
-        .record_finished(&call.call_id, ok(awkward.clone()))
+    j.record_finished(&call.call_id, ok(awkward.clone()))
         .await
         .unwrap();
+    let done = j.get_call(&call.call_id).await.unwrap();
     assert_eq!(done.result, Some(awkward.clone()));
     assert_eq!(
         j.get_call(&call.call_id).await.unwrap().result,
@@ -1124,9 +1124,9 @@ async fn concurrent_keyed_calls_from_64_tasks_all_succeed(store: Store) {
             tokio::spawn(async move {
                 let call = j.open_call(new_call(&format!("r{}", i % 8), i / 8)).await?;
                 let attempts = j.record_started(&call.call_id).await?;
-                let done = j
-                    .record_finished(&call.call_id, ok(json!({"task": i})))
+                j.record_finished(&call.call_id, ok(json!({"task": i})))
                     .await?;
+                let done = j.get_call(&call.call_id).await?;
                 Ok::<_, JournalError>((attempts, done))
             })
         })
@@ -1406,10 +1406,10 @@ async fn diagnostics_are_kept_with_the_call(store: Store) {
     let j = store.open().await;
     j.create_run(new_run("r1")).await.unwrap();
     let call = j.open_call(new_call("r1", 0)).await.unwrap();
-    let finished = j
-        .record_finished(&call.call_id, with(ok(json!(1))))
+    j.record_finished(&call.call_id, with(ok(json!(1))))
         .await
         .unwrap();
+    let finished = j.get_call(&call.call_id).await.unwrap();
     assert_eq!(finished.diagnostics, diagnostics);
     // A one-call run recorded whole keeps them too; a call without any stores none.
     let mut quiet = new_call("r2", 1);
