@@ -94,11 +94,8 @@ impl Sandbox {
         // one-shot process (the CLI) finds them ready, or makes what the janitor has not
         // begun itself, instead of waiting. Only root can make them; without root the
         // checks below refuse anyway.
-        let ahead_size = if rustix::process::geteuid().is_root() {
-            config.prepared_ahead
-        } else {
-            0
-        };
+        let root = rustix::process::geteuid().is_root();
+        let ahead_size = if root { config.prepared_ahead } else { 0 };
         let netns = Stock::new("network namespace", ahead_size, crate::netns::create);
         let discovery = cgroup::Discovery::read();
         let hierarchy = match &discovery {
@@ -107,10 +104,12 @@ impl Sandbox {
         };
         let ahead = Ahead {
             cgroups: hierarchy.as_ref().ok().map(|h| {
-                let sweep = h.clone();
                 let cgroups = Cgroups::new(h.clone(), ahead_size);
-                // Folders of supervisors that died without removing them.
-                crate::janitor::later(move || cgroup::sweep(&sweep));
+                if root {
+                    // Folders of supervisors that died without removing them.
+                    let sweep = h.clone();
+                    crate::janitor::later(move || cgroup::sweep(&sweep));
+                }
                 cgroups
             }),
             netns,
@@ -158,7 +157,7 @@ impl Sandbox {
             weakened.push(Weakening::Cgroup);
         }
         let seccomp = match facts.seccomp {
-            Some(programs) => programs,
+            Some(program) => program,
             None => {
                 crate::seccomp::program().map_err(|detail| SandboxError::MechanismUnavailable {
                     mechanism: Mechanism::Seccomp,
