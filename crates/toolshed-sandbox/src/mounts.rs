@@ -15,6 +15,10 @@
 //!
 //! The parent keeps the scratch mount's fd: files the tool wrote are read back through
 //! it with beneath-only, no-symlink opens, after the tool is gone.
+//!
+//! Each supervisor holds a shared `flock` on every skeleton it uses and marks it used
+//! (its modification time); [`sweep`], run on the janitor thread at `Sandbox::new`,
+//! removes the skeletons nobody holds that have gone unused for [`SKELETON_IDLE`].
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -51,6 +55,9 @@ pub(crate) struct Skeleton {
     pub cpath: CString,
     /// An `O_PATH` fd of it (the Landlock read rule).
     pub fd: OwnedFd,
+    /// The folder opened and share-locked (`flock`) while this supervisor may use it,
+    /// so that [`sweep`] never removes it.
+    _in_use: OwnedFd,
     /// Top-level folders of the host (not links) that are bound read-only like `/usr`.
     pub top_dirs: Vec<&'static str>,
 }
@@ -173,29 +180,24 @@ fn build(runtime_dir: &Path, points: &[MountPoint]) -> Result<Skeleton, SandboxE
             top_dirs.push(*name);
         }
     }
-    if !final_path.exists() {
-        let tmp = roots.join(format!(
-            ".build-{}-{:x}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or_default()
-        ));
-        populate(&tmp, points).inspect_err(|_| {
-            let _ = std::fs::remove_dir_all(&tmp);
-        })?;
-        // Another supervisor may have built the same layout meanwhile: keep theirs.
-        if std::fs::rename(&tmp, &final_path).is_err() {
-            let _ = std::fs::remove_dir_all(&tmp);
-            if !final_path.exists() {
-                return Err(SandboxError::io(
-                    format!("cannot install the root skeleton {}", final_path.display()),
-                    std::io::Error::other("rename failed"),
-                ));
-            }
+    // Built unless it is there; then held. A sweep removing it between the two (it had
+    // gone unused for a day) makes it built again.
+    let mut attempt = 0;
+    let in_use = loop {
+        if !final_path.exists() {
+            install(&roots, &final_path, points)?;
         }
-    }
+        if let Some(fd) = lock_in_use(&final_path)? {
+            break fd;
+        }
+        attempt += 1;
+        if attempt == 3 {
+            return Err(SandboxError::io(
+                format!("cannot hold the root skeleton {}", final_path.display()),
+                std::io::Error::other("it was removed each time it was built"),
+            ));
+        }
+    };
     let fd = rustix::fs::open(
         &final_path,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -209,7 +211,142 @@ fn build(runtime_dir: &Path, points: &[MountPoint]) -> Result<Skeleton, SandboxE
         cpath,
         fd,
         top_dirs,
+        _in_use: in_use,
     })
+}
+
+/// How long a skeleton may go unused (by every supervisor) before [`sweep`] removes it.
+/// A new version, a new layout of bind targets or a new loader cache (`ldconfig`) each
+/// make a new one (about 150 KiB), and the runtime folder is in `/run`, kept in memory
+/// until the host restarts: a day of the test suites left 400 of them, 57 MiB. Building
+/// one again costs a few milliseconds.
+pub(crate) const SKELETON_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Opens the skeleton at `path` and share-locks it for as long as the fd lives, then
+/// marks it used now (its modification time). `None` when it is not there any more (a
+/// sweep removed it between the build's check and this open): the caller builds again.
+fn lock_in_use(path: &Path) -> Result<Option<OwnedFd>, SandboxError> {
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => {
+            return Err(SandboxError::io(
+                format!("cannot open {}", path.display()),
+                e.into(),
+            ));
+        }
+    };
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared)
+        .map_err(|e| SandboxError::io(format!("cannot lock {}", path.display()), e.into()))?;
+    // A sweep holding the exclusive lock before ours renamed the folder away: the path
+    // names another folder now, or none.
+    let held = rustix::fs::fstat(&fd)
+        .map_err(|e| SandboxError::io(format!("cannot read {}", path.display()), e.into()))?;
+    match rustix::fs::stat(path) {
+        Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {}
+        _ => return Ok(None),
+    }
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rustix::fs::UTIME_NOW,
+    };
+    rustix::fs::futimens(
+        &fd,
+        &rustix::fs::Timestamps {
+            last_access: now,
+            last_modification: now,
+        },
+    )
+    .map_err(|e| SandboxError::io(format!("cannot mark {} used", path.display()), e.into()))?;
+    Ok(Some(fd))
+}
+
+/// Removes from `runtime_dir/roots` the skeletons no supervisor holds that have gone
+/// unused for `idle`, and the half-built ones of supervisors that died. A skeleton is
+/// taken with an exclusive lock that fails while any supervisor holds its share lock,
+/// and renamed away before it is removed, so a supervisor starting to use it meanwhile
+/// finds it gone and builds its own. Best effort: what cannot be removed stays.
+pub(crate) fn sweep(runtime_dir: &Path, idle: std::time::Duration) {
+    let roots = runtime_dir.join("roots");
+    let Ok(entries) = std::fs::read_dir(&roots) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for (n, entry) in entries.flatten().enumerate() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let path = entry.path();
+        if let Some(rest) = name
+            .strip_prefix(".build-")
+            .or(name.strip_prefix(".swept-"))
+        {
+            let dead = rest
+                .split_once('-')
+                .and_then(|(pid, _)| pid.parse::<i32>().ok())
+                .and_then(rustix::process::Pid::from_raw)
+                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err());
+            if dead {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            continue;
+        }
+        if !name.starts_with("root-") {
+            continue;
+        }
+        let Ok(fd) = rustix::fs::open(
+            &path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
+        }
+        let unused_for = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| now.duration_since(m).ok());
+        if unused_for.is_none_or(|d| d < idle) {
+            continue;
+        }
+        let away = roots.join(format!(".swept-{}-{n}", std::process::id()));
+        if std::fs::rename(&path, &away).is_ok() {
+            let _ = std::fs::remove_dir_all(&away);
+        }
+    }
+}
+
+/// Builds the skeleton for `points` in a temporary folder and renames it to `final_path`.
+fn install(roots: &Path, final_path: &Path, points: &[MountPoint]) -> Result<(), SandboxError> {
+    let tmp = roots.join(format!(
+        ".build-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    populate(&tmp, points).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&tmp);
+    })?;
+    // Another supervisor may have built the same layout meanwhile: keep theirs.
+    if std::fs::rename(&tmp, final_path).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !final_path.exists() {
+            return Err(SandboxError::io(
+                format!("cannot install the root skeleton {}", final_path.display()),
+                std::io::Error::other("rename failed"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn populate(root: &Path, points: &[MountPoint]) -> Result<(), SandboxError> {
@@ -779,5 +916,97 @@ impl Scratch {
                 e,
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn age(path: &Path, days: u64) {
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 24 * 3600);
+        let secs = then
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let ts = rustix::fs::Timespec {
+            tv_sec: i64::try_from(secs).unwrap_or_default(),
+            tv_nsec: 0,
+        };
+        rustix::fs::utimensat(
+            CWD,
+            path,
+            &rustix::fs::Timestamps {
+                last_access: ts,
+                last_modification: ts,
+            },
+            rustix::fs::AtFlags::empty(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_sweep_removes_skeletons_unused_for_the_idle_time_and_dead_builds_only() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let roots = dir.path().join("roots");
+        let make = |name: &str| {
+            let p = roots.join(name);
+            std::fs::create_dir_all(p.join("etc")).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(p.join("etc/passwd"), "x").unwrap_or_else(|e| panic!("{e}"));
+            p
+        };
+        let old = make("root-old");
+        let held = make("root-held");
+        let recent = make("root-recent");
+        // A build left by a process that is gone, and one by this live process.
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dead_pid = child.id();
+        child.wait().unwrap_or_else(|e| panic!("{e}"));
+        let dead_build = make(&format!(".build-{dead_pid}-1"));
+        let live_build = make(&format!(".build-{}-2", std::process::id()));
+        for p in [&old, &held] {
+            age(p, 30);
+        }
+        // Another supervisor holds `root-held` (as `lock_in_use` does).
+        let holder = rustix::fs::open(
+            &held,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockShared)
+            .unwrap_or_else(|e| panic!("{e}"));
+
+        sweep(dir.path(), SKELETON_IDLE);
+        assert!(!old.exists(), "an unused week-old skeleton stayed");
+        assert!(held.exists(), "a held skeleton was removed");
+        assert!(recent.exists(), "a recently used skeleton was removed");
+        assert!(!dead_build.exists(), "a dead process's build stayed");
+        assert!(live_build.exists(), "a live process's build was removed");
+        let left: Vec<_> = std::fs::read_dir(&roots)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 3, "{left:?}");
+
+        // Once released, held and old, it goes too; a use marks a skeleton recent.
+        drop(holder);
+        let kept = lock_in_use(&recent)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the recent skeleton was not there"));
+        age(&recent, 30);
+        sweep(dir.path(), SKELETON_IDLE);
+        assert!(!held.exists());
+        assert!(recent.exists(), "a skeleton in use was removed");
+        drop(kept);
+        let used = lock_in_use(&recent)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("the recent skeleton was not there"));
+        drop(used);
+        sweep(dir.path(), SKELETON_IDLE);
+        assert!(recent.exists(), "a skeleton just used was removed");
     }
 }

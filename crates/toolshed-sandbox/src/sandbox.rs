@@ -176,6 +176,14 @@ impl Sandbox {
             )
         })?;
         let pool = Pool::new(config.uid_pool, &config.runtime_dir)?;
+        if root {
+            // Root skeletons no supervisor has used for a day (older versions, older
+            // loader caches, layouts of binds no tool has any more).
+            let runtime_dir = config.runtime_dir.clone();
+            crate::janitor::later(move || {
+                crate::mounts::sweep(&runtime_dir, crate::mounts::SKELETON_IDLE);
+            });
+        }
         let open = |p: &std::path::Path| {
             rustix::fs::open(
                 p,
