@@ -222,6 +222,9 @@ fn build(runtime_dir: &Path, points: &[MountPoint]) -> Result<Skeleton, SandboxE
 /// one again costs a few milliseconds.
 pub(crate) const SKELETON_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// How often [`sweep`] looks at the skeletons (on one host, across supervisors).
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Opens the skeleton at `path` and share-locks it for as long as the fd lives, then
 /// marks it used now (its modification time). `None` when it is not there any more (a
 /// sweep removed it between the build's check and this open): the caller builds again.
@@ -276,6 +279,17 @@ pub(crate) fn sweep(runtime_dir: &Path, idle: std::time::Duration) {
         return;
     };
     let now = std::time::SystemTime::now();
+    // Once an hour at most, whoever comes first: a one-shot process (the CLI) must not
+    // pay a look at every skeleton at each start.
+    let marker = roots.join(".last-sweep");
+    let recent = std::fs::metadata(&marker)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|m| now.duration_since(m).ok())
+        .is_some_and(|d| d < SWEEP_EVERY);
+    if recent || std::fs::write(&marker, b"").is_err() {
+        return;
+    }
     for (n, entry) in entries.flatten().enumerate() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
@@ -980,7 +994,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
 
         sweep(dir.path(), SKELETON_IDLE);
-        assert!(!old.exists(), "an unused week-old skeleton stayed");
+        assert!(!old.exists(), "an unused month-old skeleton stayed");
         assert!(held.exists(), "a held skeleton was removed");
         assert!(recent.exists(), "a recently used skeleton was removed");
         assert!(!dead_build.exists(), "a dead process's build stayed");
@@ -990,7 +1004,8 @@ mod tests {
             .flatten()
             .map(|e| e.file_name())
             .collect();
-        assert_eq!(left.len(), 3, "{left:?}");
+        // The three kept, and the sweep's marker.
+        assert_eq!(left.len(), 4, "{left:?}");
 
         // Once released, held and old, it goes too; a use marks a skeleton recent.
         drop(holder);
@@ -998,6 +1013,10 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|| panic!("the recent skeleton was not there"));
         age(&recent, 30);
+        // Within the hour a sweep does nothing; an hour later it looks again.
+        sweep(dir.path(), SKELETON_IDLE);
+        assert!(held.exists(), "a second sweep within the hour looked again");
+        age(&roots.join(".last-sweep"), 1);
         sweep(dir.path(), SKELETON_IDLE);
         assert!(!held.exists());
         assert!(recent.exists(), "a skeleton in use was removed");
@@ -1006,6 +1025,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"))
             .unwrap_or_else(|| panic!("the recent skeleton was not there"));
         drop(used);
+        age(&roots.join(".last-sweep"), 1);
         sweep(dir.path(), SKELETON_IDLE);
         assert!(recent.exists(), "a skeleton just used was removed");
     }
