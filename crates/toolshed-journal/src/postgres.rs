@@ -684,7 +684,7 @@ impl WriterStatements {
                 .prepare(&format!(
                     "UPDATE calls SET status = $2, result = $3, error = $4, duration_ms = $5, updated_at_ms = $6, \
                      diagnostics = $7 \
-                     WHERE call_id = $1 AND {} RETURNING {call_cols}",
+                     WHERE call_id = $1 AND {} RETURNING 1",
                     CallChange::Finish.sql_condition("")
                 ))
                 .await?,

@@ -548,15 +548,7 @@ pub(crate) fn sweep(hierarchy: &Hierarchy) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .split_once('-')
-            .and_then(|(p, _)| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let alive = rustix::process::Pid::from_raw(pid)
-            .is_some_and(|p| rustix::process::test_kill_process(p).is_ok());
-        if alive {
+        if crate::janitor::maker_gone(&name) != Some(true) {
             continue;
         }
         let cg = RunCgroup {

@@ -97,6 +97,17 @@ pub(crate) fn later(job: impl FnOnce() + Send + 'static) {
     j.queued.notify_one();
 }
 
+/// For a name a supervisor made as `<pid>-<anything>` (a run's cgroup, a skeleton being
+/// built): whether that process is gone, so what it left may be removed. `None` when
+/// the name is not of that shape.
+pub(crate) fn maker_gone(name: &str) -> Option<bool> {
+    let pid = name.split_once('-')?.0.parse::<i32>().ok()?;
+    Some(
+        rustix::process::Pid::from_raw(pid)
+            .is_none_or(|p| rustix::process::test_kill_process(p).is_err()),
+    )
+}
+
 /// Returns once every job queued so far has run, running queued ones on this thread
 /// meanwhile.
 pub(crate) fn flush() {

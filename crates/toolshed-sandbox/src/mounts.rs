@@ -236,19 +236,13 @@ fn lock_in_use(path: &Path) -> Result<Option<OwnedFd>, SandboxError> {
     ) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(e) => {
-            return Err(SandboxError::io(
-                format!("cannot open {}", path.display()),
-                e.into(),
-            ));
-        }
+        Err(e) => return Err(io_at(path, "open")(e.into())),
     };
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared)
-        .map_err(|e| SandboxError::io(format!("cannot lock {}", path.display()), e.into()))?;
+        .map_err(|e| io_at(path, "lock")(e.into()))?;
     // A sweep holding the exclusive lock before ours renamed the folder away: the path
     // names another folder now, or none.
-    let held = rustix::fs::fstat(&fd)
-        .map_err(|e| SandboxError::io(format!("cannot read {}", path.display()), e.into()))?;
+    let held = rustix::fs::fstat(&fd).map_err(|e| io_at(path, "read")(e.into()))?;
     match rustix::fs::stat(path) {
         Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {}
         _ => return Ok(None),
@@ -264,7 +258,7 @@ fn lock_in_use(path: &Path) -> Result<Option<OwnedFd>, SandboxError> {
             last_modification: now,
         },
     )
-    .map_err(|e| SandboxError::io(format!("cannot mark {} used", path.display()), e.into()))?;
+    .map_err(|e| io_at(path, "mark as used")(e.into()))?;
     Ok(Some(fd))
 }
 
@@ -275,21 +269,21 @@ fn lock_in_use(path: &Path) -> Result<Option<OwnedFd>, SandboxError> {
 /// finds it gone and builds its own. Best effort: what cannot be removed stays.
 pub(crate) fn sweep(runtime_dir: &Path, idle: std::time::Duration) {
     let roots = runtime_dir.join("roots");
-    let Ok(entries) = std::fs::read_dir(&roots) else {
-        return;
-    };
     let now = std::time::SystemTime::now();
+    let age = |modified: std::io::Result<std::time::SystemTime>| {
+        modified.ok().and_then(|m| now.duration_since(m).ok())
+    };
     // Once an hour at most, whoever comes first: a one-shot process (the CLI) must not
     // pay a look at every skeleton at each start.
     let marker = roots.join(".last-sweep");
-    let recent = std::fs::metadata(&marker)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|m| now.duration_since(m).ok())
-        .is_some_and(|d| d < SWEEP_EVERY);
+    let recent =
+        age(std::fs::metadata(&marker).and_then(|m| m.modified())).is_some_and(|d| d < SWEEP_EVERY);
     if recent || std::fs::write(&marker, b"").is_err() {
         return;
     }
+    let Ok(entries) = std::fs::read_dir(&roots) else {
+        return;
+    };
     for (n, entry) in entries.flatten().enumerate() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
@@ -300,12 +294,7 @@ pub(crate) fn sweep(runtime_dir: &Path, idle: std::time::Duration) {
             .strip_prefix(".build-")
             .or(name.strip_prefix(".swept-"))
         {
-            let dead = rest
-                .split_once('-')
-                .and_then(|(pid, _)| pid.parse::<i32>().ok())
-                .and_then(rustix::process::Pid::from_raw)
-                .is_some_and(|pid| rustix::process::test_kill_process(pid).is_err());
-            if dead {
+            if crate::janitor::maker_gone(rest) == Some(true) {
                 let _ = std::fs::remove_dir_all(&path);
             }
             continue;
@@ -323,11 +312,16 @@ pub(crate) fn sweep(runtime_dir: &Path, idle: std::time::Duration) {
         if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
             continue;
         }
-        let unused_for = std::fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|m| now.duration_since(m).ok());
-        if unused_for.is_none_or(|d| d < idle) {
+        let modified = rustix::fs::fstat(&fd)
+            .map_err(std::io::Error::from)
+            .map(|st| {
+                std::time::UNIX_EPOCH
+                    + std::time::Duration::new(
+                        u64::try_from(st.st_mtime).unwrap_or_default(),
+                        u32::try_from(st.st_mtime_nsec).unwrap_or_default(),
+                    )
+            });
+        if age(modified).is_none_or(|d| d < idle) {
             continue;
         }
         let away = roots.join(format!(".swept-{}-{n}", std::process::id()));

@@ -148,11 +148,10 @@ pub(crate) fn program() -> Result<Program, String> {
     if cfg!(target_arch = "x86_64") {
         code.push((JGE_K, To::Enosys, To::Next, X32_BIT));
     }
-    for (_, nr) in DENIED {
-        let nr = u32::try_from(*nr).map_err(|_| format!("system call number {nr}"))?;
-        code.push((JEQ_K, To::Eperm, To::Next, nr));
-    }
     let number = |nr: i64| u32::try_from(nr).map_err(|_| format!("system call number {nr}"));
+    for (_, nr) in DENIED {
+        code.push((JEQ_K, To::Eperm, To::Next, number(*nr)?));
+    }
     code.push((JEQ_K, To::Enosys, To::Next, number(libc::SYS_clone3)?));
     code.push((JEQ_K, To::Ioctl, To::Next, number(libc::SYS_ioctl)?));
     code.push((JEQ_K, To::Clone, To::Next, number(libc::SYS_clone)?));

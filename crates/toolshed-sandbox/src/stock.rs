@@ -107,11 +107,9 @@ impl<T: Send + 'static> Stock<T> {
                         s.ready.push(item);
                     }
                     Err(e) => {
-                        {
-                            let mut s = me.lock();
-                            s.pending -= 1 + s.unstarted;
-                            s.unstarted = 0;
-                        }
+                        // This one failed; the rest are given up.
+                        me.lock().pending -= 1;
+                        me.close();
                         me.made.notify_waiters();
                         tracing::warn!(error = %e, what = me.what, "cannot prepare ahead");
                         return;
@@ -160,8 +158,8 @@ impl<T: Send + 'static> Stock<T> {
         }
     }
 
-    /// Makes nothing more: the items asked for and not begun are given up (the
-    /// supervisor is shutting down).
+    /// Makes nothing more of what was asked for: the items not begun are given up (the
+    /// supervisor is shutting down, or making one failed).
     pub(crate) fn close(&self) {
         let mut s = self.lock();
         s.pending -= s.unstarted;
