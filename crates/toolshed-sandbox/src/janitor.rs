@@ -37,9 +37,22 @@ impl Janitor {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `job` numbered `seq` (already marked running), then marks it ended.
+    /// The oldest queued job if it was queued before `before`, marked running.
+    fn start_next(s: &mut State, before: u64) -> Option<(u64, Job)> {
+        if s.queued.front().is_none_or(|(seq, _)| *seq >= before) {
+            return None;
+        }
+        let (seq, job) = s.queued.pop_front()?;
+        s.running.push(seq);
+        Some((seq, job))
+    }
+
+    /// Runs `job` numbered `seq` (already marked running), then marks it ended. A job
+    /// that panics is logged and counts as ended: the janitor and every flush go on.
     fn run(&self, seq: u64, job: Job) {
-        job();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a sandbox janitor job panicked");
+        }
         let mut s = self.lock();
         s.running.retain(|r| *r != seq);
         drop(s);
@@ -62,7 +75,7 @@ fn janitor() -> &'static Janitor {
                 loop {
                     let mut s = j.lock();
                     let (seq, job) = loop {
-                        if let Some(next) = s.queued.pop_front() {
+                        if let Some(next) = Janitor::start_next(&mut s, u64::MAX) {
                             break next;
                         }
                         s = j
@@ -70,7 +83,6 @@ fn janitor() -> &'static Janitor {
                             .wait(s)
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
                     };
-                    s.running.push(seq);
                     drop(s);
                     j.run(seq, job);
                 }
@@ -115,13 +127,7 @@ pub(crate) fn flush() {
     let mut s = j.lock();
     let target = s.next;
     loop {
-        if let Some((seq, _)) = s.queued.front()
-            && *seq < target
-        {
-            let Some((seq, job)) = s.queued.pop_front() else {
-                continue;
-            };
-            s.running.push(seq);
+        if let Some((seq, job)) = Janitor::start_next(&mut s, target) {
             drop(s);
             j.run(seq, job);
             s = j.lock();
@@ -185,5 +191,25 @@ mod tests {
             Some(Some("sandbox-janitor".to_owned())),
             "the flush only waited: the second job ran on the janitor"
         );
+    }
+
+    #[test]
+    fn a_job_that_panics_counts_as_ended_and_the_janitor_goes_on() {
+        later(|| panic!("a janitor job failing on purpose"));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        later(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        flush();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        // The janitor thread is still there for the next job.
+        let (done, finished) = std::sync::mpsc::channel();
+        later(move || {
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("no job ran after the panic: {e}"));
     }
 }
