@@ -31,19 +31,25 @@ use rmcp::transport::streamable_http_server::session::store::{
 use rmcp::transport::streamable_http_server::session::{
     ServerSseMessage, SessionId, SessionManager,
 };
+use toolshed_mcp::server::sessions::Sessions;
 
-/// rmcp's local session manager, with POST streams closed after `close_after`.
+/// rmcp's local session manager, with POST streams closed after `close_after`, and
+/// the table of sessions the direct path serves fed with what passes.
 #[derive(Default)]
 pub(crate) struct PollingSessions {
     inner: LocalSessionManager,
     close_after: Option<Duration>,
     /// The event store, when polling is on.
     store: Option<Arc<ReplayStore>>,
+    /// The sessions whose plain calls may be answered directly
+    /// ([`toolshed_mcp::server::sessions`]); `None` when the direct path is off.
+    direct: Option<Arc<Sessions>>,
 }
 
 impl PollingSessions {
-    /// Sessions whose POST streams close after `close_after` (never when `None`).
-    pub(crate) fn new(close_after: Option<Duration>) -> Self {
+    /// Sessions whose POST streams close after `close_after` (never when `None`),
+    /// feeding `direct` when given.
+    pub(crate) fn new(close_after: Option<Duration>, direct: Option<Arc<Sessions>>) -> Self {
         let mut inner = LocalSessionManager::default();
         let store = close_after.map(|_| Arc::new(ReplayStore::default()));
         if let Some(store) = &store {
@@ -53,6 +59,15 @@ impl PollingSessions {
             inner,
             close_after,
             store,
+            direct,
+        }
+    }
+
+    /// Tell the direct path's table that `message` (or a stream) of session `id` goes
+    /// to rmcp's worker.
+    fn seen(&self, id: &SessionId, message: Option<&ClientJsonRpcMessage>) {
+        if let Some(direct) = &self.direct {
+            direct.seen(id, message);
         }
     }
 }
@@ -294,7 +309,12 @@ impl SessionManager for PollingSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.inner.initialize_session(id, message).await
+        let hello = self.direct.as_ref().and_then(|_| Sessions::hello(&message));
+        let answer = self.inner.initialize_session(id, message).await?;
+        if let (Some(direct), Some(hello)) = (&self.direct, hello) {
+            direct.initialized(id, hello, &answer);
+        }
+        Ok(answer)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
@@ -302,6 +322,9 @@ impl SessionManager for PollingSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        if let Some(direct) = &self.direct {
+            direct.closed(id);
+        }
         self.inner.close_session(id).await
     }
 
@@ -310,6 +333,7 @@ impl SessionManager for PollingSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.seen(id, Some(&message));
         let stream = self.inner.create_stream(id, message).await?;
         // Each event that reaches this session's client binds its stream to the session
         // before the client can know the id (it learns ids only from these events).
@@ -328,6 +352,7 @@ impl SessionManager for PollingSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.seen(id, Some(&message));
         self.inner.accept_message(id, message).await
     }
 
@@ -335,6 +360,7 @@ impl SessionManager for PollingSessions {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.seen(id, None);
         self.inner.create_standalone_stream(id).await
     }
 
@@ -352,6 +378,7 @@ impl SessionManager for PollingSessions {
             // rmcp answers a failed resume with an empty stream that ends at once.
             return Err(SessionError::InvalidEventId.into());
         }
+        self.seen(id, None);
         self.inner.resume(id, last_event_id).await
     }
 

@@ -985,7 +985,11 @@ async fn send_direct(
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     let text = resp.text().await.unwrap();
-    let mut text = text;
+    (status, content_type, normalized(text))
+}
+
+/// `text` with what differs between two servers (run and call ids, times) replaced.
+fn normalized(mut text: String) -> String {
     for (pattern, with) in [
         (
             r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
@@ -1003,7 +1007,7 @@ async fn send_direct(
             .replace_all(&text, with)
             .into_owned();
     }
-    (status, content_type, text)
+    text
 }
 
 #[tokio::test]
@@ -1121,7 +1125,8 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
                 &headers,
                 &["127.0.0.1".to_owned()],
                 max,
-            ) && direct::parse(&headers, body.as_bytes()).is_some();
+            )
+            .is_some_and(|route| direct::parse(&headers, body.as_bytes(), &route).is_some());
             assert_eq!(direct, *taken, "{what}: taken by the direct path");
             let token = if *viewer { &s.viewer } else { &s.deployer };
             answers.push(send_direct(s, token, &headers, &body).await);
@@ -1155,12 +1160,13 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
     for (what, extra, want) in header_cases {
         let (headers, body) = direct_request(&fast, &clock, &none, extra);
         assert!(
-            !direct::wants(
+            direct::wants(
                 &axum::http::Method::POST,
                 &headers,
                 &["127.0.0.1".to_owned()],
                 1 << 20
-            ) || direct::parse(&headers, body.as_bytes()).is_none(),
+            )
+            .is_none_or(|route| direct::parse(&headers, body.as_bytes(), &route).is_none()),
             "{what}: left to rmcp"
         );
         let (status, _, text) = send_direct(&fast, &fast.deployer, &headers, &body).await;
@@ -1190,6 +1196,332 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
     assert_eq!(status, 200, "still answering");
     fast.stop().await;
     slow.stop().await;
+}
+
+/// A session of `token` that declared `caps` (`initialize`, then `initialized`).
+async fn session_with(s: &TestServer, token: &str, caps: Value) -> String {
+    let (status, sid, messages, _) = post(
+        s,
+        Some(token),
+        None,
+        &[],
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": caps,
+            "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{messages:?}");
+    let sid = sid.expect("a session id");
+    let (status, ..) = post(
+        s,
+        Some(token),
+        Some(&sid),
+        &[],
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    sid
+}
+
+/// A `tools/call` with id 7 in session `sid`: the status, the content type and the
+/// answer's JSON-RPC message (`null` when there is none).
+async fn call_in_session(
+    s: &TestServer,
+    token: &str,
+    sid: &str,
+    headers: &[(&str, &str)],
+    params: &Value,
+) -> (u16, String, Value) {
+    let mut req = s
+        .client
+        .post(format!("{}/mcp", s.base))
+        .bearer_auth(token)
+        .header("accept", ACCEPT)
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid);
+    let version = [("mcp-protocol-version", "2025-11-25")];
+    let given = |k: &str| headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k));
+    for (k, v) in headers
+        .iter()
+        .chain(version.iter().filter(|(k, _)| !given(k)))
+    {
+        req = req.header(*k, *v);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let resp = req.body(body.to_string()).send().await.unwrap();
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let message = serde_json::from_str::<Value>(&text)
+        .ok()
+        .or_else(|| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .find(|m| m["id"] == json!(7))
+        })
+        .unwrap_or(Value::Null);
+    (status, content_type, message)
+}
+
+#[tokio::test]
+async fn a_plain_call_in_a_session_is_answered_directly_with_rmcp_s_message() {
+    // Which path answered shows in the answer: rmcp streams a session's answer (SSE),
+    // the direct path sends one JSON body.
+    let fast = TestServer::start().await;
+    let slow = TestServer::start_with(|c| c.mcp_gateway.direct_calls = false).await;
+    let mut sessions = Vec::new();
+    for s in [&fast, &slow] {
+        register_gated(s).await;
+        let deployer = session_with(s, &s.deployer, json!({"roots": {}})).await;
+        let viewer = session_with(s, &s.viewer, json!({})).await;
+        sessions.push((deployer, viewer));
+    }
+    let clock = json!({"name": "get_current_time", "arguments": {"utc_offset": "+02:00"}});
+    let keyed = |params: &Value, k: &str| {
+        let mut p = params.clone();
+        p["_meta"] = json!({"toolshed/idempotency_key": k});
+        p
+    };
+    let gated = json!({"name": "gated", "arguments": {}});
+    // (what, params, the viewer's session, taken by the direct path)
+    let cases: Vec<(&str, Value, bool, bool)> = vec![
+        ("a result", clock.clone(), false, true),
+        (
+            "no arguments",
+            json!({"name": "get_current_time"}),
+            false,
+            true,
+        ),
+        (
+            "invalid arguments",
+            json!({"name": "get_current_time", "arguments": {"utc_offset": 7}}),
+            false,
+            true,
+        ),
+        (
+            "an unknown tool",
+            json!({"name": "nope", "arguments": {}}),
+            false,
+            true,
+        ),
+        ("a malformed key", keyed(&clock, "has spaces"), false, true),
+        ("a keyed result", keyed(&clock, "k-1"), false, true),
+        ("the keyed result again", keyed(&clock, "k-1"), false, true),
+        ("a pending approval", keyed(&gated, "order-1"), false, true),
+        (
+            "the same approval again",
+            keyed(&gated, "order-1"),
+            false,
+            true,
+        ),
+        (
+            "the same key, other arguments",
+            keyed(
+                &json!({"name": "gated", "arguments": {"utc_offset": "+01:00"}}),
+                "order-1",
+            ),
+            false,
+            true,
+        ),
+        ("a viewer", clock.clone(), true, true),
+        (
+            "a progress token: rmcp's (the call streams)",
+            {
+                let mut p = clock.clone();
+                p["_meta"] = json!({"progressToken": "p1"});
+                p
+            },
+            false,
+            false,
+        ),
+        (
+            "arguments not an object: rmcp's",
+            json!({"name": "get_current_time", "arguments": [1]}),
+            false,
+            false,
+        ),
+    ];
+    for (what, params, viewer, taken) in &cases {
+        let mut answers = Vec::new();
+        for (s, (deployer, viewer_sid)) in [&fast, &slow].into_iter().zip(&sessions) {
+            let (token, sid) = if *viewer {
+                (&s.viewer, viewer_sid)
+            } else {
+                (&s.deployer, deployer)
+            };
+            answers.push(call_in_session(s, token, sid, &[], params).await);
+        }
+        let (fast_answer, slow_answer) = (&answers[0], &answers[1]);
+        assert_eq!(fast_answer.0, slow_answer.0, "{what}: the same status");
+        assert_eq!(
+            normalized(fast_answer.2.to_string()),
+            normalized(slow_answer.2.to_string()),
+            "{what}: the two paths answer alike"
+        );
+        if *taken {
+            assert_eq!(fast_answer.0, 200, "{what}: {fast_answer:?}");
+            assert_eq!(slow_answer.1, "text/event-stream", "{what}: rmcp streams");
+            assert_eq!(fast_answer.1, "application/json", "{what}: one JSON body");
+            let answered = fast_answer.2.get("result").or(fast_answer.2.get("error"));
+            assert!(answered.is_some(), "{what}: an answer");
+        } else {
+            assert_eq!(fast_answer.1, slow_answer.1, "{what}: rmcp's on both");
+        }
+    }
+    // The run records the session's client, era and version, as rmcp's path does.
+    let (_, content_type, answer) =
+        call_in_session(&fast, &fast.deployer, &sessions[0].0, &[], &clock).await;
+    assert_eq!(content_type, "application/json");
+    let run = run_of(&fast, &answer["result"]).await;
+    assert_eq!(
+        run["data"]["driver"]["mcp"],
+        json!({"era": "legacy", "protocol_version": "2025-11-25", "client": "test 1"}),
+        "{run}"
+    );
+
+    // Left to rmcp: another version than the session's, a client that can answer
+    // questions, one that set a log level; an unknown or deleted session is rmcp's 404.
+    let s = &fast;
+    let sid = &sessions[0].0;
+    let (status, content_type, answer) = call_in_session(
+        s,
+        &s.deployer,
+        sid,
+        &[("mcp-protocol-version", "2025-06-18")],
+        &clock,
+    )
+    .await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/event-stream"),
+        "{answer}"
+    );
+    assert!(
+        answer["result"]["structuredContent"].is_object(),
+        "{answer}"
+    );
+    let asking = session_with(s, &s.deployer, json!({"elicitation": {}})).await;
+    let (_, content_type, answer) = call_in_session(s, &s.deployer, &asking, &[], &clock).await;
+    assert_eq!(content_type, "text/event-stream", "{answer}");
+    let logging = session_with(s, &s.deployer, json!({})).await;
+    let level = request(
+        s,
+        &s.deployer,
+        &logging,
+        3,
+        "logging/setLevel",
+        json!({"level": "info"}),
+    )
+    .await;
+    assert_eq!(level, json!({}));
+    let (_, content_type, answer) = call_in_session(s, &s.deployer, &logging, &[], &clock).await;
+    assert_eq!(content_type, "text/event-stream", "{answer}");
+    let (status, ..) = call_in_session(s, &s.deployer, "no-such-session", &[], &clock).await;
+    assert_eq!(status, 404);
+    let deleted = s
+        .client
+        .delete(format!("{}/mcp", s.base))
+        .bearer_auth(&s.deployer)
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let (status, ..) = call_in_session(s, &s.deployer, sid, &[], &clock).await;
+    assert_eq!(status, 404, "a deleted session is never served directly");
+    fast.stop().await;
+    slow.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_call_in_a_session_is_given_up_when_its_client_cancels_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("slow.py");
+    std::fs::write(
+        &py,
+        "import time\n\ndef slow():\n    time.sleep(60)\n    return {}\n",
+    )
+    .unwrap();
+    let root = dir.path().to_path_buf();
+    let s = TestServer::start_with(move |c| c.code.tool_roots.push(root)).await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.admin),
+            Some(json!({"name": "slow", "description": "Takes a minute",
+                "endpoint": format!("python:{}:slow", py.display())})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sid = session_with(&s, &s.deployer, json!({})).await;
+    let s = std::sync::Arc::new(s);
+    let call = {
+        let (s, sid) = (s.clone(), sid.clone());
+        tokio::spawn(async move {
+            call_in_session(
+                &s,
+                &s.deployer,
+                &sid,
+                &[],
+                &json!({"name": "slow", "arguments": {}}),
+            )
+            .await
+        })
+    };
+    tokio::pin!(call);
+    // The cancellation may arrive before the call is in flight: sent again until the
+    // call ends (a cancellation of an id not in flight is ignored).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answer = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call was not given up"
+        );
+        let (status, ..) = post(
+            &s,
+            Some(&s.deployer),
+            Some(&sid),
+            &[],
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 7, "reason": "the user pressed stop"}}),
+        )
+        .await;
+        assert_eq!(status, 202);
+        if let Ok(answer) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), &mut call).await
+        {
+            break answer.unwrap();
+        }
+    };
+    // As rmcp does: no answer to a cancelled request, its stream ends empty.
+    assert_eq!(
+        (answer.0, answer.1.as_str()),
+        (200, "text/event-stream"),
+        "{answer:?}"
+    );
+    assert_eq!(answer.2, Value::Null, "no message");
+    // The session goes on.
+    let (status, _, answer) = call_in_session(
+        &s,
+        &s.deployer,
+        &sid,
+        &[],
+        &json!({"name": "get_current_time", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        answer["result"]["structuredContent"].is_object(),
+        "{answer}"
+    );
 }
 
 /// A log sink shared with a `fmt` subscriber.

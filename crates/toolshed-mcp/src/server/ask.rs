@@ -139,6 +139,11 @@ pub(crate) fn sessionless() -> Arc<dyn Asker> {
     SESSIONLESS.clone()
 }
 
+/// The asker of a call in a session whose client declared neither capability.
+pub(crate) fn undeclared() -> Arc<dyn Asker> {
+    UNDECLARED.clone()
+}
+
 /// Who answers the questions of a call from `peer` (`sessionless`: a `2026-07-28`
 /// request): the client itself when it declared a capability to answer with.
 pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn Asker> {
@@ -151,7 +156,7 @@ pub(crate) fn asker_for(peer: &Peer<RoleServer>, sessionless: bool) -> Arc<dyn A
     if able {
         Arc::new(PeerAsker { peer: peer.clone() })
     } else {
-        UNDECLARED.clone()
+        undeclared()
     }
 }
 

@@ -31,6 +31,7 @@ mod ask;
 pub mod catalog;
 pub mod content;
 pub mod direct;
+pub mod sessions;
 
 use std::sync::{Arc, Mutex};
 
