@@ -40,9 +40,9 @@
 //! A session's direct answer is one JSON body where rmcp sends an SSE stream of one
 //! event: the transport allows either for a request's answer, and every client must
 //! read both. What the direct answer gives up is the stream's resumability. rmcp's
-//! stream opens with an event id, so a client whose connection drops during a long call
-//! can resume it and still get the answer; a direct call whose connection drops loses its
-//! answer, as a REST call does. The operator who turns on SSE polling
+//! stream opens with an event id, so a client whose connection drops during a long
+//! call can resume it and still get the answer; a direct call whose connection drops
+//! loses its answer, as a REST call does. The operator who turns on SSE polling
 //! (`--mcp-sse-close-after`) for long calls keeps every session call on rmcp.
 //!
 //! A test sends the same requests to a server with the direct path and to one without
