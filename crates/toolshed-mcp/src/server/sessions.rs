@@ -166,7 +166,10 @@ impl Sessions {
         }
     }
 
-    /// Session `id` was closed.
+    /// Session `id` was closed. Its direct calls in flight go on to their answers, each
+    /// on its own connection: a durable run is better finished than abandoned. (rmcp
+    /// gives its own calls of a closed session a few seconds, then cancels them; a call
+    /// quiet for five minutes has its session closed under it by the idle timer.)
     pub fn closed(&self, id: &str) {
         if let Ok(mut table) = self.table.write() {
             table.remove(id);
