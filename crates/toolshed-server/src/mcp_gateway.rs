@@ -445,10 +445,17 @@ impl tower::Service<Request> for Shared {
         let svc = self.rmcp.clone();
         let direct = self.direct.as_ref().and_then(|d| {
             let route = direct::wants(req.method(), req.headers(), &d.hosts, d.max_body)?;
-            let in_sessions = matches!(route, direct::Route::Session { .. });
-            (!in_sessions || d.sessions.is_some()).then(|| (d.clone(), route))
+            // A session's rules need only its headers: a request for rmcp goes there
+            // before its body is read.
+            let session = match &route {
+                direct::Route::Sessionless => None,
+                direct::Route::Session { id, version } => {
+                    Some(d.sessions.as_ref()?.servable(id, version)?)
+                }
+            };
+            Some((d.clone(), route, session))
         });
-        let Some((direct, route)) = direct else {
+        let Some((direct, route, session)) = direct else {
             return Box::pin(async move { Ok(svc.handle(req).await.map(axum::body::Body::new)) });
         };
         Box::pin(async move {
@@ -460,16 +467,11 @@ impl tower::Service<Request> for Shared {
                 )
                     .into_response());
             };
-            let call = direct::parse(&parts.headers, &bytes, &route);
-            let taken = match (call, &route) {
-                (Some(call), direct::Route::Sessionless) => Some((call, None)),
-                (Some(call), direct::Route::Session { id, version }) => direct
-                    .sessions
-                    .as_ref()
-                    .and_then(|s| s.direct(id, version, &call))
-                    .map(|in_session| (call, Some(in_session))),
-                (None, _) => None,
-            };
+            let taken =
+                direct::parse(&parts.headers, &bytes, &route).and_then(|call| match session {
+                    None => Some((call, None)),
+                    Some(session) => session.start(&call).map(|s| (call, Some(s))),
+                });
             let Some((call, in_session)) = taken else {
                 let req = Request::from_parts(parts, axum::body::Body::from(bytes));
                 return Ok(svc.handle(req).await.map(axum::body::Body::new));

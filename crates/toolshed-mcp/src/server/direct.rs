@@ -30,7 +30,7 @@
 //!   `clientInfo` and the idempotency key. In a session, `_meta` (optional) holds only
 //!   the idempotency key. Never a progress token: a watched call streams its progress,
 //!   which only rmcp does.
-//! - In a session, [`Sessions::direct`](super::sessions::Sessions::direct) adds what
+//! - In a session, [`Sessions::servable`](super::sessions::Sessions::servable) adds what
 //!   only the session knows: the call is direct only when the client can answer no
 //!   questions (no `elicitation` or `sampling` capability), set no log level, spoke the
 //!   session's protocol version in the header, and the session's worker saw a message

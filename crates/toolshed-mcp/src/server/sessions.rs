@@ -180,45 +180,46 @@ impl Sessions {
         self.table.read().ok()?.get(id).cloned()
     }
 
-    /// `call`, sent in session `id` with `MCP-Protocol-Version: version`, as a direct
-    /// call in flight; `None` when it must go through rmcp (the module's rules, or
-    /// another request of the session in flight with the same id).
-    pub fn direct(&self, id: &str, version: &str, call: &DirectCall) -> Option<InSession> {
+    /// Session `id`, when a plain call sent in it with `MCP-Protocol-Version: version`
+    /// may be answered directly (the module's rules). Read from the headers alone, so
+    /// a request for rmcp goes there before its body is read.
+    pub fn servable(&self, id: &str, version: &str) -> Option<Arc<Session>> {
         let session = self.get(id)?;
         let fresh = self
             .now()
             .saturating_sub(session.last_seen.load(Ordering::Relaxed))
             < u64::try_from(self.fresh_for.as_millis()).unwrap_or(u64::MAX);
-        if session.protocol_version != version
-            || session.can_answer
-            || session.wants_logs.load(Ordering::Relaxed)
-            || !fresh
-        {
-            return None;
-        }
+        let servable = session.protocol_version == version
+            && !session.can_answer
+            && !session.wants_logs.load(Ordering::Relaxed)
+            && fresh;
+        servable.then_some(session)
+    }
+
+    /// Whether no session is served.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.table.read().map(|t| t.is_empty()).unwrap_or(true)
+    }
+}
+
+impl Session {
+    /// `call` as a direct call in flight in this session; `None` when another request
+    /// of the session with the same id is in flight (rmcp then answers this one).
+    pub fn start(self: &Arc<Self>, call: &DirectCall) -> Option<InSession> {
         let token = CancellationToken::new();
         {
-            let mut in_flight = session.in_flight.lock().ok()?;
+            let mut in_flight = self.in_flight.lock().ok()?;
             if in_flight.contains_key(call.id()) {
                 return None;
             }
             in_flight.insert(call.id().clone(), token.clone());
         }
         Some(InSession {
-            session,
+            session: self.clone(),
             id: call.id().clone(),
             token,
         })
-    }
-
-    /// The number of sessions served (for tests).
-    pub fn len(&self) -> usize {
-        self.table.read().map(|t| t.len()).unwrap_or(0)
-    }
-
-    /// Whether no session is served.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -292,6 +293,11 @@ mod tests {
         parse(&http::HeaderMap::new(), body.to_string().as_bytes(), &route).expect("a plain call")
     }
 
+    /// What the gateway does: the session's rules, then the call in flight.
+    fn taken(sessions: &Sessions, id: &str, version: &str, call: &DirectCall) -> Option<InSession> {
+        sessions.servable(id, version)?.start(call)
+    }
+
     fn served(fresh_for: Duration, caps: serde_json::Value) -> Sessions {
         let sessions = Sessions::new(fresh_for);
         let hello = Sessions::hello(&initialize(caps)).expect("an initialize");
@@ -302,9 +308,7 @@ mod tests {
     #[test]
     fn a_plain_session_serves_direct_calls_at_its_own_version_only() {
         let sessions = served(Sessions::FRESH_FOR, json!({"roots": {}}));
-        let direct = sessions
-            .direct("s", "2025-11-25", &call(1))
-            .expect("direct");
+        let direct = taken(&sessions, "s", "2025-11-25", &call(1)).expect("direct");
         assert_eq!(
             direct.client(),
             "cli 2",
@@ -312,21 +316,21 @@ mod tests {
         );
         assert_eq!(direct.protocol_version(), "2025-11-25");
         assert!(
-            sessions.direct("s", "2025-06-18", &call(2)).is_none(),
+            taken(&sessions, "s", "2025-06-18", &call(2)).is_none(),
             "another version"
         );
         assert!(
-            sessions.direct("other", "2025-11-25", &call(2)).is_none(),
+            taken(&sessions, "other", "2025-11-25", &call(2)).is_none(),
             "unknown"
         );
         // The same id twice in flight: the second is rmcp's; once the first is done,
         // the id is free again.
-        assert!(sessions.direct("s", "2025-11-25", &call(1)).is_none());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(1)).is_none());
         drop(direct);
-        assert!(sessions.direct("s", "2025-11-25", &call(1)).is_some());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(1)).is_some());
         sessions.closed("s");
         assert!(
-            sessions.direct("s", "2025-11-25", &call(1)).is_none(),
+            taken(&sessions, "s", "2025-11-25", &call(1)).is_none(),
             "closed"
         );
         assert!(sessions.is_empty());
@@ -337,29 +341,29 @@ mod tests {
         for caps in [json!({"elicitation": {}}), json!({"sampling": {}})] {
             let sessions = served(Sessions::FRESH_FOR, caps.clone());
             assert!(
-                sessions.direct("s", "2025-11-25", &call(1)).is_none(),
+                taken(&sessions, "s", "2025-11-25", &call(1)).is_none(),
                 "{caps}"
             );
         }
         let sessions = served(Sessions::FRESH_FOR, json!({}));
         let ping = message(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
         sessions.seen("s", Some(&ping));
-        assert!(sessions.direct("s", "2025-11-25", &call(1)).is_some());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(1)).is_some());
         let level = message(
             json!({"jsonrpc": "2.0", "id": 4, "method": "logging/setLevel",
             "params": {"level": "info"}}),
         );
         sessions.seen("s", Some(&level));
-        assert!(sessions.direct("s", "2025-11-25", &call(2)).is_none());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(2)).is_none());
     }
 
     #[test]
     fn a_stale_session_sends_its_next_call_through_the_worker() {
         let sessions = served(Duration::ZERO, json!({}));
-        assert!(sessions.direct("s", "2025-11-25", &call(1)).is_none());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(1)).is_none());
         let sessions = served(Duration::from_secs(3600), json!({}));
         sessions.seen("s", None);
-        assert!(sessions.direct("s", "2025-11-25", &call(1)).is_some());
+        assert!(taken(&sessions, "s", "2025-11-25", &call(1)).is_some());
     }
 
     #[test]
@@ -380,8 +384,8 @@ mod tests {
     #[test]
     fn a_cancellation_reaches_the_direct_call_it_names_only() {
         let sessions = served(Sessions::FRESH_FOR, json!({}));
-        let one = sessions.direct("s", "2025-11-25", &call(1)).unwrap();
-        let two = sessions.direct("s", "2025-11-25", &call(2)).unwrap();
+        let one = taken(&sessions, "s", "2025-11-25", &call(1)).unwrap();
+        let two = taken(&sessions, "s", "2025-11-25", &call(2)).unwrap();
         let cancel = message(
             json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": 2, "reason": "user"}}),
