@@ -1418,6 +1418,44 @@ async fn a_plain_call_in_a_session_is_answered_directly_with_rmcp_s_message() {
     assert!(deleted.status().is_success(), "{}", deleted.status());
     let (status, ..) = call_in_session(s, &s.deployer, sid, &[], &clock).await;
     assert_eq!(status, 404, "a deleted session is never served directly");
+
+    // Garbage under a servable session's headers: every truncation of a valid call and
+    // every one with a byte flipped is read, found wanting or answered, never a 500;
+    // the session still answers afterwards.
+    let plain = session_with(s, &s.deployer, json!({})).await;
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "get_current_time", "arguments": {}, "_meta": {"toolshed/idempotency_key": "g-1"}}})
+    .to_string();
+    let bytes = body.as_bytes();
+    let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+    bodies.extend((0..bytes.len()).step_by(3).map(|i| {
+        let mut b = bytes.to_vec();
+        b[i] ^= 0x20;
+        b
+    }));
+    for b in bodies {
+        let req = s
+            .client
+            .post(format!("{}/mcp", s.base))
+            .bearer_auth(&s.deployer)
+            .header("accept", ACCEPT)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &plain)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(b.clone());
+        let (status, _, text) = answer_of(req).await;
+        assert!(
+            status < 500,
+            "{status} for {}: {text}",
+            String::from_utf8_lossy(&b)
+        );
+    }
+    let (status, content_type, answer) = call_in_session(s, &s.deployer, &plain, &[], &clock).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "application/json"),
+        "{answer}"
+    );
     fast.stop().await;
     slow.stop().await;
 }
