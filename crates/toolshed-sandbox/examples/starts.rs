@@ -1,7 +1,10 @@
 //! Starts in one long-lived supervisor (as a server's dispatcher runs them): `N` pairs of
 //! a run of a command through `Sandbox::run` and a plain spawn of it, taking turns, with
 //! their medians and the median of the per-pair ratios.
-//! Used by `bench/sandbox.sh`.
+//! Used by `bench/sandbox.sh`. Environment: `STARTS_AHEAD=N` sets
+//! `SandboxConfig::started_ahead` (default 1); `STARTS_GAP_MS=MS` pauses after each
+//! pair; `STARTS_SPLIT=1` also prints the runs served by a sandbox started ahead apart
+//! from those that started their own.
 //!
 //! `cargo run --release -p toolshed-sandbox --example starts -- [N] PROGRAM [ARGS…]`
 
@@ -40,7 +43,11 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let sandbox = match Sandbox::new(SandboxConfig::default()) {
+        let mut config = SandboxConfig::default();
+        if let Some(n) = std::env::var("STARTS_AHEAD").ok().and_then(|v| v.parse().ok()) {
+            config.started_ahead = n;
+        }
+        let sandbox = match Sandbox::new(config) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{e} [{}]", e.code());
@@ -53,7 +60,15 @@ fn main() -> ExitCode {
         let mut sandboxed = Vec::with_capacity(runs);
         let mut plain = Vec::with_capacity(runs);
         let mut ratios = Vec::with_capacity(runs);
+        // STARTS_GAP_MS: a pause after each pair, as a server sees calls come and go.
+        let gap = std::env::var("STARTS_GAP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis);
+        let mut hits = Vec::new();
+        let mut misses = Vec::new();
         for i in 0..runs + 10 {
+            let served = sandbox.runs_started_ahead();
             let t = Instant::now();
             match sandbox
                 .run(RunSpec::new(&args[0], &args[1..]), Vec::new())
@@ -74,6 +89,11 @@ fn main() -> ExitCode {
                 }
             }
             let s = t.elapsed().as_secs_f64() * 1000.0;
+            if sandbox.runs_started_ahead() > served {
+                hits.push(s);
+            } else {
+                misses.push(s);
+            }
             let t = Instant::now();
             let status = std::process::Command::new(&args[0])
                 .args(&args[1..])
@@ -84,6 +104,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             let p = t.elapsed().as_secs_f64() * 1000.0;
+            if let Some(gap) = gap {
+                tokio::time::sleep(gap).await;
+            }
             if i >= 10 {
                 sandboxed.push(s);
                 plain.push(p);
@@ -94,9 +117,20 @@ fn main() -> ExitCode {
         let (p50, p90) = (percentile(&mut plain, 0.5), percentile(&mut plain, 0.9));
         let ratio = percentile(&mut ratios, 0.5);
         println!(
-            "{runs} pairs of {}: sandboxed p50 {s50:.2} ms (p90 {s90:.2}), plain spawn p50 {p50:.2} ms (p90 {p90:.2}), median pair ratio {ratio:.2}",
+            "{runs} pairs of {}: sandboxed p50 {s50:.2} ms (p90 {s90:.2}), plain spawn p50 {p50:.2} ms (p90 {p90:.2}), median pair ratio {ratio:.2}; {} of {} sandboxed runs in a sandbox started ahead",
             args.join(" "),
+            sandbox.runs_started_ahead(),
+            runs + 10,
         );
+        if std::env::var_os("STARTS_SPLIT").is_some() {
+            println!(
+                "  started ahead: {} runs, p50 {:.2} ms; started for the run: {} runs, p50 {:.2} ms",
+                hits.len(),
+                percentile(&mut hits, 0.5),
+                misses.len(),
+                percentile(&mut misses, 0.5)
+            );
+        }
         ExitCode::SUCCESS
     })
 }

@@ -50,10 +50,11 @@ pub(crate) enum Step {
     Release,
     CloseFds,
     Exec,
+    Command,
 }
 
 impl Step {
-    const ALL: [Step; 24] = [
+    const ALL: [Step; 25] = [
         Step::CloseInherited,
         Step::Cgroup,
         Step::Wait,
@@ -78,6 +79,7 @@ impl Step {
         Step::Release,
         Step::CloseFds,
         Step::Exec,
+        Step::Command,
     ];
 
     pub(crate) fn from_raw(raw: u32) -> Option<Step> {
@@ -111,6 +113,7 @@ impl Step {
             Step::Release => "wait for the cgroup and the network",
             Step::CloseFds => "close inherited fds",
             Step::Exec => "execve",
+            Step::Command => "read its command from the supervisor",
         }
     }
 }
@@ -119,6 +122,10 @@ impl Step {
 pub(crate) struct ChildPlan {
     /// Whether to bring up loopback (a namespace made ahead has it up already).
     pub loopback: bool,
+    /// Started ahead: the command is not known yet. Once locked down, the child says
+    /// `r` on the go socket and reads its command there ([`encode_command`]); `program`,
+    /// `argv` and `envp` are empty.
+    pub deferred: bool,
     /// The child's end of the go socket: `g` once identity and rlimits are in place,
     /// `x` once it is in its cgroup and its network is up.
     pub sync: RawFd,
@@ -419,6 +426,214 @@ fn setup_and_exec(
 
     // 10. Nothing inherited survives the exec but 0, 1 and 2.
     at_io(Step::CloseFds, sys::close_range_cloexec(3))?;
+    if plan.deferred {
+        return exec_command(plan.sync);
+    }
     let e = sys::execve(&plan.program, &pointers.argv, &pointers.envp);
     Err((Step::Exec, e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
+/// The largest command a sandbox started ahead takes: program, arguments and
+/// environment, each with its NUL. A larger one starts a sandbox of its own.
+pub(crate) const COMMAND_MAX: usize = 64 * 1024;
+/// The most arguments (program name included) and environment entries it takes.
+pub(crate) const COMMAND_MAX_STRINGS: usize = 512;
+
+/// The command for a sandbox started ahead, as sent on its go socket: the body's
+/// length, the number of arguments and of environment entries (`u32`, little-endian),
+/// then the program, each argument and each `KEY=VALUE`, each ending in NUL. `None`
+/// when it is over [`COMMAND_MAX`] or [`COMMAND_MAX_STRINGS`].
+pub(crate) fn encode_command(
+    program: &CStr,
+    argv: &[CString],
+    envp: &[CString],
+) -> Option<Vec<u8>> {
+    let strings = std::iter::once(program)
+        .chain(argv.iter().map(CString::as_c_str))
+        .chain(envp.iter().map(CString::as_c_str));
+    let body: usize = strings.clone().map(|s| s.to_bytes_with_nul().len()).sum();
+    if body > COMMAND_MAX || argv.len() > COMMAND_MAX_STRINGS || envp.len() > COMMAND_MAX_STRINGS {
+        return None;
+    }
+    let mut out = Vec::with_capacity(12 + body);
+    for n in [body, argv.len(), envp.len()] {
+        out.extend_from_slice(&u32::try_from(n).ok()?.to_le_bytes());
+    }
+    for s in strings {
+        out.extend_from_slice(s.to_bytes_with_nul());
+    }
+    Some(out)
+}
+
+/// Splits a command's body ([`encode_command`]): the program, then `argc` arguments into
+/// `argv`, then `envc` entries into `envp`, each ending in NUL, nothing after the last.
+/// Every pointer points into `body`; the entry after the last of each list is left as
+/// it is (NULL). An errno when the body does not have that shape.
+pub(crate) fn split_command<'a>(
+    body: &'a [u8],
+    argc: usize,
+    envc: usize,
+    argv: &mut [*const libc::c_char],
+    envp: &mut [*const libc::c_char],
+) -> Result<&'a CStr, i32> {
+    if argc == 0 || argc >= argv.len() || envc >= envp.len() {
+        return Err(libc::E2BIG);
+    }
+    let mut start = 0;
+    let mut n = 0;
+    for (i, byte) in body.iter().enumerate() {
+        if *byte != 0 {
+            continue;
+        }
+        let s = body[start..].as_ptr().cast::<libc::c_char>();
+        match n {
+            0 => {}
+            k if k <= argc => argv[k - 1] = s,
+            k if k <= argc + envc => envp[k - 1 - argc] = s,
+            _ => return Err(libc::EINVAL),
+        }
+        n += 1;
+        start = i + 1;
+    }
+    if n != 1 + argc + envc || start != body.len() {
+        return Err(libc::EINVAL);
+    }
+    CStr::from_bytes_until_nul(body).map_err(|_| libc::EINVAL)
+}
+
+/// Reads exactly `buf.len()` bytes from the go socket (EOF: the supervisor gave the
+/// sandbox up).
+fn read_exact(sync: RawFd, buf: &mut [u8]) -> Result<(), Failed> {
+    let mut at_byte = 0;
+    while at_byte < buf.len() {
+        match rustix::io::read(sys::borrow(sync), &mut buf[at_byte..]) {
+            Ok(0) => return Err((Step::Wait, 0)),
+            Ok(n) => at_byte += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err((Step::Command, e.raw_os_error())),
+        }
+    }
+    Ok(())
+}
+
+/// A sandbox started ahead, locked down: say it is ready (`r`), read its command, say
+/// it has it (`c`), exec it.
+/// Everything lives on this stack (a copy of a multi-threaded process may not
+/// allocate); the command is checked as it is split, so no pointer leaves the buffer.
+#[inline(never)]
+fn exec_command(sync: RawFd) -> Result<std::convert::Infallible, Failed> {
+    let mut body = [0u8; COMMAND_MAX];
+    let mut argv = [std::ptr::null::<libc::c_char>(); COMMAND_MAX_STRINGS + 1];
+    let mut envp = [std::ptr::null::<libc::c_char>(); COMMAND_MAX_STRINGS + 1];
+    sys::write_all_raw(sync, b"r");
+    let mut header = [0u8; 12];
+    read_exact(sync, &mut header)?;
+    let field = |i: usize| {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&header[i * 4..i * 4 + 4]);
+        u32::from_le_bytes(b) as usize
+    };
+    let (len, argc, envc) = (field(0), field(1), field(2));
+    if len > COMMAND_MAX || argc == 0 || argc > COMMAND_MAX_STRINGS || envc > COMMAND_MAX_STRINGS {
+        return Err((Step::Command, libc::E2BIG));
+    }
+    let body = &mut body[..len];
+    read_exact(sync, body)?;
+    let program =
+        split_command(body, argc, envc, &mut argv, &mut envp).map_err(|e| (Step::Command, e))?;
+    // Received: the supervisor then tells an exec from a death while waiting (both close
+    // the report pipe).
+    sys::write_all_raw(sync, b"c");
+    let e = sys::execve(program, &argv[..=argc], &envp[..=envc]);
+    Err((Step::Exec, e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(encoded: &[u8]) -> (usize, usize, usize, &[u8]) {
+        let field = |i: usize| {
+            u32::from_le_bytes([
+                encoded[i * 4],
+                encoded[i * 4 + 1],
+                encoded[i * 4 + 2],
+                encoded[i * 4 + 3],
+            ]) as usize
+        };
+        (field(0), field(1), field(2), &encoded[12..])
+    }
+
+    #[test]
+    fn a_command_splits_back_into_its_program_arguments_and_environment() {
+        let argv = [
+            c"python3".to_owned(),
+            c"-c".to_owned(),
+            c"print(1)".to_owned(),
+        ];
+        let envp = [c"A=1".to_owned(), c"EMPTY=".to_owned()];
+        let encoded = encode_command(c"/usr/bin/python3", &argv, &envp).expect("fits");
+        let (len, argc, envc, body) = header(&encoded);
+        assert_eq!((len, argc, envc), (body.len(), 3, 2));
+
+        let mut a = [std::ptr::null(); 8];
+        let mut e = [std::ptr::null(); 8];
+        let program = split_command(body, argc, envc, &mut a, &mut e).expect("splits");
+        assert_eq!(program, c"/usr/bin/python3");
+        // Each pointer starts its string inside the body, and the lists end in NULL.
+        let at = |p: *const libc::c_char| p as usize - body.as_ptr() as usize;
+        let offsets: Vec<usize> = a[..3].iter().chain(&e[..2]).map(|p| at(*p)).collect();
+        let mut expected = Vec::new();
+        let mut off = "/usr/bin/python3".len() + 1;
+        for s in ["python3", "-c", "print(1)", "A=1", "EMPTY="] {
+            expected.push(off);
+            off += s.len() + 1;
+        }
+        assert_eq!(offsets, expected);
+        assert!(a[3].is_null() && e[2].is_null());
+    }
+
+    #[test]
+    fn a_command_of_the_wrong_shape_is_refused_without_a_pointer_outside_it() {
+        let argv = [c"sh".to_owned()];
+        let encoded = encode_command(c"/bin/sh", &argv, &[c"A=1".to_owned()]).expect("fits");
+        let (_, argc, envc, body) = header(&encoded);
+        let mut a = [std::ptr::null(); 4];
+        let mut e = [std::ptr::null(); 4];
+        // Cut short (the last string loses its NUL, or a whole string is missing).
+        for cut in 0..body.len() {
+            assert!(
+                split_command(&body[..cut], argc, envc, &mut a, &mut e).is_err(),
+                "{cut}"
+            );
+        }
+        // One string too many, and counts the arrays cannot hold.
+        let mut longer = body.to_vec();
+        longer.extend_from_slice(b"B=2\0");
+        assert_eq!(
+            split_command(&longer, argc, envc, &mut a, &mut e),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            split_command(body, 0, envc, &mut a, &mut e),
+            Err(libc::E2BIG)
+        );
+        assert_eq!(
+            split_command(body, 4, envc, &mut a, &mut e),
+            Err(libc::E2BIG)
+        );
+        assert_eq!(
+            split_command(body, argc, 4, &mut a, &mut e),
+            Err(libc::E2BIG)
+        );
+    }
+
+    #[test]
+    fn a_command_too_large_for_a_sandbox_started_ahead_is_not_encoded() {
+        let big = CString::new(vec![b'x'; COMMAND_MAX]).expect("no NUL");
+        assert!(encode_command(c"/bin/sh", &[c"sh".to_owned(), big], &[]).is_none());
+        let many: Vec<CString> = (0..=COMMAND_MAX_STRINGS).map(|_| c"x".to_owned()).collect();
+        assert!(encode_command(c"/bin/sh", &many, &[]).is_none());
+        assert!(encode_command(c"/bin/sh", &[c"sh".to_owned()], &many).is_none());
+    }
 }

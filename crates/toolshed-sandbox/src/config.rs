@@ -554,6 +554,12 @@ pub struct SandboxConfig {
     /// Network namespaces (and cgroups) made ahead of the runs, on a thread of their own
     /// (0: each sandbox creates its own as it starts).
     pub prepared_ahead: usize,
+    /// Sandboxes started ahead of their command for one-shot runs without binds and
+    /// with the network off: each waits locked down in its namespaces and cgroup, and a
+    /// run then pays for its command's exec only (0: every run starts its own). Each
+    /// waiting sandbox holds a pool uid, a cgroup and a copy-on-write view of the
+    /// supervisor's memory until a run takes it. At most 64.
+    pub started_ahead: usize,
     /// The oldest Landlock ABI accepted (newer features apply where the kernel has
     /// them). An older kernel is refused unless `landlock` is in `allow_weaker`.
     pub landlock_min_abi: u8,
@@ -585,6 +591,7 @@ impl Default for SandboxConfig {
             runtime_dir: PathBuf::from("/run/toolshed-sandbox"),
             network_helper: PathBuf::from("slirp4netns"),
             prepared_ahead: 4,
+            started_ahead: 1,
             landlock_min_abi: 1,
             allow_weaker: Vec::new(),
         }
@@ -636,6 +643,12 @@ impl SandboxConfig {
         }
         if !self.runtime_dir.is_absolute() {
             return Err(SandboxError::config("runtime_dir", "must be absolute"));
+        }
+        if self.started_ahead > 64 {
+            return Err(SandboxError::config(
+                "started_ahead",
+                format!("is {}, more than 64; lower it", self.started_ahead),
+            ));
         }
         Ok(())
     }

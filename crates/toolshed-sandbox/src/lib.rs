@@ -40,6 +40,7 @@ mod mounts;
 mod net;
 mod netns;
 mod overlay;
+mod ready;
 mod run;
 mod sandbox;
 mod seccomp;

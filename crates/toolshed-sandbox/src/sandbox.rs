@@ -34,6 +34,9 @@ pub struct Sandbox {
 /// The shared state.
 #[derive(Debug)]
 pub(crate) struct Inner {
+    /// Sandboxes started ahead (first, so they are given up before `ahead` flushes the
+    /// janitor when the last handle goes).
+    pub ready: crate::ready::Ready,
     pub config: SandboxConfig,
     pub support: HostSupport,
     /// What is made ahead of the runs.
@@ -205,6 +208,7 @@ impl Sandbox {
         }
         Ok(Sandbox {
             inner: Arc::new(Inner {
+                ready: crate::ready::Ready::default(),
                 config,
                 support,
                 ahead,
@@ -233,6 +237,18 @@ impl Sandbox {
     /// How many network namespaces made ahead are ready (for diagnostics and tests).
     pub fn ready_network_namespaces(&self) -> usize {
         self.inner.ahead.netns.ready()
+    }
+
+    /// How many sandboxes started ahead wait for a run now
+    /// ([`SandboxConfig::started_ahead`]; for diagnostics and tests).
+    pub fn ready_sandboxes(&self) -> usize {
+        self.inner.ready.waiting()
+    }
+
+    /// How many runs a sandbox started ahead has served
+    /// ([`SandboxConfig::started_ahead`]).
+    pub fn runs_started_ahead(&self) -> u64 {
+        self.inner.ready.served()
     }
 
     /// Protections this sandbox runs without (by the operator's opt-in).

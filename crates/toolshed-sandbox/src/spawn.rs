@@ -294,6 +294,117 @@ fn setup_error(step: Step, errno: i32, program: &str) -> SandboxError {
     }
 }
 
+/// A checked command: the program's path inside the sandbox, its arguments (program
+/// name first) and its whole environment.
+pub(crate) struct Command {
+    program: PathBuf,
+    program_c: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+}
+
+impl Command {
+    /// Checks `spec`'s program, arguments, environment and files: everything that can be
+    /// checked before any resource is taken.
+    pub(crate) fn of(spec: &RunSpec) -> Result<Command, SandboxError> {
+        let program = resolve_program(&spec.program, &spec.binds)?;
+        let program_c = cstring("program", program.as_os_str().as_bytes())?;
+        let mut argv = vec![program_c.clone()];
+        for (i, a) in spec.args.iter().enumerate() {
+            argv.push(cstring(&format!("args[{i}]"), a.as_bytes())?);
+        }
+        let envp = environment(&spec.env)?;
+        for (i, (path, _)) in spec.files.iter().enumerate() {
+            if path.is_absolute()
+                || path
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(SandboxError::config(
+                    format!("files[{i}]"),
+                    "must be a path relative to the scratch folder, without `.` or `..`",
+                ));
+            }
+        }
+        Ok(Command {
+            program,
+            program_c,
+            argv,
+            envp,
+        })
+    }
+
+    /// The command as a sandbox started ahead reads it, or `None` when it is too large
+    /// for one (it then starts a sandbox of its own).
+    pub(crate) fn encoded(&self) -> Option<Vec<u8>> {
+        crate::child::encode_command(&self.program_c, &self.argv, &self.envp)
+    }
+}
+
+/// A sandbox started ahead (`Sandbox::run` of a spec without binds, with the network
+/// off): in its namespaces and cgroup, locked down, waiting on its go socket for the
+/// command ([`crate::child::encode_command`]).
+pub(crate) struct Waiting {
+    running: Running,
+    stdio: Stdio,
+    sync: tokio::net::UnixStream,
+    report: OwnedFd,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting")
+            .field("running", &self.running)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Waiting {
+    /// Writes `files` into its scratch folder, sends it the command and waits for the
+    /// exec. `Err(None)`: it is gone (killed while it waited, say), and the caller starts
+    /// a sandbox of its own; `Err(Some(e))`: the command itself failed, as it would have
+    /// in a sandbox of its own.
+    pub(crate) async fn exec(
+        mut self,
+        command: &Command,
+        encoded: &[u8],
+        files: &[(PathBuf, Vec<u8>)],
+    ) -> Result<(Running, Stdio), Option<SandboxError>> {
+        use tokio::io::AsyncWriteExt;
+        if self.running.exited().is_some() {
+            return Err(None);
+        }
+        let uid = self.running.uid();
+        for (path, contents) in files {
+            self.running
+                .scratch
+                .write(path, contents, uid)
+                .map_err(Some)?;
+        }
+        if self.sync.write_all(encoded).await.is_err() {
+            return Err(None);
+        }
+        let mut running = self.running;
+        match exec_report(None, self.report, None, &command.program).await {
+            Ok(()) => {
+                // The report pipe also closes when it dies while waiting (killed from
+                // outside, say): only its `c`, written before the exec, tells them apart.
+                let mut byte = [0u8; 1];
+                if !matches!(self.sync.try_read(&mut byte), Ok(1) if byte[0] == b'c') {
+                    return Err(None);
+                }
+                running.started = Instant::now();
+                Ok((running, self.stdio))
+            }
+            Err(e) => {
+                running.kill().await;
+                running.finish().await;
+                Err(Some(e))
+            }
+        }
+    }
+}
+
 /// Starts a sandbox for `spec` with these (already clamped) limits.
 pub(crate) async fn start(
     inner: &Arc<Inner>,
@@ -301,29 +412,61 @@ pub(crate) async fn start(
     limits: &Limits,
     network: Network,
 ) -> Result<(Running, Stdio), SandboxError> {
-    // Everything that can be checked before any resource is taken.
-    let points = check_binds(&spec.binds)?;
-    let program = resolve_program(&spec.program, &spec.binds)?;
-    let program_c = cstring("program", program.as_os_str().as_bytes())?;
-    let mut argv = vec![program_c.clone()];
-    for (i, a) in spec.args.iter().enumerate() {
-        argv.push(cstring(&format!("args[{i}]"), a.as_bytes())?);
+    let command = Command::of(spec)?;
+    match launch(inner, spec, limits, network, Some(&command)).await? {
+        Launched::Now(running, stdio) => Ok((running, stdio)),
+        Launched::Waiting(_) => Err(SandboxError::SetupFailed {
+            step: "start the sandbox",
+            source: std::io::Error::other("a command was given, yet it waits for one"),
+        }),
     }
-    let envp = environment(&spec.env)?;
-    for (i, (path, _)) in spec.files.iter().enumerate() {
-        if path.is_absolute()
-            || path
-                .components()
-                .any(|c| !matches!(c, std::path::Component::Normal(_)))
-        {
-            return Err(SandboxError::config(
-                format!("files[{i}]"),
-                "must be a path relative to the scratch folder, without `.` or `..`",
-            ));
-        }
-    }
+}
 
-    let lease = inner.pool.lease()?;
+/// Starts a sandbox ahead of its command, for runs of these limits without binds and
+/// with the network off.
+pub(crate) async fn start_ahead(
+    inner: &Arc<Inner>,
+    limits: &Limits,
+) -> Result<Waiting, SandboxError> {
+    let spec = RunSpec::new("", Vec::<String>::new());
+    match launch(inner, &spec, limits, Network::Off, None).await? {
+        Launched::Waiting(w) => Ok(w),
+        Launched::Now(..) => Err(SandboxError::SetupFailed {
+            step: "start a sandbox ahead",
+            source: std::io::Error::other("it started without a command"),
+        }),
+    }
+}
+
+/// What [`launch`] made.
+enum Launched {
+    /// The command runs.
+    Now(Running, Stdio),
+    /// Started ahead: waiting for its command.
+    Waiting(Waiting),
+}
+
+/// A start: with a command (exec'd as soon as the sandbox is set up) or without one
+/// (the sandbox waits for it, locked down).
+async fn launch(
+    inner: &Arc<Inner>,
+    spec: &RunSpec,
+    limits: &Limits,
+    network: Network,
+    command: Option<&Command>,
+) -> Result<Launched, SandboxError> {
+    let points = check_binds(&spec.binds)?;
+
+    let lease = match inner.pool.lease() {
+        // Sandboxes started ahead hold uids: a run that finds none left gives them up.
+        Err(SandboxError::UidPoolExhausted { .. })
+            if command.is_some() && inner.ready.waiting() > 0 =>
+        {
+            inner.ready.clear();
+            inner.pool.lease()?
+        }
+        lease => lease?,
+    };
     let uid = lease.id();
     let skeleton = inner.skeletons.get(&inner.config.runtime_dir, points)?;
     let prepared = mounts::prepare(&skeleton, &spec.binds, network == Network::On, limits, uid)?;
@@ -449,9 +592,10 @@ pub(crate) async fn start(
         cgroup_tasks: cgroup_tasks.iter().map(AsRawFd::as_raw_fd).collect(),
         keep: Vec::new(),
         seccomp: inner.seccomp.clone(),
-        program: program_c,
-        argv,
-        envp,
+        deferred: command.is_none(),
+        program: command.map(|c| c.program_c.clone()).unwrap_or_default(),
+        argv: command.map(|c| c.argv.clone()).unwrap_or_default(),
+        envp: command.map(|c| c.envp.clone()).unwrap_or_default(),
     };
     plan.keep = [plan.sync, plan.report, plan.root]
         .into_iter()
@@ -543,35 +687,46 @@ pub(crate) async fn start(
         started: Instant::now(),
         status: None,
     };
-    match release(
-        &mut running,
-        inner,
-        limits,
-        network,
-        uid,
-        sync_w,
-        report_r,
-        &program,
-    )
-    .await
-    {
-        Ok(()) => {}
+    let failed = match release(&mut running, inner, limits, network, uid, &sync_w).await {
+        Ok(failed) => failed,
         Err(e) => {
             running.kill().await;
             running.finish().await;
             return Err(e);
         }
+    };
+    let stdio = || -> Result<Stdio, SandboxError> {
+        Ok(Stdio {
+            stdin: tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)
+                .map_err(|e| SandboxError::io("cannot use the stdin pipe", e))?,
+            stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)
+                .map_err(|e| SandboxError::io("cannot use the stdout pipe", e))?,
+            stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)
+                .map_err(|e| SandboxError::io("cannot use the stderr pipe", e))?,
+        })
+    };
+    let Some(command) = command else {
+        return match ready_report(sync_w, &report_r, failed).await {
+            Ok(sync) => Ok(Launched::Waiting(Waiting {
+                running,
+                stdio: stdio()?,
+                sync,
+                report: report_r,
+            })),
+            Err(e) => {
+                running.kill().await;
+                running.finish().await;
+                Err(e)
+            }
+        };
+    };
+    if let Err(e) = exec_report(Some(sync_w), report_r, failed, &command.program).await {
+        running.kill().await;
+        running.finish().await;
+        return Err(e);
     }
     running.started = Instant::now();
-    let stdio = Stdio {
-        stdin: tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)
-            .map_err(|e| SandboxError::io("cannot use the stdin pipe", e))?,
-        stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)
-            .map_err(|e| SandboxError::io("cannot use the stdout pipe", e))?,
-        stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)
-            .map_err(|e| SandboxError::io("cannot use the stderr pipe", e))?,
-    };
-    Ok((running, stdio))
+    Ok(Launched::Now(running, stdio()?))
 }
 
 fn clone_error(e: std::io::Error) -> SandboxError {
@@ -597,21 +752,17 @@ fn clone_error(e: std::io::Error) -> SandboxError {
 }
 
 /// The parent's half of the start, while the child waits: identity and rlimits, then
-/// "go", then the network; then "exec", and the child's report.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site, the steps of one start"
-)]
+/// "go", then the network; then "exec" (or, for a sandbox started ahead, "lock down and
+/// wait"). `Ok(Some(e))`: the network failed after "go", and the child was not told to
+/// go on; its own report may say more.
 async fn release(
     running: &mut Running,
     inner: &Inner,
     limits: &Limits,
     network: Network,
     uid: u32,
-    sync_w: OwnedFd,
-    report_r: OwnedFd,
-    program: &Path,
-) -> Result<(), SandboxError> {
+    sync_w: &OwnedFd,
+) -> Result<Option<SandboxError>, SandboxError> {
     let pid = running.pid;
     let map = format!("{INSIDE_ID} {uid} 1\n");
     for file in ["uid_map", "gid_map"] {
@@ -629,7 +780,7 @@ async fn release(
     // Go: the child sets itself up (identity, root, lock-down) while the parent starts
     // its network; only the exec waits for that. (It is in its cgroup already: born
     // there under v2, moved in by itself as its first step under v1.)
-    send(&sync_w, b'g').map_err(|e| SandboxError::io("cannot release the sandbox", e))?;
+    send(sync_w, b'g').map_err(|e| SandboxError::io("cannot release the sandbox", e))?;
     let net = async {
         if network != Network::On {
             return Ok(None);
@@ -659,10 +810,18 @@ async fn release(
     // Exec. A child that already failed reads nothing; its report says why. Without
     // `x` (a failure above), it reads the end of the socket and exits.
     if failed.is_none() {
-        let _ = send(&sync_w, b'x');
+        let _ = send(sync_w, b'x');
     }
+    Ok(failed)
+}
 
-    // Wait for the exec (the report pipe closes) or a failure record.
+/// Waits for the exec (the report pipe closes) or the child's record of a failed step.
+async fn exec_report(
+    sync_w: Option<OwnedFd>,
+    report_r: OwnedFd,
+    failed: Option<SandboxError>,
+    program: &Path,
+) -> Result<(), SandboxError> {
     let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(report_r)
         .map_err(|e| SandboxError::io("cannot read the sandbox's report", e))?;
     let mut record = Vec::with_capacity(8);
@@ -679,25 +838,60 @@ async fn release(
             Err(failed.unwrap_or(SandboxError::io("cannot read the sandbox's report", e)))
         }
         Ok(Ok(_)) if record.is_empty() => failed.map_or(Ok(()), Err),
-        Ok(Ok(_)) => {
-            let step = record
-                .get(..4)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map(u32::from_le_bytes)
-                .and_then(Step::from_raw);
-            let errno = record
-                .get(4..8)
-                .and_then(|b| <[u8; 4]>::try_from(b).ok())
-                .map(i32::from_le_bytes)
-                .unwrap_or(libc::EIO);
-            Err(match step {
-                Some(step) => setup_error(step, errno, &program.to_string_lossy()),
-                None => SandboxError::SetupFailed {
-                    step: "an unknown step",
-                    source: std::io::Error::from_raw_os_error(errno),
-                },
-            })
+        Ok(Ok(_)) => Err(record_error(&record, &program.to_string_lossy())),
+    }
+}
+
+/// The error a child's failure record (`(step, errno)`) names.
+fn record_error(record: &[u8], program: &str) -> SandboxError {
+    let step = record
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .and_then(Step::from_raw);
+    let errno = record
+        .get(4..8)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(i32::from_le_bytes)
+        .unwrap_or(libc::EIO);
+    match step {
+        Some(step) => setup_error(step, errno, program),
+        None => SandboxError::SetupFailed {
+            step: "an unknown step",
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+    }
+}
+
+/// Waits for a sandbox started ahead to say it is locked down and waiting (`r` on the
+/// go socket); on EOF instead, its report names the step that failed.
+async fn ready_report(
+    sync_w: OwnedFd,
+    report_r: &OwnedFd,
+    failed: Option<SandboxError>,
+) -> Result<tokio::net::UnixStream, SandboxError> {
+    use tokio::io::AsyncReadExt as _;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let io = |e: std::io::Error| SandboxError::io("cannot use the go socket", e);
+    let sync = std::os::unix::net::UnixStream::from(sync_w);
+    sync.set_nonblocking(true).map_err(io)?;
+    let mut sync = tokio::net::UnixStream::from_std(sync).map_err(io)?;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(SETUP_TIMEOUT, sync.read(&mut byte)).await {
+        Ok(Ok(1)) if byte[0] == b'r' => Ok(sync),
+        Ok(Ok(_)) | Ok(Err(_)) => {
+            // It exited: its report is complete (read without blocking all the same).
+            let mut record = [0u8; 8];
+            let _ = rustix::io::ioctl_fionbio(report_r, true);
+            let n = rustix::io::read(report_r, &mut record).unwrap_or(0);
+            Err(record_error(&record[..n], "(started ahead)"))
         }
+        Err(_) => Err(SandboxError::SetupFailed {
+            step: "wait for a sandbox started ahead",
+            source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        }),
     }
 }
 
