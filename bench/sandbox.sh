@@ -7,7 +7,9 @@
 #      of namespaces and mounts;
 #   2. Python hello: unsandboxed and in the sandbox;
 #   3. the same two in one long-lived supervisor (examples/starts.rs), as a server runs
-#      them: the supervisor's own start-up is then paid once, not per run.
+#      them: the supervisor's own start-up is then paid once, not per run; each run
+#      starting its own sandbox, then taking one started ahead (back to back, and with
+#      a pause after each pair).
 # Each comparison is run by hyperfine (medians, one command after the other) and, when
 # farm-bench is installed, again as alternating pairs (A B A B …) for the ratio.
 #
@@ -95,8 +97,16 @@ summary "$WORK/py.json"
 
 echo
 echo "== in one long-lived supervisor (as a server's dispatcher): Sandbox::run and a plain spawn taking turns"
-"$STARTS" "$RUNS" /bin/true
-"$STARTS" 200 "$PY" -c "print('hello')"
+echo "   every run starting its own sandbox (started_ahead 0), back to back:"
+STARTS_AHEAD=0 "$STARTS" "$RUNS" /bin/true
+STARTS_AHEAD=0 "$STARTS" 200 "$PY" -c "print('hello')"
+echo "   with a sandbox started ahead (the default, 1), back to back (the next one is started"
+echo "   while the plain spawn runs, so a start often finds none yet):"
+STARTS_SPLIT=1 "$STARTS" "$RUNS" /bin/true
+STARTS_SPLIT=1 "$STARTS" 200 "$PY" -c "print('hello')"
+echo "   with a sandbox started ahead and a 20 ms pause after each pair (as an agent's calls come):"
+STARTS_SPLIT=1 STARTS_GAP_MS=20 "$STARTS" "$RUNS" /bin/true
+STARTS_SPLIT=1 STARTS_GAP_MS=20 "$STARTS" 200 "$PY" -c "print('hello')"
 
 if command -v farm-bench >/dev/null; then
   echo

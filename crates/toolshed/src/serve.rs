@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// reported in `clamped`).
     #[arg(long, env = "TOOLSHED_SANDBOX_NO_NETWORK")]
     sandbox_no_network: bool,
+    /// Sandboxes started ahead for runs of inline `code` (`POST
+    /// /api/v1/tools/sandbox/execute`): each waits, locked down in its namespaces and
+    /// cgroup, for the next run of its limits, which then pays for its exec only. Each
+    /// holds a pool uid and a copy-on-write view of the server's memory while it waits;
+    /// 0 starts every run's own (default 1, at most 64).
+    #[arg(long, env = "TOOLSHED_SANDBOX_STARTED_AHEAD", value_name = "N", value_parser = clap::value_parser!(u64).range(0..=64))]
+    sandbox_started_ahead: Option<u64>,
     /// Run subprocess tools (python:, node:, exec:) on the host, outside the sandbox.
     /// For trusted set-ups only: a tool then runs as the server's own user and can read
     /// what the server can. Named in the start-up log.
@@ -235,6 +242,9 @@ fn sandbox_settings(
     if args.sandbox_no_network {
         c.network_allowed = false;
     }
+    if let Some(n) = args.sandbox_started_ahead {
+        c.started_ahead = usize::try_from(n).unwrap_or(usize::MAX);
+    }
     let c = &settings.config;
     if c.defaults.memory_bytes > c.ceilings.memory_bytes {
         return Err(Failure::bad_input(anyhow!(
@@ -414,6 +424,24 @@ mod tests {
             assert!(!parse(&[]).unwrap_or(true), "sandboxed by default");
         }
         assert!(parse(&["--unsandboxed"]).unwrap_or(false));
+    }
+
+    #[test]
+    fn sandboxes_started_ahead_are_set_by_flag_and_capped() {
+        let settings = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
+            let mut settings = toolshed_server::sandbox::SandboxSettings::default();
+            super::sandbox_settings(&cli.serve, &mut settings).map_err(|e| format!("{e:?}"))?;
+            Ok::<_, String>(settings.config.started_ahead)
+        };
+        if std::env::var_os("TOOLSHED_SANDBOX_STARTED_AHEAD").is_none() {
+            assert_eq!(settings(&[]), Ok(1), "one by default");
+        }
+        assert_eq!(settings(&["--sandbox-started-ahead", "0"]), Ok(0));
+        assert_eq!(settings(&["--sandbox-started-ahead", "4"]), Ok(4));
+        let err = settings(&["--sandbox-started-ahead", "65"]).unwrap_err();
+        assert!(err.contains("65") && err.contains("0..=64"), "{err}");
     }
 
     #[test]
