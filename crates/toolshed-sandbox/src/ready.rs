@@ -109,6 +109,9 @@ impl Ready {
         let inner = inner.clone();
         runtime.spawn(async move {
             let ready = &inner.ready;
+            // Cleared however the task ends, a runtime shutting down under it included,
+            // so a later run can refill again.
+            let _refilling = Refilling(&ready.refilling);
             while ready.waiting() < size {
                 match crate::spawn::start_ahead(&inner, &key).await {
                     Ok(waiting) => ready.lock().push((key, waiting)),
@@ -118,7 +121,15 @@ impl Ready {
                     }
                 }
             }
-            ready.refilling.store(false, Ordering::Release);
         });
+    }
+}
+
+/// Clears the refill flag when dropped.
+struct Refilling<'a>(&'a AtomicBool);
+
+impl Drop for Refilling<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

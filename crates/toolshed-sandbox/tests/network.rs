@@ -22,6 +22,18 @@ for name, (host, port) in targets["tcp"].items():
     try:
         s.connect((host, port))
         result[name] = "connected"
+        if name.startswith("gateway_"):
+            # With the host's loopback disabled in the helper, 10.0.2.2 is an outside
+            # address like any other, and the network is on: a machine whose egress
+            # accepts every connection answers it. Only a PostgreSQL server answers its
+            # SSLRequest with `N` or `S`.
+            try:
+                s.sendall(bytes([0, 0, 0, 8, 4, 210, 22, 47]))
+                reply = s.recv(1)
+            except OSError as e:
+                reply = repr(e).encode()
+            if reply not in (b"N", b"S"):
+                result[name] = f"connected, not PostgreSQL: {reply!r}"
     except OSError as e:
         result[name] = f"refused {e.errno or type(e).__name__}"
     finally:
@@ -37,10 +49,11 @@ print(json.dumps(result))
 "#;
 
 /// Host listeners the sandbox must not reach, each checked to be reachable from the
-/// host first (so a refusal means something).
+/// host first (so a refusal means something), with that check's connections accepted:
+/// after the probe, a connection waiting on either means the sandbox reached it.
 struct Targets {
-    _tcp: TcpListener,
-    _any: TcpListener,
+    tcp: TcpListener,
+    any: TcpListener,
     _unix: UnixListener,
     json: String,
 }
@@ -49,6 +62,7 @@ fn targets() -> Targets {
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = tcp.local_addr().unwrap().port();
     TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.accept().unwrap();
     TcpStream::connect(("127.0.0.1", 5432)).unwrap_or_else(|e| {
         panic!(
             "the host's PostgreSQL must listen on 127.0.0.1:5432 for this test (it checks the sandbox cannot reach it): {e}; start it (scripts/test does)"
@@ -66,6 +80,7 @@ fn targets() -> Targets {
     });
     for addr in own_addresses() {
         TcpStream::connect((addr.as_str(), any_port)).unwrap();
+        any.accept().unwrap();
         tcp_targets[format!("host_address {addr}")] = serde_json::json!([addr, any_port]);
     }
     let name = format!("toolshed-sandbox-test-{}", unique());
@@ -81,8 +96,8 @@ fn targets() -> Targets {
     })
     .to_string();
     Targets {
-        _tcp: tcp,
-        _any: any,
+        tcp,
+        any,
         _unix: unix,
         json,
     }
@@ -120,6 +135,17 @@ async fn probe_in(sb: &toolshed_sandbox::Sandbox, network: Network) -> serde_jso
     let o = run(sb, spec).await;
     assert!(o.success(), "{}", show(&o));
     assert_eq!(o.network, network);
+    for (name, listener) in [("loopback", &t.tcp), ("every address", &t.any)] {
+        listener.set_nonblocking(true).unwrap();
+        let waiting = listener.accept();
+        assert!(
+            waiting
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the host's {name} listener was reached: {waiting:?}, {}",
+            show(&o)
+        );
+    }
     serde_json::from_str(out(&o).trim()).unwrap_or_else(|e| panic!("{e}: {}", show(&o)))
 }
 
@@ -130,7 +156,11 @@ fn assert_refused(v: &serde_json::Value) {
             continue;
         }
         let r = r.as_str().unwrap();
-        assert!(r.starts_with("refused"), "{name} was reached: {v}");
+        let outside = name.starts_with("gateway_") && r.starts_with("connected, not PostgreSQL");
+        assert!(
+            r.starts_with("refused") || outside,
+            "{name} was reached: {v}"
+        );
         checked += 1;
     }
     assert!(checked >= 6, "too few targets probed: {v}");
