@@ -1,6 +1,6 @@
 //! Sandboxes started ahead of their command, for one-shot runs (`Sandbox::run`) without
-//! binds and with the network off: the common shape of a code snippet or a `python:`
-//! tool run once. Each waits in its namespaces and cgroup, with its root pivoted and
+//! binds and with the network off: the shape of inline code run once (the seed's
+//! `POST /api/v1/tools/sandbox/execute`). Each waits in its namespaces and cgroup, with its root pivoted and
 //! everything locked down (capabilities, Landlock, seccomp), for the command on its go
 //! socket; a run then pays for that command's exec only.
 //!
@@ -11,7 +11,8 @@
 //!   own limits, so a server whose runs share one shape keeps hitting;
 //! - the first eligible run of a [`Sandbox`](crate::Sandbox) starts none, so a one-shot
 //!   process (the CLI) makes nothing it does not use; from the second on, each run
-//!   asks for the stock to be refilled, while it runs;
+//!   asks for the stock to be refilled once it has ended (while it runs, a start's
+//!   kernel work on the other core slows the tool by about what it saves);
 //! - a start that finds the uid pool exhausted gives the waiting sandboxes up first.
 
 use std::sync::Arc;

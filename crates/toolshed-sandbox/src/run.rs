@@ -314,7 +314,8 @@ impl Sandbox {
         }
         let command = spawn::Command::of(spec)?;
         let Some(encoded) = command.encoded() else {
-            let (running, stdio) = spawn::start(inner, spec, limits, network).await?;
+            let (running, stdio) =
+                spawn::start_with(inner, spec, &command, limits, network).await?;
             return Ok((running, stdio, None));
         };
         let key = crate::ready::key(limits);
@@ -329,7 +330,7 @@ impl Sandbox {
                 Err(None) => {}
             }
         }
-        let (running, stdio) = spawn::start(inner, spec, limits, network).await?;
+        let (running, stdio) = spawn::start_with(inner, spec, &command, limits, network).await?;
         Ok((running, stdio, Some(key)))
     }
 

@@ -412,8 +412,18 @@ pub(crate) async fn start(
     limits: &Limits,
     network: Network,
 ) -> Result<(Running, Stdio), SandboxError> {
-    let command = Command::of(spec)?;
-    match launch(inner, spec, limits, network, Some(&command)).await? {
+    start_with(inner, spec, &Command::of(spec)?, limits, network).await
+}
+
+/// [`start`] with the spec's command already checked.
+pub(crate) async fn start_with(
+    inner: &Arc<Inner>,
+    spec: &RunSpec,
+    command: &Command,
+    limits: &Limits,
+    network: Network,
+) -> Result<(Running, Stdio), SandboxError> {
+    match launch(inner, spec, limits, network, Some(command)).await? {
         Launched::Now(running, stdio) => Ok((running, stdio)),
         Launched::Waiting(_) => Err(SandboxError::SetupFailed {
             step: "start the sandbox",
