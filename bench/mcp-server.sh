@@ -20,36 +20,19 @@ shift || true
 CONNECTIONS=("${@:-1}")
 [ "$#" -gt 0 ] || CONNECTIONS=(1 16)
 command -v wrk >/dev/null || { echo "wrk is missing: install the \`wrk\` package" >&2; exit 2; }
-if [ -n "${TOOLSHED_BIN:-}" ]; then
-  BIN="$TOOLSHED_BIN"
-else
-  cargo build --release -p toolshed >&2
-  BIN="$PWD/target/release/toolshed"
-fi
+# shellcheck source=bench/lib/serve.sh
+. bench/lib/serve.sh
+serve_binary
 
 WORK="$(mktemp -d)"
-SERVER_PID=""
 cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  serve_stop
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-cd "$WORK"
-TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn TOOLSHED_CACHE_DIR="$WORK/cache" \
-  "$BIN" serve --addr 127.0.0.1:0 --database-url "sqlite://$WORK/toolshed.db" \
-  >"$WORK/serve.out" 2>"$WORK/serve.err" &
-SERVER_PID=$!
-for _ in $(seq 1 200); do
-  if grep -q "listening on" "$WORK/serve.out" 2>/dev/null; then break; fi
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then cat "$WORK/serve.err" >&2; exit 3; fi
-  sleep 0.05
-done
-URL="$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$WORK/serve.out" | head -1)"
-[ -n "$URL" ] || { echo "the server did not start" >&2; cat "$WORK/serve.err" >&2; exit 3; }
-TOKEN="$(curl -sf -X POST "$URL/api/v1/auth/login" -H 'content-type: application/json' \
-  -d '{"username":"admin","password":"bench-password"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["token"])')"
-export TOKEN
+serve_start "$BIN" "$WORK"
+serve_login
 
 # One session for every MCP request.
 curl -sf -D "$WORK/init.headers" -o "$WORK/init.body" -X POST "$URL/mcp" \

@@ -11,27 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN="${1:-10}"
 command -v wrk >/dev/null || { echo "wrk is missing: install the \`wrk\` package" >&2; exit 2; }
-if [ -n "${TOOLSHED_BIN:-}" ]; then
-  BIN="$TOOLSHED_BIN"
-else
-  cargo build --release -p toolshed >&2
-  BIN="$PWD/target/release/toolshed"
-fi
+# shellcheck source=bench/lib/serve.sh
+. bench/lib/serve.sh
+serve_binary
 W="$(mktemp -d)"
-TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn TOOLSHED_CACHE_DIR="$W/cache" \
-  "$BIN" serve --addr 127.0.0.1:0 --database-url "sqlite://$W/toolshed.db" >"$W/out" 2>"$W/err" &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$W"' EXIT
-for _ in $(seq 1 200); do
-  grep -q "listening on" "$W/out" 2>/dev/null && break
-  kill -0 "$PID" 2>/dev/null || { cat "$W/err" >&2; exit 3; }
-  sleep 0.05
-done
-URL="$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$W/out" | head -1)"
-[ -n "$URL" ] || { echo "the server did not start" >&2; cat "$W/err" >&2; exit 3; }
-TOKEN="$(curl -sf -X POST "$URL/api/v1/auth/login" -H 'content-type: application/json' \
-  -d '{"username":"admin","password":"bench-password"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["token"])')"
-export TOKEN
+trap 'serve_stop; rm -rf "$W"' EXIT
+serve_start "$BIN" "$W"
+serve_login
 SIDS=""
 for _ in $(seq 1 16); do
   curl -sf -D "$W/h" -o /dev/null -X POST "$URL/mcp" -H "authorization: Bearer $TOKEN" \

@@ -16,14 +16,9 @@ cd "$(dirname "$0")/.."
 CALLS="${1:-300}"
 PAUSE_MS="${2:-20}"
 [ "$(id -u)" = 0 ] || { echo "run as root: the sandbox maps pool uids and creates cgroups" >&2; exit 2; }
-if [ -n "${TOOLSHED_BIN:-}" ]; then
-  BIN="$TOOLSHED_BIN"
-else
-  cargo build --release -p toolshed >&2
-  BIN="$PWD/target/release/toolshed"
-fi
 # shellcheck source=bench/lib/serve.sh
 . bench/lib/serve.sh
+serve_binary
 WORK="$(mktemp -d)"
 trap 'serve_stop; rm -rf "$WORK"' EXIT
 

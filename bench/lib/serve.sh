@@ -1,10 +1,22 @@
 # Shared by bench scripts: start `toolshed serve` on a fresh SQLite file and log in.
 # Source it, then:
+#   serve_binary                               sets BIN: $TOOLSHED_BIN (an already built
+#                                              binary, e.g. another revision's), else the
+#                                              release build, made first
 #   serve_start BIN WORKDIR [SERVE FLAGS...]   sets SERVER_PID and URL (exits 3 when the
 #                                              server does not come up)
 #   serve_login                                sets and exports TOKEN (the admin's)
 #   serve_stop                                 stops the server started last
 # The admin password is `bench-password`; logs go to WORKDIR/serve.{out,err}.
+
+serve_binary() {
+  if [ -n "${TOOLSHED_BIN:-}" ]; then
+    BIN="$TOOLSHED_BIN"
+  else
+    cargo build --release -p toolshed >&2
+    BIN="$PWD/target/release/toolshed"
+  fi
+}
 
 serve_start() {
   local bin="$1" work="$2"

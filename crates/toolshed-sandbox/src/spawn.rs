@@ -423,13 +423,20 @@ pub(crate) async fn start_with(
     limits: &Limits,
     network: Network,
 ) -> Result<(Running, Stdio), SandboxError> {
-    match launch(inner, spec, limits, network, Some(command)).await? {
-        Launched::Now(running, stdio) => Ok((running, stdio)),
-        Launched::Waiting(_) => Err(SandboxError::SetupFailed {
-            step: "start the sandbox",
-            source: std::io::Error::other("a command was given, yet it waits for one"),
-        }),
+    let Released {
+        mut running,
+        stdio,
+        sync_w,
+        report_r,
+        failed,
+    } = launch(inner, spec, limits, network, Some(command)).await?;
+    if let Err(e) = exec_report(Some(sync_w), report_r, failed, &command.program).await {
+        running.kill().await;
+        running.finish().await;
+        return Err(e);
     }
+    running.started = Instant::now();
+    Ok((running, stdio))
 }
 
 /// Starts a sandbox ahead of its command, for runs of these limits without binds and
@@ -439,32 +446,48 @@ pub(crate) async fn start_ahead(
     limits: &Limits,
 ) -> Result<Waiting, SandboxError> {
     let spec = RunSpec::new("", Vec::<String>::new());
-    match launch(inner, &spec, limits, Network::Off, None).await? {
-        Launched::Waiting(w) => Ok(w),
-        Launched::Now(..) => Err(SandboxError::SetupFailed {
-            step: "start a sandbox ahead",
-            source: std::io::Error::other("it started without a command"),
+    let Released {
+        mut running,
+        stdio,
+        sync_w,
+        report_r,
+        failed,
+    } = launch(inner, &spec, limits, Network::Off, None).await?;
+    match ready_report(sync_w, &report_r, failed).await {
+        Ok(sync) => Ok(Waiting {
+            running,
+            stdio,
+            sync,
+            report: report_r,
         }),
+        Err(e) => {
+            running.kill().await;
+            running.finish().await;
+            Err(e)
+        }
     }
 }
 
-/// What [`launch`] made.
-enum Launched {
-    /// The command runs.
-    Now(Running, Stdio),
-    /// Started ahead: waiting for its command.
-    Waiting(Waiting),
+/// A sandbox [`launch`] has released: set up (or setting itself up) and told to go on;
+/// the caller waits for its exec ([`exec_report`]) or its readiness ([`ready_report`]).
+struct Released {
+    running: Running,
+    stdio: Stdio,
+    sync_w: OwnedFd,
+    report_r: OwnedFd,
+    /// The network failed after "go" (the child was not told to go on).
+    failed: Option<SandboxError>,
 }
 
-/// A start: with a command (exec'd as soon as the sandbox is set up) or without one
-/// (the sandbox waits for it, locked down).
+/// A start up to its release: with a command (exec'd as soon as the sandbox is set up)
+/// or without one (the sandbox waits for it, locked down).
 async fn launch(
     inner: &Arc<Inner>,
     spec: &RunSpec,
     limits: &Limits,
     network: Network,
     command: Option<&Command>,
-) -> Result<Launched, SandboxError> {
+) -> Result<Released, SandboxError> {
     let points = check_binds(&spec.binds)?;
 
     let lease = match inner.pool.lease() {
@@ -705,38 +728,21 @@ async fn launch(
             return Err(e);
         }
     };
-    let stdio = || -> Result<Stdio, SandboxError> {
-        Ok(Stdio {
-            stdin: tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)
-                .map_err(|e| SandboxError::io("cannot use the stdin pipe", e))?,
-            stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)
-                .map_err(|e| SandboxError::io("cannot use the stdout pipe", e))?,
-            stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)
-                .map_err(|e| SandboxError::io("cannot use the stderr pipe", e))?,
-        })
+    let stdio = Stdio {
+        stdin: tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)
+            .map_err(|e| SandboxError::io("cannot use the stdin pipe", e))?,
+        stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)
+            .map_err(|e| SandboxError::io("cannot use the stdout pipe", e))?,
+        stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)
+            .map_err(|e| SandboxError::io("cannot use the stderr pipe", e))?,
     };
-    let Some(command) = command else {
-        return match ready_report(sync_w, &report_r, failed).await {
-            Ok(sync) => Ok(Launched::Waiting(Waiting {
-                running,
-                stdio: stdio()?,
-                sync,
-                report: report_r,
-            })),
-            Err(e) => {
-                running.kill().await;
-                running.finish().await;
-                Err(e)
-            }
-        };
-    };
-    if let Err(e) = exec_report(Some(sync_w), report_r, failed, &command.program).await {
-        running.kill().await;
-        running.finish().await;
-        return Err(e);
-    }
-    running.started = Instant::now();
-    Ok(Launched::Now(running, stdio()?))
+    Ok(Released {
+        running,
+        stdio,
+        sync_w,
+        report_r,
+        failed,
+    })
 }
 
 fn clone_error(e: std::io::Error) -> SandboxError {

@@ -971,6 +971,19 @@ async fn answer_of(req: reqwest::RequestBuilder) -> (u16, String, String) {
 }
 
 /// The JSON-RPC messages of an answer: one JSON body, or the data of an SSE stream.
+/// Every truncation of `body`, and a copy with each third byte flipped (case and
+/// punctuation: `0x20`): the garbage a direct path must refuse or answer, never a 500.
+fn mangled(body: &str) -> Vec<Vec<u8>> {
+    let bytes = body.as_bytes();
+    let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+    bodies.extend((0..bytes.len()).step_by(3).map(|i| {
+        let mut b = bytes.to_vec();
+        b[i] ^= 0x20;
+        b
+    }));
+    bodies
+}
+
 fn messages_of(text: &str) -> Vec<Value> {
     if let Ok(v) = serde_json::from_str::<Value>(text) {
         return vec![v];
@@ -1173,13 +1186,7 @@ async fn a_plain_sessionless_call_is_answered_directly_exactly_as_rmcp_answers_i
     }
     // Every truncation of a valid call, and every one with a byte flipped: a clear
     // 4xx or an answer, never a 500, and the server still answers afterwards.
-    let bytes = body.as_bytes();
-    let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
-    bodies.extend((0..bytes.len()).step_by(3).map(|i| {
-        let mut b = bytes.to_vec();
-        b[i] ^= 0x20;
-        b
-    }));
+    let bodies = mangled(&body);
     for b in bodies {
         let text = String::from_utf8_lossy(&b).into_owned();
         let (status, _, answer) = send_direct(&fast, &fast.deployer, &headers, &text).await;
@@ -1426,13 +1433,7 @@ async fn a_plain_call_in_a_session_is_answered_directly_with_rmcp_s_message() {
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
         "params": {"name": "get_current_time", "arguments": {}, "_meta": {"toolshed/idempotency_key": "g-1"}}})
     .to_string();
-    let bytes = body.as_bytes();
-    let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
-    bodies.extend((0..bytes.len()).step_by(3).map(|i| {
-        let mut b = bytes.to_vec();
-        b[i] ^= 0x20;
-        b
-    }));
+    let bodies = mangled(&body);
     for b in bodies {
         let req = s
             .client
