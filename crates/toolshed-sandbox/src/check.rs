@@ -126,8 +126,8 @@ fn report(
 pub(crate) struct Facts {
     pub landlock_abi: Option<i32>,
     pub cgroups: Option<Discovery>,
-    /// The seccomp program (built once, for the report and the runs).
-    pub seccomp: Option<crate::seccomp::Program>,
+    /// The seccomp programs (built once, for the report and the runs).
+    pub seccomp: Option<crate::seccomp::Programs>,
 }
 
 /// How much a probe looks at.
@@ -373,16 +373,16 @@ pub(crate) fn probe(
     // Seccomp.
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let has_seccomp = status.lines().any(|l| l.starts_with("Seccomp:"));
-    let compiled = crate::seccomp::program();
+    let compiled = crate::seccomp::Programs::build();
     out.push(match (&compiled, has_seccomp) {
         (Ok(p), true) => report(
             Mechanism::Seccomp,
             Status::Ok,
             true,
             format!(
-                "deny-list of {} system calls plus clone namespace flags, clone3 and TIOCSTI ({} BPF instructions)",
+                "deny-list of {} system calls plus clone namespace flags, clone3, TIOCSTI and socket families but AF_UNIX (AF_INET and AF_INET6 with the network on) ({} BPF instructions)",
                 crate::seccomp::DENIED.len(),
-                p.instructions().len()
+                p.on.instructions().len()
             ),
             None,
         ),

@@ -44,7 +44,7 @@ pub(crate) struct Inner {
     /// The cgroup v2 mount (for the network helper's host-address filter).
     pub cgroup2: Option<std::path::PathBuf>,
     pub landlock_abi: Option<i32>,
-    pub seccomp: crate::seccomp::Program,
+    pub seccomp: crate::seccomp::Programs,
     pub pool: Pool,
     pub skeletons: Skeletons,
     /// `O_PATH` fds of `/usr` and the top-level folders bound like it (Landlock rules).
@@ -161,13 +161,13 @@ impl Sandbox {
         }
         let seccomp = match facts.seccomp {
             Some(program) => program,
-            None => {
-                crate::seccomp::program().map_err(|detail| SandboxError::MechanismUnavailable {
+            None => crate::seccomp::Programs::build().map_err(|detail| {
+                SandboxError::MechanismUnavailable {
                     mechanism: Mechanism::Seccomp,
                     detail,
                     fix: "run on x86_64, aarch64 or riscv64".into(),
-                })?
-            }
+                }
+            })?,
         };
         std::fs::create_dir_all(&config.runtime_dir).map_err(|e| {
             SandboxError::io(

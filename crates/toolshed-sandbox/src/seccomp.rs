@@ -5,7 +5,12 @@
 //! ptrace and process_vm_*; mount, umount, pivot_root, unshare and setns (and the new
 //! mount API: fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr);
 //! clone with any namespace flag; kexec, module loading, open_by_handle_at, and the
-//! TIOCSTI ioctl. `clone3` answers `ENOSYS`: its flags are behind a pointer the filter
+//! TIOCSTI ioctl. `socket` and `socketpair` are allowed by address family, as a list:
+//! `AF_UNIX` always, `AF_INET` and `AF_INET6` only in a sandbox with the network on;
+//! every other family (vsock, packet, netlink, alg, bluetooth, …) answers
+//! `EAFNOSUPPORT`, as a kernel built without it would. Some of those families are not
+//! isolated by the network namespace (vsock reaches the host and its other guests), so
+//! the namespace alone does not close them. `clone3` answers `ENOSYS`: its flags are behind a pointer the filter
 //! cannot read, and libc then falls back to `clone`, whose flags it can. On x86_64 the
 //! x32 system call numbers answer `ENOSYS` (they reach other entry points than the
 //! names above), and a system call of another architecture (the 32-bit entry points)
@@ -69,6 +74,38 @@ pub const NAMESPACE_FLAGS: &[(&str, i32)] = &[
     ("CLONE_NEWCGROUP", libc::CLONE_NEWCGROUP),
 ];
 
+/// The socket address families a sandbox may open, whatever its network: `AF_UNIX`.
+pub const SOCKET_FAMILIES: &[(&str, i32)] = &[("AF_UNIX", libc::AF_UNIX)];
+
+/// The families a sandbox with the network on may open besides [`SOCKET_FAMILIES`].
+pub const NETWORK_SOCKET_FAMILIES: &[(&str, i32)] =
+    &[("AF_INET", libc::AF_INET), ("AF_INET6", libc::AF_INET6)];
+
+/// The two programs of a supervisor: one for runs with the network off, one for runs
+/// with it on. They differ only in the socket families allowed.
+#[derive(Debug, Clone)]
+pub(crate) struct Programs {
+    /// For runs with the network off.
+    pub off: Program,
+    /// For runs with the network on.
+    pub on: Program,
+}
+
+impl Programs {
+    /// Both programs.
+    pub(crate) fn build() -> Result<Programs, String> {
+        Ok(Programs {
+            off: program(false)?,
+            on: program(true)?,
+        })
+    }
+
+    /// The program for a run with the network `on` or not.
+    pub(crate) fn for_network(&self, on: bool) -> &Program {
+        if on { &self.on } else { &self.off }
+    }
+}
+
 /// A classic BPF program (the kernel's `sock_filter` instructions).
 #[derive(Clone)]
 pub(crate) struct Program(Arc<[libc::sock_filter]>);
@@ -123,8 +160,8 @@ const _: () = assert!(
 /// On x86_64, the bit that marks an x32 system call number.
 const X32_BIT: u32 = 0x4000_0000;
 
-/// The deny-list, as one program.
-pub(crate) fn program() -> Result<Program, String> {
+/// The deny-list, as one program, for a run with the network on (`network`) or off.
+pub(crate) fn program(network: bool) -> Result<Program, String> {
     let arch = audit_arch()?;
     // Jumps are relative and forward: each instruction is written with symbolic
     // targets, resolved once the layout is known.
@@ -136,6 +173,7 @@ pub(crate) fn program() -> Result<Program, String> {
         Enosys,
         Ioctl,
         Clone,
+        Socket,
         Kill,
     }
     let mut code: Vec<(u16, To, To, u32)> = Vec::new();
@@ -155,6 +193,8 @@ pub(crate) fn program() -> Result<Program, String> {
     code.push((JEQ_K, To::Enosys, To::Next, number(libc::SYS_clone3)?));
     code.push((JEQ_K, To::Ioctl, To::Next, number(libc::SYS_ioctl)?));
     code.push((JEQ_K, To::Clone, To::Next, number(libc::SYS_clone)?));
+    code.push((JEQ_K, To::Socket, To::Next, number(libc::SYS_socket)?));
+    code.push((JEQ_K, To::Socket, To::Next, number(libc::SYS_socketpair)?));
     // Anything else: allowed.
     stmt(&mut code, RET_K, libc::SECCOMP_RET_ALLOW);
     // ioctl: the request is an unsigned int to the kernel, so its low word decides.
@@ -168,6 +208,22 @@ pub(crate) fn program() -> Result<Program, String> {
         .fold(0u32, |m, (_, f)| m | (*f as u32));
     stmt(&mut code, LD_W_ABS, arg_low(0));
     code.push((JSET_K, To::Eperm, To::Allow, mask));
+    // socket and socketpair: the family (an int) is the first argument's low word.
+    let socket = code.len();
+    stmt(&mut code, LD_W_ABS, arg_low(0));
+    let allowed = SOCKET_FAMILIES.iter().chain(if network {
+        NETWORK_SOCKET_FAMILIES
+    } else {
+        &[]
+    });
+    for (_, family) in allowed {
+        code.push((JEQ_K, To::Allow, To::Next, *family as u32));
+    }
+    stmt(
+        &mut code,
+        RET_K,
+        libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32,
+    );
     // The returns the jumps above land on (classic BPF jumps only forward).
     let allow = code.len();
     stmt(&mut code, RET_K, libc::SECCOMP_RET_ALLOW);
@@ -193,6 +249,7 @@ pub(crate) fn program() -> Result<Program, String> {
         To::Enosys => Some(enosys),
         To::Ioctl => Some(ioctl),
         To::Clone => Some(clone),
+        To::Socket => Some(socket),
         To::Kill => Some(kill),
     };
     let mut program = Vec::with_capacity(code.len());
@@ -252,8 +309,60 @@ mod tests {
     }
 
     fn program() -> Vec<libc::sock_filter> {
-        let p = super::program().unwrap_or_else(|e| panic!("{e}"));
+        programs(false)
+    }
+
+    fn programs(network: bool) -> Vec<libc::sock_filter> {
+        let p = super::program(network).unwrap_or_else(|e| panic!("{e}"));
         p.instructions().to_vec()
+    }
+
+    const EAFNOSUPPORT: u32 = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+
+    /// Every address family the kernel headers name, up to AF_MAX and a little beyond.
+    fn every_family() -> impl Iterator<Item = i32> {
+        0..=64
+    }
+
+    #[test]
+    fn socket_families_are_allowed_by_list_with_the_network_off_and_on() {
+        let arch = audit_arch().unwrap();
+        for network in [false, true] {
+            let p = programs(network);
+            let nr = |n: i64| u32::try_from(n).unwrap();
+            for call in [libc::SYS_socket, libc::SYS_socketpair] {
+                for family in every_family() {
+                    let allowed = family == libc::AF_UNIX
+                        || (network && (family == libc::AF_INET || family == libc::AF_INET6));
+                    let want = if allowed {
+                        libc::SECCOMP_RET_ALLOW
+                    } else {
+                        EAFNOSUPPORT
+                    };
+                    let args = [family as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+                    assert_eq!(
+                        eval(&p, nr(call), arch, args),
+                        want,
+                        "call {call}, family {family}, network {network}"
+                    );
+                    // High bits of the argument do not change the family the kernel reads.
+                    let high = [
+                        (family as u64) | 1 << 32,
+                        libc::SOCK_STREAM as u64,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ];
+                    assert_eq!(eval(&p, nr(call), arch, high), want);
+                }
+                assert_eq!(
+                    eval(&p, nr(call), arch, [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]),
+                    EAFNOSUPPORT,
+                    "vsock, network {network}"
+                );
+            }
+        }
     }
 
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
@@ -263,6 +372,7 @@ mod tests {
     fn the_program_denies_each_rule_and_allows_the_rest() {
         let p = program();
         assert!(p.len() < 64, "{} instructions", p.len());
+        assert!(programs(true).len() < 64);
         let arch = audit_arch().unwrap();
         let nr = |n: i64| u32::try_from(n).unwrap();
         let call = |n: i64, args: [u64; 6]| eval(&p, nr(n), arch, args);

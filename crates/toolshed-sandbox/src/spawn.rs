@@ -624,7 +624,7 @@ async fn launch(
         ruleset: ruleset.as_ref().map(AsRawFd::as_raw_fd),
         cgroup_tasks: cgroup_tasks.iter().map(AsRawFd::as_raw_fd).collect(),
         keep: Vec::new(),
-        seccomp: inner.seccomp.clone(),
+        seccomp: inner.seccomp.for_network(network == Network::On).clone(),
         deferred: command.is_none(),
         program: command.map(|c| c.program_c.clone()).unwrap_or_default(),
         argv: command.map(|c| c.argv.clone()).unwrap_or_default(),

@@ -17,9 +17,11 @@ import json, socket, sys
 targets = json.loads(sys.argv[1])
 result = {}
 for name, (host, port) in targets["tcp"].items():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(3)
+    s = None
     try:
+        # With the network off, the socket itself is refused (EAFNOSUPPORT).
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(3)
         s.connect((host, port))
         result[name] = "connected"
         if name.startswith("gateway_"):
@@ -37,14 +39,18 @@ for name, (host, port) in targets["tcp"].items():
     except OSError as e:
         result[name] = f"refused {e.errno or type(e).__name__}"
     finally:
-        s.close()
+        if s is not None:
+            s.close()
 u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     u.connect("\0" + targets["abstract"])
     result["abstract"] = "connected"
 except OSError as e:
     result["abstract"] = f"refused {e.errno}"
-result["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+# The interfaces of the sandbox's network namespace, from /proc (netlink, which
+# `socket.if_nameindex()` would use, is a socket family the sandbox refuses).
+with open("/proc/net/dev") as f:
+    result["interfaces"] = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
 print(json.dumps(result))
 "#;
 

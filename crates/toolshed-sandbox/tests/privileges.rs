@@ -1,5 +1,5 @@
-//! Privileges: setuid binaries gain nothing, nested user namespaces fail, and every
-//! system call of the deny-list fails.
+//! Privileges: setuid binaries gain nothing, nested user namespaces fail, every
+//! system call of the deny-list fails, and sockets open only in the allowed families.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::{out, py, run, sandbox, sh, show};
-use toolshed_sandbox::{Bind, LimitsRequest};
+use toolshed_sandbox::{Bind, LimitsRequest, Network};
 
 #[tokio::test]
 async fn setuid_binaries_gain_nothing() {
@@ -122,4 +122,75 @@ async fn every_denied_system_call_fails() {
     }
     // Not a blanket refusal: an ordinary fork still works.
     assert_eq!(v["plain clone (fork)"], "ok", "{v}");
+}
+
+/// Every address family number, with `socket` and `socketpair` of three types each:
+/// `[family, call, type, result, errno]` rows.
+const SOCKETS: &str = r#"
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+rows = []
+pair = (ctypes.c_int * 2)()
+for family in range(0, 64):
+    for kind in (1, 2, 3):  # SOCK_STREAM, SOCK_DGRAM, SOCK_RAW
+        ctypes.set_errno(0)
+        fd = libc.socket(family, kind, 0)
+        rows.append([family, "socket", kind, fd, ctypes.get_errno()])
+        if fd >= 0:
+            libc.close(fd)
+        ctypes.set_errno(0)
+        r = libc.socketpair(family, kind, 0, pair)
+        rows.append([family, "socketpair", kind, r, ctypes.get_errno()])
+        if r == 0:
+            libc.close(pair[0]); libc.close(pair[1])
+print(json.dumps(rows))
+"#;
+
+#[tokio::test]
+async fn sockets_open_only_in_the_allowed_families_with_the_network_off_and_on() {
+    let sb = sandbox();
+    for network in [Network::Off, Network::On] {
+        if network == Network::On {
+            common::require("slirp4netns", "slirp4netns");
+        }
+        let mut spec = py(SOCKETS, LimitsRequest::default());
+        spec.network = network;
+        let o = run(&sb, spec).await;
+        assert!(o.success(), "{}", show(&o));
+        let rows: Vec<(i32, String, i32, i64, i32)> =
+            serde_json::from_str(out(&o).trim()).unwrap_or_else(|e| panic!("{e}: {}", show(&o)));
+        assert_eq!(rows.len(), 64 * 3 * 2);
+        let on = network == Network::On;
+        for (family, call, kind, result, errno) in &rows {
+            let allowed = *family == libc::AF_UNIX
+                || (on && (*family == libc::AF_INET || *family == libc::AF_INET6));
+            if allowed {
+                assert_ne!(
+                    *errno,
+                    libc::EAFNOSUPPORT,
+                    "{call}({family}, {kind}) with the network {network:?} was refused"
+                );
+            } else {
+                assert_eq!(
+                    (*result, *errno),
+                    (-1, libc::EAFNOSUPPORT),
+                    "{call}({family}, {kind}) with the network {network:?} was not refused as unsupported"
+                );
+            }
+        }
+        // The allowed families work: a Unix stream socket and pair, and with the network
+        // on an IPv4 and IPv6 stream socket.
+        let ok = |family: i32, call: &str| {
+            rows.iter().any(|(f, c, k, r, _)| {
+                *f == family && c == call && *k == libc::SOCK_STREAM && *r >= 0
+            })
+        };
+        assert!(
+            ok(libc::AF_UNIX, "socket") && ok(libc::AF_UNIX, "socketpair"),
+            "{rows:?}"
+        );
+        assert_eq!(ok(libc::AF_INET, "socket"), on, "{rows:?}");
+        assert_eq!(ok(libc::AF_INET6, "socket"), on, "{rows:?}");
+        assert!(!ok(libc::AF_VSOCK, "socket"), "{rows:?}");
+    }
 }
