@@ -298,6 +298,7 @@ pub struct ToolContext {
     credentials: Credentials,
     cancel: CancellationToken,
     diagnostics: DiagnosticsSink,
+    output_budget: usize,
 }
 
 impl ToolContext {
@@ -311,6 +312,7 @@ impl ToolContext {
         credentials: Credentials,
         cancel: CancellationToken,
         diagnostics: DiagnosticsSink,
+        output_budget: usize,
     ) -> Self {
         ToolContext {
             run,
@@ -321,6 +323,7 @@ impl ToolContext {
             credentials,
             cancel,
             diagnostics,
+            output_budget,
         }
     }
 
@@ -337,7 +340,16 @@ impl ToolContext {
             Credentials::new(Arc::from(Vec::new()), Arc::new(crate::EnvProvider)),
             cancel,
             DiagnosticsSink::default(),
+            crate::budget::DEFAULT_OUTPUT_BYTES,
         )
+    }
+
+    /// The call's output budget in bytes: a handler reads no more than this of what it
+    /// returns (a process's answer, a file, an MCP server's result, an HTTP body), beyond
+    /// its own framing. Whatever is larger ends as `RESULT_TOO_LARGE` anyway (see
+    /// [`crate::budget`]).
+    pub fn output_budget(&self) -> usize {
+        self.output_budget
     }
 
     /// The agent id.

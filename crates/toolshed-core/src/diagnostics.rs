@@ -48,6 +48,14 @@ pub struct Diagnostics {
     /// Content blocks the tool sent beside its result (MCP `content`), as received.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<Value>,
+    /// `content` holds only the first blocks: the rest were over the call's output
+    /// budget (see [`crate::budget`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub content_truncated: bool,
+    /// Partial results of a streaming call that were not published: past the most a
+    /// call may publish (see [`crate::budget`]). The call's result is still its last.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partials_dropped: u64,
     /// For a call to an MCP server's tool: which server and tool, over which protocol
     /// era and version (what `runs show` prints beside the call's timing). Boxed: most
     /// calls are not MCP calls, and every call carries a `Diagnostics`.
@@ -79,6 +87,10 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Diagnostics {
     /// Whether nothing at all was reported.
     pub fn is_empty(&self) -> bool {
@@ -97,6 +109,8 @@ impl Diagnostics {
             cpu_time_ms,
             oom_killed,
             content,
+            content_truncated,
+            partials_dropped,
             mcp,
             asks,
         } = self;
@@ -111,6 +125,8 @@ impl Diagnostics {
             && cpu_time_ms.is_none()
             && !oom_killed
             && content.is_empty()
+            && !content_truncated
+            && *partials_dropped == 0
             && mcp.is_none()
             && asks.is_empty()
     }

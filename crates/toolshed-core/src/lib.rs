@@ -30,6 +30,7 @@
 
 pub mod ask;
 pub mod attachment;
+pub mod budget;
 pub mod cel_limits;
 pub mod context;
 pub mod credentials;

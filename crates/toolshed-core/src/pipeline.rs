@@ -34,6 +34,7 @@ use futures_util::stream::BoxStream;
 use serde_json::Value;
 use tokio::time::error::Elapsed;
 
+use crate::budget::PartialBudget;
 use crate::context::{RunContext, ToolContext};
 use crate::credentials::{Credentials, EnvProvider, Secret, scrub_error, scrub_value};
 use crate::crumbs::{Crumb, CrumbBus, CrumbKind};
@@ -107,6 +108,11 @@ pub struct PipelineConfig {
     /// The most bytes of a call's stdout, and of its stderr, kept in its diagnostics
     /// (the end is kept and the field flagged as truncated). 64 KiB by default.
     pub max_diagnostic_bytes: usize,
+    /// The call's output budget: the most bytes of its result, error, content blocks
+    /// and partial results that reach memory past its reader, an answer or the journal
+    /// (see [`crate::budget`]). Handlers read it from
+    /// [`crate::ToolContext::output_budget`]. 1 MiB by default.
+    pub max_output_bytes: usize,
 }
 
 impl Default for PipelineConfig {
@@ -115,6 +121,7 @@ impl Default for PipelineConfig {
             default_timeout: Some(Duration::from_secs(300)),
             hook_timeout: Duration::from_secs(30),
             max_diagnostic_bytes: 64 * 1024,
+            max_output_bytes: crate::budget::DEFAULT_OUTPUT_BYTES,
         }
     }
 }
@@ -243,6 +250,11 @@ impl Pipeline {
             toolset,
             ..PipelineBuilder::default()
         }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.inner.config
     }
 
     /// The toolset.
@@ -692,6 +704,7 @@ impl Pipeline {
                 credentials.clone(),
                 cancel.clone(),
                 sink.clone(),
+                self.inner.config.max_output_bytes,
             );
             let Reply {
                 output,
@@ -794,23 +807,30 @@ impl Pipeline {
     ) -> Result<Value, ToolError> {
         let mut last = None;
         let name = spec.name.as_arc();
+        let mut partials = PartialBudget::new(self.inner.config.max_output_bytes);
+        let mut ended = Ok(());
         while let Some(item) = stream.next().await {
             match item {
                 Ok(Chunk::Value(v)) => {
                     if let Some(prev) = last.replace(v) {
-                        self.emit_partial(run, id, name, prev, credentials);
+                        self.emit_partial(run, id, name, prev, credentials, &mut partials);
                     }
                 }
                 Ok(Chunk::Diagnostics(d)) => *diagnostics = Some(Box::new(d)),
                 // Every value before a failure was a partial result.
                 Err(e) => {
                     if let Some(prev) = last.take() {
-                        self.emit_partial(run, id, name, prev, credentials);
+                        self.emit_partial(run, id, name, prev, credentials, &mut partials);
                     }
-                    return Err(e);
+                    ended = Err(e);
+                    break;
                 }
             }
         }
+        if partials.dropped > 0 {
+            diagnostics.get_or_insert_default().partials_dropped = partials.dropped;
+        }
+        ended?;
         last.ok_or_else(|| {
             ToolError::new(
                 ErrorCode::EmptyStream,
@@ -827,8 +847,9 @@ impl Pipeline {
         name: &Arc<str>,
         mut value: Value,
         credentials: &Credentials,
+        partials: &mut PartialBudget,
     ) {
-        if self.inner.crumbs.is_observed() {
+        if self.inner.crumbs.is_observed() && partials.admit(&value) {
             if !credentials.declared().is_empty() || !run.secrets().is_empty() {
                 let mut secrets = credentials.handed_out();
                 secrets.extend_from_slice(run.secrets());
@@ -894,6 +915,14 @@ impl Pipeline {
         if let Some(d) = &mut diagnostics {
             d.cap(self.inner.config.max_diagnostic_bytes);
         }
+        // Within the output budget before the final crumb, the journal or an answer
+        // sees it.
+        crate::budget::fit(
+            name,
+            self.inner.config.max_output_bytes,
+            &mut result,
+            diagnostics.as_deref_mut(),
+        );
         let duration = started.elapsed();
         let bus = &self.inner.crumbs;
         if bus.is_observed() {

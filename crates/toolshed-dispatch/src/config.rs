@@ -211,11 +211,13 @@ pub struct DispatcherConfig {
     pub pool: PoolConfig,
     /// How tool processes are isolated: the sandbox unless the operator says otherwise.
     pub isolation: Isolation,
-    /// Bytes a call may write to stdout before it is killed.
+    /// Bytes a call may write to stdout before it is killed (1 MiB, the default output
+    /// budget of a call: see `toolshed_core::budget`).
     pub stdout_cap: usize,
     /// Bytes of stderr kept per call (the tail; older bytes are dropped and counted).
     pub stderr_cap: usize,
-    /// Bytes an HTTP endpoint may answer (read as it streams; the call fails at the cap).
+    /// Bytes an HTTP endpoint may answer (read as it streams; the call fails at the cap,
+    /// or at the call's output budget plus its framing when that is lower).
     pub http_response_cap: usize,
     /// Where HTTP endpoints may connect (public addresses only unless allowlisted, after
     /// DNS resolution; no redirects followed) and their time caps.

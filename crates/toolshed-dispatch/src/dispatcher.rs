@@ -27,6 +27,10 @@ use crate::launcher::Launcher;
 use crate::pool::{PoolKey, PoolStats, Pools};
 use crate::protocol::{CallContext, Op, encode_request_with};
 
+/// What an answer may carry around its result: the bytes read past the call's output
+/// budget (`ToolContext::output_budget`) before a reader stops.
+const FRAMING_BYTES: usize = 64 * 1024;
+
 /// Runs tools at any endpoint: built-in Rust tools, Python and Node functions (one-shot
 /// or from warm worker pools), TypeScript, any executable speaking the wire protocol,
 /// and HTTP services. Cheap to clone; clones share pools, caches and the sandbox.
@@ -601,7 +605,11 @@ impl Dispatcher {
                     &args,
                     &context,
                     None,
-                    self.launcher.config.http_response_cap,
+                    // No more than the call's output budget, plus its framing.
+                    self.launcher
+                        .config
+                        .http_response_cap
+                        .min(ctx.output_budget().saturating_add(FRAMING_BYTES)),
                 )
                 .await;
                 Reply::new(result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()))

@@ -41,11 +41,8 @@ pub use gates::{ApprovalPolicy, answer, approve, approve_under, deny};
 pub use run::{Attended, CallStep, PendingGate, RunHandle};
 
 /// Settings of a [`Runtime`].
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct RuntimeConfig {
-    /// The largest result (serialized JSON bytes) that is recorded; a larger one becomes
-    /// a non-retryable `RESULT_TOO_LARGE` error result. 1 MiB by default.
-    pub max_result_bytes: usize,
     /// Declared env values handed to handlers (`ctx.env`).
     pub env: BTreeMap<String, String>,
     /// Values no call may show (the secret parts of `env`, e.g. a built-in's API key):
@@ -60,23 +57,9 @@ pub struct RuntimeConfig {
     pub attachments: Option<Arc<dyn AttachmentReader>>,
 }
 
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            max_result_bytes: 1024 * 1024,
-            env: BTreeMap::new(),
-            secrets: Vec::new(),
-            credentials: None,
-            blob_store: None,
-            attachments: None,
-        }
-    }
-}
-
 impl std::fmt::Debug for RuntimeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuntimeConfig")
-            .field("max_result_bytes", &self.max_result_bytes)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -107,7 +90,10 @@ impl Runtime {
         journal: Arc<dyn Journal>,
         config: RuntimeConfig,
     ) -> Result<Self, RuntimeError> {
-        let crumbs = crumbs::JournalCrumbs::start(journal.clone(), config.max_result_bytes);
+        // What the journal records of a call is within the pipeline's output budget
+        // (`toolshed_core::budget`); a crumb's payload is held to the same.
+        let crumbs =
+            crumbs::JournalCrumbs::start(journal.clone(), pipeline.config().max_output_bytes);
         pipeline.crumbs().add_sink(Arc::new(crumbs.clone()));
         Ok(Runtime {
             inner: Arc::new(Inner {

@@ -10,7 +10,7 @@ use serde_json::json;
 use toolshed_core::{Approval, Crumb, CrumbKind, Idempotency, ToolCall};
 use toolshed_journal::{Budgets, NewCall, NewRun, RunRecord, RunStatus};
 
-use crate::run::{Attended, CallStep, cap_result, run_context};
+use crate::run::{Attended, CallStep, run_context};
 use crate::{Runtime, RuntimeError, args_hash};
 
 impl Runtime {
@@ -70,13 +70,12 @@ impl Runtime {
             args_hash: hash,
             args: call.args.clone(),
         };
-        let mut outcome = self.pipeline().call(&ctx, call).await;
-        cap_result(self.config().max_result_bytes, &mut outcome);
+        let outcome = self.pipeline().call(&ctx, call).await;
         self.pipeline().crumbs().emit(
             Crumb::new(CrumbKind::RunCompleted, &ctx, "", "")
                 .with_payload(json!({"waiting_for": []})),
         );
-        let held = held.take(self.config().max_result_bytes);
+        let held = held.take(self.pipeline().config().max_output_bytes);
         let result = crate::run::call_result(&outcome);
         let run = self
             .journal()

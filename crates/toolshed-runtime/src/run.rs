@@ -485,13 +485,13 @@ impl RunHandle {
         }
     }
 
-    /// Step 11: record the final result (capping its size).
+    /// Step 11: record the final result (the pipeline has fitted it into the call's
+    /// output budget).
     async fn finish_call(
         &self,
         rec: &CallRecord,
-        mut outcome: CallOutcome,
+        outcome: CallOutcome,
     ) -> Result<CallOutcome, RuntimeError> {
-        cap_result(self.inner.runtime.config().max_result_bytes, &mut outcome);
         self.inner
             .runtime
             .journal()
@@ -599,26 +599,6 @@ async fn ask_again_if_changed(
         run_id: run.id.clone(),
         changes,
     })
-}
-
-/// Replace a result larger than `max` serialized bytes by a non-retryable
-/// `RESULT_TOO_LARGE` error result.
-pub(crate) fn cap_result(max: usize, outcome: &mut CallOutcome) {
-    if let Ok(v) = &outcome.result {
-        let size = serde_json::to_string(v)
-            .map(|s| s.len())
-            .unwrap_or(usize::MAX);
-        if size > max {
-            outcome.result = Err(ToolError::new(
-                ErrorCode::ResultTooLarge,
-                format!(
-                    "the result of {} is {size} bytes, over the {max}-byte cap on recorded results; \
-                     return less (a summary, a page, or a blob URI)",
-                    outcome.tool_name
-                ),
-            ));
-        }
-    }
 }
 
 /// What the journal records of a finished call: the one place a [`CallOutcome`] becomes

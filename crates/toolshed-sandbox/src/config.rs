@@ -455,6 +455,9 @@ pub struct RunSpec {
     /// Files read back from the scratch folder after a one-shot run (relative paths),
     /// with no-follow, beneath-only opens; into [`Outcome::files`](crate::Outcome::files).
     pub collect: Vec<PathBuf>,
+    /// The most bytes read back of each collected file; a larger one is refused by its
+    /// size before any of it is read. `None`: the run's file size limit.
+    pub collect_max_bytes: Option<u64>,
 }
 
 impl RunSpec {

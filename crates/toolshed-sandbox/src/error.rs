@@ -162,6 +162,17 @@ pub enum SandboxError {
         /// Why.
         reason: String,
     },
+    /// A scratch file is larger than the most that is read back of it (its size was
+    /// read first; none of it was).
+    #[error("refused to read {} from the scratch folder: it has {size} bytes, more than the cap of {max}", path.display())]
+    FileTooLarge {
+        /// The path relative to the scratch folder.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The cap.
+        max: u64,
+    },
     /// A host file operation failed.
     #[error("{what}")]
     Io {
@@ -185,7 +196,9 @@ impl SandboxError {
             SandboxError::ProgramNotFound { .. } => SandboxCode::ProgramNotFound,
             SandboxError::SetupFailed { .. } => SandboxCode::SetupFailed,
             SandboxError::NetworkUnavailable { .. } => SandboxCode::NetworkUnavailable,
-            SandboxError::FileRefused { .. } => SandboxCode::FileRefused,
+            SandboxError::FileRefused { .. } | SandboxError::FileTooLarge { .. } => {
+                SandboxCode::FileRefused
+            }
             SandboxError::Io { .. } => SandboxCode::Io,
         }
     }

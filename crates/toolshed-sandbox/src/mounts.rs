@@ -819,9 +819,11 @@ impl Scratch {
         }
         let size = u64::try_from(stat.st_size).unwrap_or(0);
         if size > max_bytes {
-            return Err(refused(format!(
-                "it has {size} bytes, more than the cap of {max_bytes}"
-            )));
+            return Err(SandboxError::FileTooLarge {
+                path: path.to_owned(),
+                size,
+                max: max_bytes,
+            });
         }
         let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         std::fs::File::from(fd)

@@ -40,6 +40,9 @@ pub struct CollectedFile {
     /// Its contents, or why it was refused (a symlink, not a regular file, too large,
     /// missing).
     pub contents: Result<Vec<u8>, String>,
+    /// Its size, when it was refused for being larger than the cap
+    /// ([`RunSpec::collect_max_bytes`](crate::RunSpec::collect_max_bytes)).
+    pub too_large: Option<u64>,
 }
 
 /// What the kernel measured over a run.
@@ -254,12 +257,19 @@ impl Sandbox {
         let files = spec
             .collect
             .iter()
-            .map(|path| CollectedFile {
-                path: path.clone(),
-                contents: running
-                    .scratch
-                    .read(path, limits.file_size_bytes)
-                    .map_err(|e| e.to_string()),
+            .map(|path| {
+                let max = spec
+                    .collect_max_bytes
+                    .map_or(limits.file_size_bytes, |m| m.min(limits.file_size_bytes));
+                let read = running.scratch.read(path, max);
+                CollectedFile {
+                    path: path.clone(),
+                    too_large: match &read {
+                        Err(SandboxError::FileTooLarge { size, .. }) => Some(*size),
+                        _ => None,
+                    },
+                    contents: read.map_err(|e| e.to_string()),
+                }
             })
             .collect();
         let usage = running.finish().await;

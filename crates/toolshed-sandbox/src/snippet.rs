@@ -164,6 +164,11 @@ pub struct SnippetResult {
 /// (read back with beneath-only, no-symlink opens).
 pub const RESULT_FILE: &str = ".toolshed-output.json";
 
+/// The most bytes of a snippet's result that are read back: the output budget of a
+/// call (1 MiB, as `toolshed_core::budget`). A larger result file is refused by its
+/// size, before any of it is read, and the run's error says `RESULT_TOO_LARGE`.
+pub const RESULT_MAX_BYTES: u64 = 1024 * 1024;
+
 /// Loads the tool file, calls the entry with the JSON from stdin, and writes the
 /// JSON-encoded result to the result file and to stdout (as the seed's sandbox prints
 /// it). `argv`: the file, `run` or `function`, the function's name.
@@ -364,6 +369,7 @@ impl Snippet {
         }
         if self.language != Language::Bash {
             spec.collect = vec![RESULT_FILE.into()];
+            spec.collect_max_bytes = Some(RESULT_MAX_BYTES);
         }
         Ok(spec)
     }
@@ -391,8 +397,16 @@ impl Snippet {
                     .map(|b| String::from_utf8_lossy(b).into_owned()),
             }
         };
+        let too_large = o
+            .files
+            .iter()
+            .find(|f| f.path == Path::new(RESULT_FILE))
+            .and_then(|f| f.too_large);
         let error = match (&output, failure(o)) {
             (_, Some(e)) => Some(e),
+            (None, None) if let Some(size) = too_large => Some(format!(
+                "RESULT_TOO_LARGE: the result is {size} bytes, more than the output budget of {RESULT_MAX_BYTES} bytes; return less (a summary, a page), or write large data to a file"
+            )),
             (None, None) => {
                 let why = o
                     .files

@@ -4,7 +4,9 @@
 //!
 //! The result value is `structuredContent` when the server sends it; else the text
 //! when every block is text (joined by newlines); else `{"content": [blocks]}`. Every
-//! block, as received, is also in `Diagnostics.content`.
+//! block, as received, is also in `Diagnostics.content` (for an `isError` result only
+//! there: the error carries their text). An answer larger than the call's output budget
+//! (`ToolContext::output_budget`) or `max_result_bytes` is `RESULT_TOO_LARGE`.
 //!
 //! A call waits for its first event: a result that comes first is a plain value; a
 //! progress notification that comes first turns the reply into a stream, whose
@@ -89,7 +91,13 @@ pub(crate) async fn call(
         deadline: tokio::time::Instant::now() + server.spec.timeout,
         timeout: server.spec.timeout,
         secrets,
-        max_result: server.config.limits.max_result_bytes,
+        // The call's output budget bounds what is taken of the answer, whatever the
+        // server's own cap.
+        max_result: server
+            .config
+            .limits
+            .max_result_bytes
+            .min(ctx.output_budget()),
         tool: tool.to_owned(),
     };
     match pending.next().await {
@@ -234,7 +242,7 @@ impl Pending {
                 Err(ToolError::new(
                     ErrorCode::ResultTooLarge,
                     format!(
-                        "MCP server `{}`: the result of `{}` is {size} bytes, over the cap of {} (`max_result_bytes`)",
+                        "MCP server `{}`: the result of `{}` is {size} bytes, over the cap of {} (the call's output budget, or the server's `max_result_bytes` when lower); return less",
                         self.server.name(),
                         self.tool,
                         self.max_result
@@ -255,6 +263,24 @@ impl Pending {
                 );
             }
         };
+        if let Some(bytes) = value
+            .get("_meta")
+            .and_then(|m| m.get(super::stdio::TOO_LARGE_META))
+            .and_then(Value::as_u64)
+        {
+            return Event::Done(
+                Err(ToolError::new(
+                    ErrorCode::ResultTooLarge,
+                    format!(
+                        "MCP server `{}`: the answer of `{}` is {bytes} bytes, over the cap of {} (the call's output budget, or the server's `max_result_bytes` when lower); it was not read; return less",
+                        self.server.name(),
+                        self.tool,
+                        self.max_result
+                    ),
+                )),
+                Diagnostics::default(),
+            );
+        }
         scrub_value(&mut value, &self.secrets);
         let (result, diagnostics) = map_result(self.server.name(), &self.tool, value);
         Event::Done(result, diagnostics)
@@ -293,8 +319,10 @@ pub(crate) fn map_result(
             text.truncate(cut);
             text.push('…');
         }
+        // The blocks are kept once, in the diagnostics: an error that carried them too
+        // would record them twice, and hand them to every crumb of the error.
         let err = ToolError::handler(format!("MCP server `{server}`, tool `{tool}`: {text}"))
-            .with_details(json!({ "mcp_is_error": true, "content": content }));
+            .with_details(json!({ "mcp_is_error": true }));
         return (Err(err), diagnostics);
     }
     let result = match value.get("structuredContent") {

@@ -163,7 +163,7 @@ impl ClientHandler for Handler {
 }
 
 /// A transport that routes progress notifications as they are read, in order, before
-/// the answer that follows them. rmcp hands notifications to the handler on tasks of
+/// the answer that follows them, and keeps them from rmcp. rmcp hands notifications to the handler on tasks of
 /// their own, so the handler may see a call's last progress after its answer, or two
 /// progress notifications swapped; read here, they cannot be.
 pub(crate) struct Tap<T> {
@@ -182,13 +182,19 @@ impl<T: Transport<RoleClient> + 'static> Transport<RoleClient> for Tap<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
-        if let JsonRpcMessage::Notification(n) = &message
-            && let ServerNotification::ProgressNotification(p) = &n.notification
-        {
-            self.shared.route_progress(&p.params);
+        loop {
+            let message = self.inner.receive().await?;
+            if let JsonRpcMessage::Notification(n) = &message
+                && let ServerNotification::ProgressNotification(p) = &n.notification
+            {
+                // Routed here, and not handed on: rmcp would start a task for each
+                // notification, and a server flooding progress would grow the tasks
+                // faster than they end (the handler does nothing with progress).
+                self.shared.route_progress(&p.params);
+                continue;
+            }
+            return Some(message);
         }
-        Some(message)
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {

@@ -114,11 +114,14 @@ pub struct ClientLimits {
     pub max_schema_bytes: usize,
     /// The longest tool description, in bytes (longer ones are cut on a char boundary).
     pub max_description_bytes: usize,
-    /// The largest `tools/call` result, serialized, in bytes.
+    /// The largest `tools/call` result, serialized, in bytes (the call's output budget
+    /// lowers it further: see `toolshed_core::budget`).
     pub max_result_bytes: usize,
     /// How much of a stdio server's stderr is kept (its end).
     pub max_stderr_bytes: usize,
-    /// The longest line a stdio server may write on stdout.
+    /// The longest line a stdio server may write on stdout: a message over it is not
+    /// read further (a `tools/call` answer is the largest message a call reads; a
+    /// `tools/list` page must fit too).
     pub max_line_bytes: usize,
     /// The first wait before restarting a server that died; doubled on every further
     /// failure up to [`ClientLimits::max_backoff`].
@@ -136,9 +139,9 @@ impl Default for ClientLimits {
             max_pages: 64,
             max_schema_bytes: 64 * 1024,
             max_description_bytes: 8 * 1024,
-            max_result_bytes: 4 * 1024 * 1024,
+            max_result_bytes: 1024 * 1024,
             max_stderr_bytes: 64 * 1024,
-            max_line_bytes: 8 * 1024 * 1024,
+            max_line_bytes: 2 * 1024 * 1024,
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(2),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use toolshed_sandbox::{Bind, LimitsRequest, Network, RunSpec};
 
@@ -318,6 +319,8 @@ pub(crate) async fn spawn(
             read: BufReader::new(stdout),
             line: Vec::new(),
             max_line: config.limits.max_line_bytes,
+            max_result: config.limits.max_result_bytes,
+            calls: Arc::new(Mutex::new(VecDeque::new())),
             discarding: false,
             write: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             fault,
@@ -332,6 +335,13 @@ pub(crate) struct StdioTransport {
     /// and may be cancelled between reads.
     line: Vec<u8>,
     max_line: usize,
+    /// A `tools/call` answer longer than this (plus [`FRAMING_BYTES`]) is not parsed:
+    /// it is replaced by [`too_large_answer`], so an oversized answer costs its line
+    /// and nothing more.
+    max_result: usize,
+    /// The ids (as JSON) of the latest `tools/call` requests sent, at most
+    /// [`CALLS_KEPT`]: an answer over `max_result` to one of them is replaced.
+    calls: Arc<Mutex<VecDeque<String>>>,
     discarding: bool,
     write: Arc<tokio::sync::Mutex<Option<Box<dyn AsyncWrite + Send + Unpin>>>>,
     fault: Fault,
@@ -339,6 +349,41 @@ pub(crate) struct StdioTransport {
 
 /// How many characters of a bad line an error quotes.
 const EXCERPT: usize = 120;
+
+/// What a `tools/call` answer may carry around its result (the JSON-RPC envelope).
+const FRAMING_BYTES: usize = 64 * 1024;
+
+/// How many `tools/call` ids are remembered for [`StdioTransport::calls`].
+const CALLS_KEPT: usize = 1024;
+
+/// The `_meta` key of an answer that replaced one over the result cap; its value is
+/// the size of the answer that was not read.
+pub(crate) const TOO_LARGE_META: &str = "io.toolshed/result_too_large_bytes";
+
+/// The first fields of a message, read without keeping the rest (`IgnoredAny` walks the
+/// result without allocating).
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+}
+
+/// The answer that stands in for a `tools/call` answer of `bytes` bytes: an error
+/// result carrying its size under [`TOO_LARGE_META`] (`call.rs` makes it
+/// `RESULT_TOO_LARGE`).
+fn too_large_answer(id: &Value, bytes: usize) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": {
+            "content": [{"type": "text", "text": format!("the answer was {bytes} bytes")}],
+            "isError": true,
+            "_meta": { TOO_LARGE_META: bytes },
+        },
+    })
+}
 
 fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
@@ -351,6 +396,19 @@ fn excerpt(bytes: &[u8]) -> String {
 }
 
 impl StdioTransport {
+    /// For a line over the result cap that answers one of our `tools/call` requests:
+    /// the small answer that stands in for it.
+    fn oversized_answer(&self, body: &[u8]) -> Option<Value> {
+        let head: Head = serde_json::from_slice(body).ok()?;
+        head.result?;
+        let id = head.id?;
+        let key = serde_json::to_string(&id).ok()?;
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let at = calls.iter().position(|c| *c == key)?;
+        calls.remove(at);
+        Some(too_large_answer(&id, body.len()))
+    }
+
     fn set_fault(&self, why: String) {
         let mut f = self.fault.lock().unwrap_or_else(|p| p.into_inner());
         f.get_or_insert(why);
@@ -403,6 +461,16 @@ impl Transport<RoleClient> for StdioTransport {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let write = self.write.clone();
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item
+            && matches!(r.request, rmcp::model::ClientRequest::CallToolRequest(_))
+            && let Ok(id) = serde_json::to_string(&r.id)
+        {
+            let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+            if calls.len() == CALLS_KEPT {
+                calls.pop_front();
+            }
+            calls.push_back(id);
+        }
         async move {
             let mut line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             line.push(b'\n');
@@ -433,7 +501,14 @@ impl Transport<RoleClient> for StdioTransport {
                 self.line.clear();
                 continue;
             }
-            match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(body) {
+            let replaced = (body.len() > self.max_result.saturating_add(FRAMING_BYTES))
+                .then(|| self.oversized_answer(body))
+                .flatten();
+            let parsed = match &replaced {
+                Some(stand_in) => serde_json::from_value(stand_in.clone()),
+                None => serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(body),
+            };
+            match parsed {
                 Ok(message) => {
                     self.line = line;
                     self.line.clear();

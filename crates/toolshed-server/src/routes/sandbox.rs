@@ -38,7 +38,8 @@ const MAX_TOOL_ID: usize = 256;
         (status = 409, description = "The tool's stored endpoint cannot run", body = ErrorEnvelope),
         (status = 413, description = "The body or the code is too large", body = ErrorEnvelope),
         (status = 422, description = "A field is wrong, or the tool is not code the sandbox can run", body = ErrorEnvelope),
-        (status = 503, description = "This host cannot sandbox (the message names the mechanism and the fix)", body = ErrorEnvelope),
+        (status = 429, description = "The tenant's execute rate or run quota is used up (`Retry-After` says for how long)", body = ErrorEnvelope),
+        (status = 503, description = "This host cannot sandbox (the message names the mechanism and the fix), or `STORAGE_FULL`", body = ErrorEnvelope),
     ))]
 pub async fn execute(
     State(state): State<AppState>,
@@ -136,6 +137,9 @@ pub async fn execute(
         }
     };
     let sandbox = state.sandbox()?;
+    // Each execution is recorded: it counts against the tenant's run quota and the
+    // free-disk guard like a run.
+    state.admit_run(&tenant_of(claims))?;
     let Prepared {
         runner,
         mut spec,
@@ -209,6 +213,9 @@ fn record_of(
     let (stderr, cut) = cap(&answer.stderr, settings.record_output_bytes);
     kept.stderr = stderr;
     kept.stderr_truncated |= cut;
+    // `output_value` is `output` parsed: recorded once, as `output`, and parsed again
+    // when read back.
+    kept.output_value = Value::Null;
     let input_text = input.to_string();
     let result = serde_json::to_value(&kept)
         .map_err(|e| ApiError::internal("cannot record the execution", e))?;
@@ -240,6 +247,13 @@ fn tenant_of(claims: &Claims) -> String {
 fn recorded(r: SandboxExecutionRecord) -> Result<SandboxExecutionView, ApiError> {
     let mut v: SandboxExecutionView = serde_json::from_value(r.execution.result)
         .map_err(|e| ApiError::internal("a recorded sandbox execution is unreadable", e))?;
+    if v.output_value.is_null() {
+        v.output_value = v
+            .output
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or(Value::Null);
+    }
     v.execution_id = Some(r.execution.id);
     v.created_by = Some(r.execution.created_by);
     v.created_at_ms = Some(r.created_at_ms);
