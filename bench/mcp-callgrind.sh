@@ -34,7 +34,7 @@ cleanup() {
 trap cleanup EXIT
 
 cd "$WORK"
-TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn TOOLSHED_CACHE_DIR="$WORK/cache" \
+TOOLSHED_RUN_QUOTA="${TOOLSHED_RUN_QUOTA:-off}" TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn TOOLSHED_CACHE_DIR="$WORK/cache" \
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/callgrind.out.%p" \
   "$BIN" serve --addr 127.0.0.1:0 --database-url "sqlite://$WORK/toolshed.db" \
   >"$WORK/serve.out" 2>"$OUT/serve.err" &

@@ -55,7 +55,7 @@ case "$DATABASE_URL" in
 esac
 
 cd "$WORK"
-TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn \
+TOOLSHED_RUN_QUOTA="${TOOLSHED_RUN_QUOTA:-off}" TOOLSHED_ADMIN_PASSWORD=bench-password TOOLSHED_LOG=warn \
   "$BIN" serve --addr 127.0.0.1:0 --database-url "$SERVER_DB" >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER_PID=$!
 for _ in $(seq 1 200); do

@@ -82,6 +82,12 @@ toolshed_core::wire_enum! {
         /// 429: the tenant executed faster than the server's `--execute-rate` allows; the
         /// `Retry-After` header says how many seconds to wait.
         RateLimited,
+        /// 429: the tenant started its quota of runs for the period (`--run-quota`); the
+        /// `Retry-After` header says how many seconds until one more may start.
+        RunQuotaExceeded,
+        /// 503: the server's disk has less free space than it keeps (`--min-free-disk-mb`):
+        /// new runs are refused until space is freed; reads and decisions still work.
+        StorageFull,
         /// 422: a registered tool declares a credential outside the server's credentials
         /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
         CredentialNotAllowed,
@@ -149,12 +155,13 @@ impl ApiCode {
             | ApiCode::AttachmentEncrypted
             | ApiCode::AttachmentCorrupt
             | ApiCode::AttachmentLimitExceeded => 422,
-            ApiCode::RateLimited => 429,
+            ApiCode::RateLimited | ApiCode::RunQuotaExceeded => 429,
             ApiCode::Internal => 500,
             ApiCode::McpServerUnreachable => 502,
             ApiCode::JournalUnavailable
             | ApiCode::RegistryUnavailable
             | ApiCode::RequestTimeout
+            | ApiCode::StorageFull
             | ApiCode::SandboxUnavailable => 503,
             ApiCode::TooManyAttempts => 429,
             ApiCode::RequestRejected => return None,

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -540,25 +541,25 @@ fn dependency_set(
     Ok(Some(DependencySet { language, packages }))
 }
 
-/// A package requirement as the installer takes it, or why it is refused.
+/// A package requirement as the installer takes it, or why it is refused: in one
+/// canonical form, so requirements that mean the same install once (`six==1.16.0`,
+/// `Six==1.16`, `six===1.16.0`).
 fn check_package(language: Language, text: &str) -> Result<String, String> {
-    let ok = match language {
-        Language::Python => python_requirement(text),
-        Language::Node => npm_requirement(text),
+    let canonical = match language {
+        Language::Python if text.len() <= 200 => python_requirement(text),
+        Language::Node if text.len() <= 200 => npm_requirement(text),
+        _ => None,
     };
-    if text.is_empty() || text.len() > 200 || !ok {
-        return Err(match language {
-            Language::Python => format!(
-                "`{}` is not a package requirement this server installs; write a PyPI name with an optional version, e.g. `six==1.16.0` or `requests>=2,<3` (no options, URLs or paths)",
-                short(text)
-            ),
-            Language::Node => format!(
-                "`{}` is not a package this server installs; write an npm name with an optional version range, e.g. `left-pad@1.3.0` (no URLs, git or file references)",
-                short(text)
-            ),
-        });
-    }
-    Ok(text.replace(' ', ""))
+    canonical.ok_or_else(|| match language {
+        Language::Python => format!(
+            "`{}` is not a package requirement this server installs; write a PyPI name with an optional version, e.g. `six==1.16.0` or `requests>=2,<3` (no options, URLs or paths)",
+            short(text)
+        ),
+        Language::Node => format!(
+            "`{}` is not a package this server installs; write an npm name with an optional version range, e.g. `left-pad@1.3.0` or `left-pad@>=1.0.0 <2` (no URLs, git or file references)",
+            short(text)
+        ),
+    })
 }
 
 fn short(s: &str) -> String {
@@ -569,55 +570,65 @@ fn short(s: &str) -> String {
     }
 }
 
-/// `name[extras] (op version)(, op version)*` with PyPI's name characters.
-fn python_requirement(text: &str) -> bool {
-    let name_end = text
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-'))
-        .unwrap_or(text.len());
-    let (name, mut rest) = text.split_at(name_end);
-    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return false;
+/// A PEP 508 requirement with a name and version specifiers (and markers), no URL, in
+/// canonical form (read by `pep508_rs`): the name normalised as PEP 503 says, extras
+/// sorted, `===` read as `==`, trailing zeros of an exact version dropped (PEP 440 pads
+/// them back), the specifiers sorted.
+fn python_requirement(text: &str) -> Option<String> {
+    use pep508_rs::pep440_rs::{Operator, VersionSpecifier};
+    // Options (`-e`, `--index-url`) are not requirements; PEP 508 has no leading `-`.
+    if text.starts_with('-') {
+        return None;
     }
-    if let Some(after) = rest.strip_prefix('[') {
-        let Some((extras, tail)) = after.split_once(']') else {
-            return false;
-        };
-        if extras.is_empty()
-            || !extras
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || ",._-".contains(c))
-        {
-            return false;
-        }
-        rest = tail;
+    let req = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(text).ok()?;
+    let specifiers = match &req.version_or_url {
+        None => Vec::new(),
+        Some(pep508_rs::VersionOrUrl::Url(_)) => return None,
+        Some(pep508_rs::VersionOrUrl::VersionSpecifier(v)) => v.iter().cloned().collect(),
+    };
+    let mut specs: Vec<String> = specifiers
+        .into_iter()
+        .map(|s: VersionSpecifier| {
+            let operator = match s.operator() {
+                Operator::ExactEqual => Operator::Equal,
+                o => *o,
+            };
+            let mut version = s.version().clone();
+            if matches!(operator, Operator::Equal | Operator::NotEqual) {
+                let mut release = version.release().to_vec();
+                while release.len() > 1 && release.last() == Some(&0) {
+                    release.pop();
+                }
+                version = version.with_release(release);
+            }
+            VersionSpecifier::from_version(operator, version)
+                .map_or_else(|_| s.to_string(), |v| v.to_string())
+        })
+        .collect();
+    specs.sort();
+    specs.dedup();
+    let mut extras: Vec<String> = req.extras.iter().map(ToString::to_string).collect();
+    extras.sort();
+    extras.dedup();
+    let mut out = req.name.to_string();
+    if !extras.is_empty() {
+        out.push_str(&format!("[{}]", extras.join(",")));
     }
-    let rest = rest.trim();
-    if rest.is_empty() {
-        return true;
+    out.push_str(&specs.join(","));
+    if let Some(marker) = req.marker.contents() {
+        out.push_str(&format!("; {marker}"));
     }
-    rest.split(',').all(|clause| {
-        let clause = clause.trim();
-        let op_len = ["===", "==", ">=", "<=", "~=", "!=", "<", ">"]
-            .iter()
-            .find(|op| clause.starts_with(**op))
-            .map(|op| op.len());
-        let Some(op_len) = op_len else {
-            return false;
-        };
-        let version = clause[op_len..].trim();
-        !version.is_empty()
-            && version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || ".*+!_-".contains(c))
-    })
+    Some(out)
 }
 
-/// `(@scope/)name(@range)` with npm's name characters and a plain version range.
-fn npm_requirement(text: &str) -> bool {
+/// `(@scope/)name(@range)` with npm's name characters and a plain version range, in
+/// canonical form: the range's words separated by one space (`>=1.0.0 <2` is two
+/// comparators npm intersects; they are not run together).
+fn npm_requirement(text: &str) -> Option<String> {
     let (scope, rest) = match text.strip_prefix('@') {
         Some(r) => match r.split_once('/') {
             Some((s, rest)) => (Some(s), rest),
-            None => return false,
+            None => return None,
         },
         None => (None, text),
     };
@@ -632,19 +643,24 @@ fn npm_requirement(text: &str) -> bool {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
     };
     if scope.is_some_and(|s| !name_ok(s)) || !name_ok(name) {
-        return false;
+        return None;
     }
-    match range {
-        None => true,
-        Some(r) => {
-            !r.is_empty()
-                && !r.contains("://")
-                && !r.contains(':')
-                && !r.contains('/')
-                && r.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".^~<>=*|+- ".contains(c))
-        }
-    }
+    let full = match scope {
+        Some(s) => format!("@{s}/{name}"),
+        None => name.to_owned(),
+    };
+    let Some(range) = range else {
+        return Some(full);
+    };
+    let words: Vec<&str> = range.split_whitespace().collect();
+    let range_ok = !words.is_empty()
+        && !range.contains("://")
+        && !range.contains(':')
+        && !range.contains('/')
+        && range
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".^~<>=*|+- ".contains(c));
+    range_ok.then(|| format!("{full}@{}", words.join(" ")))
 }
 
 fn package_name(requirement: &str) -> &str {
@@ -846,7 +862,7 @@ mod tests {
     #[test]
     fn requirements_are_names_and_versions_only() {
         for ok in ["six", "six==1.16.0", "requests>=2,<3", "a_b.c-d[x,y]~=1.0"] {
-            assert!(python_requirement(ok), "{ok}");
+            assert!(python_requirement(ok).is_some(), "{ok}");
         }
         for bad in [
             "--index-url=http://x",
@@ -856,10 +872,10 @@ mod tests {
             "x @ https://e/x.whl",
             "x==",
         ] {
-            assert!(!python_requirement(bad), "{bad}");
+            assert!(python_requirement(bad).is_none(), "{bad}");
         }
         for ok in ["left-pad", "left-pad@1.3.0", "@scope/pkg@^1.2.0"] {
-            assert!(npm_requirement(ok), "{ok}");
+            assert!(npm_requirement(ok).is_some(), "{ok}");
         }
         for bad in [
             "git+ssh://x",
@@ -868,10 +884,50 @@ mod tests {
             "X",
             "x@http://e",
         ] {
-            assert!(!npm_requirement(bad), "{bad}");
+            assert!(npm_requirement(bad).is_none(), "{bad}");
         }
         assert_eq!(package_name("six==1.16.0"), "six");
         assert_eq!(package_name("@s/p@1"), "@s/p");
+    }
+
+    #[test]
+    fn requirements_that_mean_the_same_install_once() {
+        let one = |texts: &[&str]| {
+            let forms: Vec<String> = texts
+                .iter()
+                .map(|t| check_package(Language::Python, t).unwrap())
+                .collect();
+            assert!(forms.windows(2).all(|w| w[0] == w[1]), "{forms:?}");
+            forms[0].clone()
+        };
+        assert_eq!(
+            one(&[
+                "six==1.16.0",
+                "Six==1.16.0",
+                "six===1.16.0",
+                "SIX == 1.16",
+                "six==1.16.0.0"
+            ]),
+            "six==1.16"
+        );
+        assert_eq!(
+            one(&["Foo_Bar.baz[b,a]>=2,<3", "foo-bar-baz[a,b] <3, >=2"]),
+            "foo-bar-baz[a,b]<3,>=2"
+        );
+        // Different versions stay different.
+        assert_ne!(
+            check_package(Language::Python, "six==1.16.0"),
+            check_package(Language::Python, "six==1.15.0")
+        );
+        // npm: a range of two comparators keeps the space between them.
+        assert_eq!(
+            check_package(Language::Node, "left-pad@>=1.0.0   <2").unwrap(),
+            "left-pad@>=1.0.0 <2"
+        );
+        assert_ne!(
+            check_package(Language::Node, "left-pad@>=1.0.0 <2").unwrap(),
+            "left-pad@>=1.0.0<2"
+        );
     }
 
     #[test]

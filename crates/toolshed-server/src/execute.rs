@@ -87,7 +87,7 @@ pub async fn execute(
     req: ExecuteRequest,
 ) -> Result<Executed, ApiError> {
     let tenant = claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT);
-    state.check_execute_rate(tenant)?;
+    state.admit_run(tenant)?;
     let args = match req.args {
         None | Some(Value::Null) => json!({}),
         Some(a @ Value::Object(_)) => a,

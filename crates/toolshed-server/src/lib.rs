@@ -20,6 +20,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -54,6 +55,7 @@ mod retention;
 pub mod routes;
 pub mod sandbox;
 mod state;
+pub mod storage;
 mod tenancy;
 mod tools;
 mod views;
@@ -113,6 +115,10 @@ pub struct ServerConfig {
     /// Prune finished runs continuously (`toolshed serve --retain-runs 30d`); `None`
     /// (the default) keeps every run.
     pub retain_runs: Option<Retention>,
+    /// The free-disk guard: new runs are refused with 503 `STORAGE_FULL` while the
+    /// journal's or the blobs' filesystem has less free space than its floor (default
+    /// 1 GiB; `toolshed serve --min-free-disk-mb`).
+    pub storage: storage::StorageSettings,
     /// Four-eyes for every gated call (`toolshed serve --four-eyes`): whoever asked for a
     /// call may not approve it, whatever the tool declares (default off: only tools
     /// with `approval.four_eyes` ask for it).
@@ -172,7 +178,9 @@ impl ServerConfig {
             code: code::CodeSettings::default(),
             limits: limits::Limits::default(),
             credentials: credentials::CredentialsPolicy::default(),
-            retain_runs: None,
+            // Finished runs are kept 30 days by default (`toolshed serve --retain-runs`).
+            retain_runs: Some(Retention::new(Duration::from_secs(30 * 86_400))),
+            storage: storage::StorageSettings::default(),
             four_eyes: false,
             mcp_gateway: mcp_gateway::McpSettings::default(),
             public_url: None,
@@ -356,9 +364,11 @@ impl Server {
             &config.database_url,
         ))
         .map_err(|e| ServerError::Seed(format!("the attachments' blob folder: {}", e.message)))?;
+        let storage = storage_guard(&config);
         let state = AppState::new(config, journal, registry, tokens, dispatcher, sandbox)
             .with_code(code)
-            .with_attachments((Arc::new(attachments), Arc::new(blobs)));
+            .with_attachments((Arc::new(attachments), Arc::new(blobs)))
+            .with_storage(storage);
         let seeded = seed(&state).await?;
         Ok(Server {
             state,
@@ -399,8 +409,15 @@ impl Server {
                 r,
             ))
         });
+        let watching = self
+            .state
+            .storage()
+            .map(|guard| tokio::spawn(guard.clone().watch()));
         let limits = self.state.config().limits.connections;
         listen::serve(self.listener, app, limits, shutdown).await;
+        if let Some(task) = watching {
+            task.abort();
+        }
         // A batch in flight is its own transaction: stopping here commits or rolls
         // back whole.
         if let Some(task) = pruning {
@@ -410,6 +427,34 @@ impl Server {
         self.state.mcp().shutdown().await;
         Ok(())
     }
+}
+
+/// The free-disk guard over the folders runs are written to: the SQLite journal's and
+/// the attachments' blob folder. `None` when the operator turned it off.
+fn storage_guard(config: &ServerConfig) -> Option<Arc<storage::StorageGuard>> {
+    if config.storage.min_free_bytes == 0 {
+        tracing::warn!(
+            "the free-disk guard is off (--min-free-disk-mb 0): a full disk fails runs mid-write"
+        );
+        return None;
+    }
+    let mut folders = Vec::new();
+    match toolshed_store::Location::parse(&config.database_url) {
+        Ok(toolshed_store::Location::Sqlite { path }) => {
+            folders.push(path.parent().map_or_else(|| ".".into(), Path::to_path_buf));
+        }
+        _ => tracing::info!(
+            "the free-disk guard watches the blob folder only: the journal's disk is the database server's; watch it there"
+        ),
+    }
+    folders.push(routes::attachments::blob_dir(&config.database_url));
+    let guard = storage::StorageGuard::new(folders, &config.storage);
+    tracing::info!(
+        folders = ?guard.folders(),
+        min_free_mb = config.storage.min_free_bytes / (1024 * 1024),
+        "new runs are refused with 503 STORAGE_FULL below this much free space"
+    );
+    Some(guard)
 }
 
 /// Check the sandbox settings, and keep a sandboxed run inside its request: a timeout

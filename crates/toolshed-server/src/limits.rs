@@ -45,7 +45,7 @@ impl ConnectionLimits {
 }
 
 /// The server's limits on its clients (part of [`crate::ServerConfig`]).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Connections: the cap and the timeouts.
     pub connections: ConnectionLimits,
@@ -53,6 +53,54 @@ pub struct Limits {
     /// unlimited, as before this setting existed; an operator sets it with
     /// `toolshed serve --execute-rate`.
     pub execute_rate: Option<Rate>,
+    /// How many runs (executes, sandboxed executions) one tenant may start per period,
+    /// so no tenant can fill the journal (429 `RUN_QUOTA_EXCEEDED` past it). Default
+    /// [`RunQuota::DEFAULT`]; `None` turns it off (`toolshed serve --run-quota off`).
+    pub run_quota: Option<RunQuota>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: ConnectionLimits::default(),
+            execute_rate: None,
+            run_quota: Some(RunQuota::DEFAULT),
+        }
+    }
+}
+
+/// A tenant's run quota: `runs` per `per`, as a token bucket that holds `runs` and
+/// refills over `per` (so a tenant that used none may start `runs` at once, and then
+/// `runs` per `per` on average).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunQuota {
+    /// Runs per period (at least 1).
+    pub runs: u32,
+    /// The period.
+    pub per: Duration,
+}
+
+impl RunQuota {
+    /// 100,000 runs per tenant per day: at about 2 KB a run, 200 MB a day, and with the
+    /// default retention of 30 days at most about 6 GB per tenant.
+    pub const DEFAULT: RunQuota = RunQuota {
+        runs: 100_000,
+        per: Duration::from_secs(86_400),
+    };
+
+    /// The quota as a rate with a burst of the whole quota.
+    pub(crate) fn rate(&self) -> Rate {
+        Rate {
+            per_second: f64::from(self.runs.max(1)) / self.per.as_secs_f64().max(1e-3),
+            burst: self.runs.max(1),
+        }
+    }
+}
+
+impl Default for RunQuota {
+    fn default() -> Self {
+        RunQuota::DEFAULT
+    }
 }
 
 /// A sustained rate with a burst: `per_second` on average, up to `burst` at once.

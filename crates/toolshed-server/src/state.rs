@@ -66,6 +66,8 @@ struct Inner {
     sandbox: SandboxHandle,
     code: Option<Arc<CodeCache>>,
     execute_rate: Option<crate::limits::RateLimiter>,
+    run_quota: Option<crate::limits::RateLimiter>,
+    storage: Option<Arc<crate::storage::StorageGuard>>,
     credentials: Arc<PolicyProvider>,
     mcp: toolshed_mcp::McpHub,
     attachments: Option<crate::routes::attachments::AttachmentStores>,
@@ -118,6 +120,10 @@ impl AppState {
             .limits
             .execute_rate
             .map(crate::limits::RateLimiter::new);
+        let run_quota = config
+            .limits
+            .run_quota
+            .map(|q| crate::limits::RateLimiter::new(q.rate()));
         let credentials = Arc::new(
             PolicyProvider::open(&config.credentials)
                 .unwrap_or_else(|_| PolicyProvider::without_vault(&config.credentials)),
@@ -147,6 +153,8 @@ impl AppState {
                     .build(),
                 logins,
                 execute_rate,
+                run_quota,
+                storage: None,
                 sandbox,
                 code: None,
             }),
@@ -175,6 +183,19 @@ impl AppState {
                 std::io::Error::other("the state was built without one"),
             )
         })
+    }
+
+    /// The same state with this free-disk guard (set once, by `Server::open`).
+    pub(crate) fn with_storage(mut self, guard: Option<Arc<crate::storage::StorageGuard>>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.storage = guard;
+        }
+        self
+    }
+
+    /// The free-disk guard, when on.
+    pub(crate) fn storage(&self) -> Option<&Arc<crate::storage::StorageGuard>> {
+        self.inner.storage.as_ref()
     }
 
     pub(crate) fn with_code(mut self, code: CodeCache) -> Self {
@@ -217,9 +238,45 @@ impl AppState {
         &self.inner.mcp
     }
 
+    /// Whether `tenant` may start a run now (an execute, a sandboxed execution): the
+    /// disk has room (503 `STORAGE_FULL`), the tenant is within its run quota (429
+    /// `RUN_QUOTA_EXCEEDED`) and its execute rate (429 `RATE_LIMITED`). The two 429s say
+    /// when to retry in `Retry-After`.
+    pub(crate) fn admit_run(&self, tenant: &str) -> Result<(), ApiError> {
+        if let Some(guard) = &self.inner.storage
+            && let Err((free, floor)) = guard.admit()
+        {
+            const MB: u64 = 1024 * 1024;
+            return Err(ApiError::new(
+                toolshed_api::ApiCode::StorageFull,
+                format!(
+                    "the server's disk has {} MB free, below the {} MB it keeps free: new runs are refused until space is freed (`toolshed runs prune --older-than AGE`, a shorter `--retain-runs`, or a larger disk); reads and decisions still work",
+                    free / MB,
+                    floor / MB
+                ),
+            ));
+        }
+        if let Some(quota) = &self.inner.run_quota {
+            quota.check(tenant).map_err(|wait| {
+                let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                let q = self.config().limits.run_quota.unwrap_or_default();
+                ApiError::new(
+                    toolshed_api::ApiCode::RunQuotaExceeded,
+                    format!(
+                        "tenant `{tenant}` started its quota of {} runs per {} s on this server; retry in {seconds} s, or ask the operator for a larger quota (`toolshed serve --run-quota RUNS/AGE`)",
+                        q.runs,
+                        q.per.as_secs()
+                    ),
+                )
+                .with_retry_after(seconds)
+            })?;
+        }
+        self.check_execute_rate(tenant)
+    }
+
     /// Take one execute from `tenant`'s bucket, or the 429 `RATE_LIMITED` saying how
     /// long to wait. Always allowed without `--execute-rate`.
-    pub(crate) fn check_execute_rate(&self, tenant: &str) -> Result<(), ApiError> {
+    fn check_execute_rate(&self, tenant: &str) -> Result<(), ApiError> {
         let Some(limiter) = &self.inner.execute_rate else {
             return Ok(());
         };

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::TestServer;
 use serde_json::json;
-use toolshed_server::limits::Rate;
+use toolshed_server::limits::{Rate, RunQuota};
 
 const EXECUTE: &str = "/api/v1/registry/tools/get_current_time/execute";
 
@@ -372,4 +372,123 @@ async fn a_catastrophic_pattern_answers_a_long_hostile_input() {
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["error"]["code"], "INVALID_ARGS");
     s.stop().await;
+}
+
+#[tokio::test]
+async fn a_tenant_past_its_run_quota_gets_429_run_quota_exceeded_and_others_do_not() {
+    // The journal-filling attack: a deployer starting runs as fast as the server takes
+    // them. A quota of 3 runs per 3000 s: the fourth is refused, executes and sandboxed
+    // executions alike, and nothing of it is recorded.
+    let s = TestServer::start_with(|c| {
+        c.limits.run_quota = Some(RunQuota {
+            runs: 3,
+            per: Duration::from_secs(3000),
+        });
+    })
+    .await;
+    for _ in 0..3 {
+        let (status, answer) = s
+            .call(
+                "POST",
+                EXECUTE,
+                Some(&s.deployer),
+                Some(json!({"args": {}})),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let (_, runs_before) = s.call("GET", "/api/v1/runs", Some(&s.deployer), None).await;
+    for (path, body) in [
+        (EXECUTE, json!({"args": {}})),
+        (
+            "/api/v1/tools/sandbox/execute",
+            json!({"code": "def run(input):\n    return 1\n"}),
+        ),
+    ] {
+        let resp = s
+            .client
+            .post(format!("{}{path}", s.base))
+            .bearer_auth(&s.deployer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 429, "{path}");
+        let retry: u64 = resp.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((900..=1000).contains(&retry), "{path}: Retry-After {retry}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "RUN_QUOTA_EXCEEDED", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("tenant `default`") && message.contains("3 runs per 3000 s"),
+            "{body}"
+        );
+        assert!(message.contains("--run-quota"), "{body}");
+    }
+    let (_, runs_after) = s.call("GET", "/api/v1/runs", Some(&s.deployer), None).await;
+    assert_eq!(runs_before, runs_after, "a refused run was recorded");
+    // Another tenant has a quota of its own.
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/users",
+            Some(&s.admin),
+            Some(json!({"username": "otq", "password": "password-123", "role": "deployer", "tenant": "other"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let other = s.login("otq", "password-123").await;
+    let (status, answer) = s
+        .call("POST", EXECUTE, Some(&other), Some(json!({"args": {}})))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn below_the_free_disk_floor_new_runs_get_503_storage_full_and_reads_still_work() {
+    // A floor no disk meets: the guard refuses before any write could fail halfway.
+    let s = TestServer::start_with(|c| {
+        c.storage.min_free_bytes = u64::MAX / 2;
+    })
+    .await;
+    for (path, body) in [
+        (EXECUTE, json!({"args": {}})),
+        (
+            "/api/v1/tools/sandbox/execute",
+            json!({"code": "def run(input):\n    return 1\n"}),
+        ),
+    ] {
+        let (status, answer) = s.call("POST", path, Some(&s.deployer), Some(body)).await;
+        assert_eq!(status, 503, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "STORAGE_FULL", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("MB free, below the"), "{answer}");
+        assert!(message.contains("toolshed runs prune"), "{answer}");
+    }
+    let (status, answer) = s
+        .call("GET", "/api/v1/registry/tools", Some(&s.deployer), None)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _) = s.call("GET", "/healthz", None, None).await;
+    assert_eq!(status, 200);
+    let (_, runs) = s.call("GET", "/api/v1/runs", Some(&s.admin), None).await;
+    assert_eq!(runs["data"].as_array().map(Vec::len), Some(0), "{runs}");
+    s.stop().await;
+}
+
+#[test]
+fn a_server_keeps_runs_30_days_quotas_tenants_and_guards_its_disk_by_default() {
+    let c = toolshed_server::ServerConfig::new("sqlite://x.db");
+    assert_eq!(
+        c.retain_runs.map(|r| r.older_than),
+        Some(Duration::from_secs(30 * 86_400))
+    );
+    assert_eq!(c.limits.run_quota, Some(RunQuota::DEFAULT));
+    assert_eq!(RunQuota::DEFAULT.runs, 100_000);
+    assert_eq!(c.storage.min_free_bytes, 1024 * 1024 * 1024);
 }

@@ -106,13 +106,13 @@ pub struct ServeArgs {
     /// one, no tool gets a credential; `TOOLSHED_*` names are never served.
     #[arg(long, env = "TOOLSHED_CREDENTIALS_POLICY", value_name = "FILE")]
     credentials_policy: Option<std::path::PathBuf>,
-    /// Keep finished runs this long, then remove them (e.g. `30d`; units s, m, h, d, w):
-    /// the server prunes at start-up and every `--prune-every`. Running and parked runs
-    /// are always kept. Default: keep every run.
-    #[arg(long, env = "TOOLSHED_RETAIN_RUNS", value_name = "AGE", value_parser = crate::retention::parse_age)]
-    retain_runs: Option<Duration>,
-    /// How often to prune with `--retain-runs` (default 5m).
-    #[arg(long, value_name = "AGE", requires = "retain_runs", value_parser = crate::retention::parse_age)]
+    /// Keep finished runs this long, then remove them (units s, m, h, d, w; default
+    /// `30d`), or `off` to keep every run: the server prunes at start-up and every
+    /// `--prune-every`. Running and parked runs are always kept.
+    #[arg(long, env = "TOOLSHED_RETAIN_RUNS", value_name = "AGE|off", value_parser = parse_retention)]
+    retain_runs: Option<RetainRuns>,
+    /// How often to prune finished runs (default 5m).
+    #[arg(long, value_name = "AGE", value_parser = crate::retention::parse_age)]
     prune_every: Option<Duration>,
     /// Four-eyes for every gated call: whoever asked for a call may not approve it
     /// (403 `SELF_APPROVAL`); another user must. Without it only tools declaring
@@ -175,6 +175,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     config.code.tool_roots = args.tool_roots.clone();
     config.code.dir = args.code_dir.clone();
     args.limits.apply(&mut config.limits);
+    args.limits.apply_storage(&mut config.storage);
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }
@@ -183,17 +184,27 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
         config.credentials = toolshed_server::credentials::CredentialsPolicy::load(path)
             .map_err(|e| Failure::bad_input(anyhow!("{e} [CREDENTIALS_POLICY]")))?;
     }
-    if let Some(age) = args.retain_runs {
-        let mut retention = toolshed_server::Retention::new(age);
-        if let Some(every) = args.prune_every {
-            if every.is_zero() {
+    match args.retain_runs {
+        Some(RetainRuns::For(age)) => {
+            config.retain_runs = Some(toolshed_server::Retention::new(age));
+        }
+        Some(RetainRuns::Off) => config.retain_runs = None,
+        None => {}
+    }
+    if let Some(every) = args.prune_every {
+        if every.is_zero() {
+            return Err(Failure::bad_input(anyhow!(
+                "--prune-every 0s would prune without pause: give an interval such as 5m"
+            )));
+        }
+        match &mut config.retain_runs {
+            Some(retention) => retention.interval = every,
+            None => {
                 return Err(Failure::bad_input(anyhow!(
-                    "--prune-every 0s would prune without pause: give an interval such as 5m"
+                    "--prune-every needs retention: --retain-runs off keeps every run"
                 )));
             }
-            retention.interval = every;
         }
-        config.retain_runs = Some(retention);
     }
     config.four_eyes = args.four_eyes;
     config.public_url = args.public_url.as_deref().map(public_url).transpose()?;
@@ -539,4 +550,27 @@ mod tests {
         }
         assert!(parse(&["--four-eyes"]).unwrap_or(false));
     }
+}
+
+/// `--retain-runs`: how long finished runs are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RetainRuns {
+    /// This long.
+    For(Duration),
+    /// Forever.
+    Off,
+}
+
+/// `--retain-runs`: an age, or `off`.
+fn parse_retention(text: &str) -> Result<RetainRuns, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(RetainRuns::Off);
+    }
+    let age = crate::retention::parse_age(text)?;
+    if age.is_zero() {
+        return Err(format!(
+            "`{text}` would remove every finished run at once: give an age such as 30d, or `off` to keep every run"
+        ));
+    }
+    Ok(RetainRuns::For(age))
 }

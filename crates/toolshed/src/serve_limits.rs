@@ -1,10 +1,10 @@
 //! The flags of `toolshed serve` that limit clients: the connection cap and timeouts,
-//! and the per-tenant execute rate.
+//! the per-tenant execute rate and run quota, and the free-disk guard.
 
 use std::time::Duration;
 
 use clap::Args;
-use toolshed_server::limits::{Limits, Rate};
+use toolshed_server::limits::{Limits, Rate, RunQuota};
 
 /// Limits on clients (flattened into `toolshed serve`'s arguments).
 #[derive(Debug, Args)]
@@ -26,6 +26,49 @@ pub struct LimitArgs {
     /// with Retry-After.
     #[arg(long, env = "TOOLSHED_EXECUTE_RATE", value_name = "PER_SECOND[:BURST]")]
     execute_rate: Option<Rate>,
+    /// Runs one tenant may start per period (executes and sandboxed executions), e.g.
+    /// `100000/1d` (the default; units s, m, h, d, w), or `off`. The quota is a bucket
+    /// that holds RUNS and refills over AGE; past it, a run is a 429 RUN_QUOTA_EXCEEDED
+    /// with Retry-After.
+    #[arg(long, env = "TOOLSHED_RUN_QUOTA", value_name = "RUNS/AGE|off", value_parser = parse_run_quota)]
+    run_quota: Option<Quota>,
+    /// New runs are refused with 503 STORAGE_FULL while the journal's or the
+    /// attachments' filesystem has less free space than this many MB (default 1024; 0
+    /// turns the guard off).
+    #[arg(long, env = "TOOLSHED_MIN_FREE_DISK_MB", value_name = "MB")]
+    min_free_disk_mb: Option<u64>,
+}
+
+/// `--run-quota`: a quota, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    /// This quota.
+    Runs(RunQuota),
+    /// No quota.
+    Off,
+}
+
+/// `RUNS/AGE` (e.g. `100000/1d`) or `off`.
+fn parse_run_quota(text: &str) -> Result<Quota, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Quota::Off);
+    }
+    let hint = "write RUNS/AGE, e.g. `100000/1d` or `5000/1h` (RUNS at least 1; AGE a whole number and a unit s, m, h, d or w), or `off`";
+    let (runs, age) = text
+        .split_once('/')
+        .ok_or_else(|| format!("`{text}` is not a quota; {hint}"))?;
+    let runs: u32 = runs
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("`{runs}` is not a number of runs; {hint}"))?;
+    let per = crate::retention::parse_age(age)?;
+    if per.is_zero() {
+        return Err(format!("the period `{age}` is zero; {hint}"));
+    }
+    Ok(Quota::Runs(RunQuota { runs, per }))
 }
 
 impl LimitArgs {
@@ -43,6 +86,18 @@ impl LimitArgs {
         }
         if let Some(rate) = self.execute_rate {
             limits.execute_rate = Some(rate);
+        }
+        match self.run_quota {
+            Some(Quota::Runs(q)) => limits.run_quota = Some(q),
+            Some(Quota::Off) => limits.run_quota = None,
+            None => {}
+        }
+    }
+
+    /// The free-disk guard's floor these flags set, over the default.
+    pub fn apply_storage(&self, storage: &mut toolshed_server::storage::StorageSettings) {
+        if let Some(mb) = self.min_free_disk_mb {
+            storage.min_free_bytes = mb.saturating_mul(1024 * 1024);
         }
     }
 }

@@ -141,3 +141,61 @@ fn two_thousand_idle_connections_leave_fds_bounded_and_healthz_answering() {
     );
     drop(held);
 }
+
+/// `toolshed serve ARGS` that must exit at once (bad flags): its output.
+fn serve_refused(args: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(dir.path())
+        .env(
+            "TOOLSHED_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
+        .env_remove("TOOLSHED_RETAIN_RUNS")
+        .env_remove("TOOLSHED_RUN_QUOTA")
+        .env_remove("TOOLSHED_MIN_FREE_DISK_MB")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn retention_the_run_quota_and_the_disk_floor_are_on_by_default_and_said_in_help() {
+    let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    for expect in [
+        "--retain-runs <AGE|off>",
+        "default `30d`), or `off`",
+        "--run-quota <RUNS/AGE|off>",
+        "`100000/1d` (the default",
+        "--min-free-disk-mb <MB>",
+        "(default 1024",
+    ] {
+        assert!(help.contains(expect), "`{expect}` is not in:\n{help}");
+    }
+    for (args, needle) in [
+        (
+            &["--retain-runs", "0s"][..],
+            "would remove every finished run",
+        ),
+        (&["--retain-runs", "soon"][..], "--retain-runs"),
+        (&["--run-quota", "5"][..], "is not a quota"),
+        (&["--run-quota", "0/1d"][..], "is not a number of runs"),
+        (&["--run-quota", "5/0s"][..], "is zero"),
+        (&["--min-free-disk-mb", "lots"][..], "--min-free-disk-mb"),
+        (
+            &["--retain-runs", "off", "--prune-every", "1m"][..],
+            "--prune-every needs retention",
+        ),
+    ] {
+        let o = serve_refused(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

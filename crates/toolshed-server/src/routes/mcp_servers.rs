@@ -353,6 +353,7 @@ pub struct ExecuteQuery {
         (status = 413, body = ErrorEnvelope),
         (status = 422, description = "The args do not match the tool's schema", body = ErrorEnvelope),
         (status = 429, body = ErrorEnvelope),
+        (status = 503, description = "`STORAGE_FULL`: the server's disk is below the free space it keeps", body = ErrorEnvelope),
     ))]
 pub async fn execute_mcp_tool(
     State(state): State<AppState>,

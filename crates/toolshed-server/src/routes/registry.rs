@@ -311,7 +311,8 @@ pub async fn tool_usage(
         (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
         (status = 413, body = ErrorEnvelope),
         (status = 422, description = "The args do not match the tool's schema", body = ErrorEnvelope),
-        (status = 429, description = "The tenant's execute rate is used up (`Retry-After` says for how long)", body = ErrorEnvelope),
+        (status = 429, description = "The tenant's execute rate or run quota is used up (`Retry-After` says for how long)", body = ErrorEnvelope),
+        (status = 503, description = "`STORAGE_FULL`: the server's disk is below the free space it keeps", body = ErrorEnvelope),
     ))]
 pub async fn execute_tool(
     State(state): State<AppState>,
