@@ -189,7 +189,9 @@ impl Approval {
     }
 
     /// Whether a call with these args needs approval, evaluating an asynchronous
-    /// predicate ([`Approval::Check`]) too; the other kinds answer as
+    /// predicate ([`Approval::Check`]) too. A CEL predicate is evaluated on a blocking
+    /// thread, never on the async worker awaiting it (see
+    /// [`CelPredicate::evaluate_off_worker`]); the other kinds answer as
     /// [`Approval::applies`].
     pub async fn decide(
         &self,
@@ -199,6 +201,7 @@ impl Approval {
     ) -> Result<bool, ToolError> {
         match self {
             Approval::Check(check, _) => check(args, run, tool_call_id).await,
+            Approval::Cel(p) => p.evaluate_off_worker(args).await,
             other => other.applies(args),
         }
     }
@@ -220,7 +223,6 @@ impl Approval {
 pub struct CelPredicate {
     source: Arc<str>,
     program: Arc<cel::Program>,
-    shape: crate::cel_limits::Shape,
 }
 
 impl fmt::Debug for CelPredicate {
@@ -229,10 +231,18 @@ impl fmt::Debug for CelPredicate {
     }
 }
 
+/// How long one evaluation of a CEL predicate may take before the gate fails closed.
+/// Its budget ([`crate::cel_limits`]) bounds its work well below this; the limit
+/// contains whatever the budget does not foresee.
+pub const CEL_EVALUATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The most bytes of the reason an evaluation failed kept in its error.
+const CEL_ERROR_BYTES: usize = 512;
+
 impl CelPredicate {
-    /// Compile an expression; a syntax error, or a predicate past the cost limits of
-    /// [`crate::cel_limits`] (its size, depth, loop nesting), names the `approval`
-    /// field.
+    /// Compile an expression; a syntax error, or a predicate past the limits of
+    /// [`crate::cel_limits`] (its size, depth, loop nesting, the functions it calls),
+    /// names the `approval` field.
     pub fn compile(source: &str) -> Result<Self, FieldError> {
         let refused = |why: String| {
             let shown: String = source.chars().take(80).collect();
@@ -246,11 +256,10 @@ impl CelPredicate {
                 format!("the approval predicate `{shown}{more}` {why}"),
             )
         };
-        let (program, shape) = crate::cel_limits::parse(source).map_err(refused)?;
+        let program = crate::cel_limits::parse(source).map_err(refused)?;
         Ok(CelPredicate {
             source: Arc::from(source),
             program: Arc::new(program),
-            shape,
         })
     }
 
@@ -259,36 +268,70 @@ impl CelPredicate {
         &self.source
     }
 
-    /// Evaluate with `args` bound to the call's arguments. A predicate whose estimated
-    /// cost over these arguments is past [`crate::cel_limits::MAX_COST`] is an error
-    /// without running (the gate fails closed).
+    /// An error naming the predicate. What the interpreter says may quote values
+    /// from the arguments, so it is cut to [`CEL_ERROR_BYTES`].
+    fn error(&self, why: impl fmt::Display) -> ToolError {
+        let mut why = why.to_string();
+        if why.len() > CEL_ERROR_BYTES {
+            let mut end = CEL_ERROR_BYTES;
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            why.truncate(end);
+            why.push('…');
+        }
+        ToolError::new(
+            ErrorCode::ApprovalPredicateError,
+            format!(
+                "approval predicate `{}` {why}; the call is refused (the gate fails closed)",
+                self.source
+            ),
+        )
+    }
+
+    /// Evaluate with `args` bound to the call's arguments, on this thread. Before it
+    /// runs, its cost over these arguments is bounded ([`crate::cel_limits`]: steps,
+    /// bytes built, bytes read); a predicate that could pass a limit is an error
+    /// without running, so nothing past the budget is built. Every error fails the
+    /// gate closed.
     pub fn evaluate(&self, args: &Value) -> Result<bool, ToolError> {
-        crate::cel_limits::check_cost(&self.shape, args).map_err(|why| {
-            ToolError::new(
-                ErrorCode::ApprovalPredicateError,
-                format!("approval predicate `{}` {why}", self.source),
-            )
-        })?;
+        crate::cel_limits::check_budget(self.program.expression(), args)
+            .map_err(|why| self.error(why))?;
         let mut ctx = cel::Context::default();
-        ctx.add_variable("args", args.clone()).map_err(|e| {
-            ToolError::new(
-                ErrorCode::ApprovalPredicateError,
-                format!("cannot bind args for approval predicate: {e}"),
-            )
-        })?;
+        ctx.add_variable("args", args)
+            .map_err(|e| self.error(format_args!("cannot bind its args: {e}")))?;
         match self.program.execute(&ctx) {
             Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(ToolError::new(
-                ErrorCode::ApprovalPredicateError,
-                format!(
-                    "approval predicate `{}` must yield a boolean, got {other:?}",
-                    self.source
-                ),
-            )),
-            Err(e) => Err(ToolError::new(
-                ErrorCode::ApprovalPredicateError,
-                format!("approval predicate `{}` failed: {e}", self.source),
-            )),
+            Ok(other) => Err(self.error(format_args!(
+                "must yield a boolean, got {}",
+                other.type_of()
+            ))),
+            Err(e) => Err(self.error(format_args!("failed: {e}"))),
+        }
+    }
+
+    /// [`CelPredicate::evaluate`] on a blocking thread (`spawn_blocking`), so a
+    /// costly predicate never holds an async worker; a panic or an evaluation past
+    /// [`CEL_EVALUATION_TIMEOUT`] is an error, and the gate fails closed. Outside a
+    /// Tokio runtime it evaluates on this thread.
+    pub async fn evaluate_off_worker(&self, args: &Value) -> Result<bool, ToolError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.evaluate(args);
+        }
+        let this = self.clone();
+        let args = args.clone();
+        let task = tokio::task::spawn_blocking(move || this.evaluate(&args));
+        match tokio::time::timeout(CEL_EVALUATION_TIMEOUT, task).await {
+            Ok(Ok(decided)) => decided,
+            Ok(Err(e)) if e.is_panic() => Err(self.error(format_args!(
+                "panicked: {}",
+                crate::pipeline::panic_message(&*e.into_panic())
+            ))),
+            Ok(Err(e)) => Err(self.error(format_args!("was cancelled: {e}"))),
+            Err(_) => Err(self.error(format_args!(
+                "did not finish within {} s",
+                CEL_EVALUATION_TIMEOUT.as_secs()
+            ))),
         }
     }
 }
@@ -685,6 +728,17 @@ mod tests {
         for ok in &ok {
             CelPredicate::compile(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
+    }
+
+    #[test]
+    fn an_evaluation_error_quoting_a_big_argument_is_cut() {
+        let p = CelPredicate::compile("args.s + 1 == 2").unwrap();
+        let err = Approval::Cel(p)
+            .applies(&json!({"s": "x".repeat(100_000)}))
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ApprovalPredicateError);
+        assert!(err.message.len() < 1024, "{} bytes", err.message.len());
+        assert!(err.message.contains("args.s + 1 == 2"), "{}", err.message);
     }
 
     #[test]

@@ -20,9 +20,14 @@
 //!   by `RELEASE_ALL_LOCKS()`; the next transaction is begun in that same round trip,
 //!   off the caller's path, before the connection is reused.
 //!
-//! What a read-only transaction does not stop (reading server files with a superuser,
-//! `pg_terminate_backend`, `dblink`) is stopped by the database role: see
-//! `docs/builtins.md`, which shows how to create a read-only role on each database.
+//! Functions whose effects a read-only transaction does not stop or undo (server
+//! files, advisory locks, other sessions, notifications) are refused by name before
+//! the statement is prepared, over its tokens as its own database reads them
+//! (`denied.rs`); a statement that cannot be tokenized is refused too. That denylist
+//! is a backstop: what a read-only transaction does not stop (reading server files
+//! with a superuser, a `SECURITY DEFINER` function) is stopped by the database role:
+//! see `docs/builtins.md`, which shows how to create a read-only role on each
+//! database.
 //!
 //! Limits: a statement timeout ([`STATEMENT_TIMEOUT`], on the server and on the
 //! client, which cancels the statement), a row cap (`max_rows`, default
@@ -45,6 +50,7 @@ use toolshed_core::{
 
 use crate::common::{clip, failure, output, schema_of};
 
+mod denied;
 mod mysql;
 mod pg;
 mod sqlite;
@@ -646,147 +652,6 @@ impl<S: Clone> StatementCache<S> {
     }
 }
 
-/// Functions whose effects a read-only transaction does not stop or undo: server
-/// files (`lo_import`, `lo_export`, `pg_read_file`), locks that outlive a rollback,
-/// other sessions (`pg_terminate_backend`), the server's configuration. A statement
-/// naming one is refused before it runs; the database role is the other guard.
-const PG_DENIED: &[&str] = &[
-    "lo_import",
-    "lo_export",
-    "lo_create",
-    "lo_creat",
-    "lo_unlink",
-    "lo_from_bytea",
-    "lo_put",
-    "lo_truncate",
-    "pg_read_file",
-    "pg_read_binary_file",
-    "pg_ls_dir",
-    "pg_stat_file",
-    "pg_file_write",
-    "pg_terminate_backend",
-    "pg_cancel_backend",
-    "pg_reload_conf",
-    "pg_rotate_logfile",
-    "pg_switch_wal",
-    "pg_create_restore_point",
-    "pg_promote",
-    "pg_notify",
-    "dblink",
-    "dblink_exec",
-    "dblink_connect",
-];
-/// The same for MySQL and MariaDB.
-const MYSQL_DENIED: &[&str] = &["get_lock", "load_file", "sys_exec", "sys_eval"];
-
-/// The first function of `denied` (or, on PostgreSQL, any `pg_advisory…` /
-/// `pg_try_advisory…` lock) named by the statement, outside its strings and comments.
-fn denied_function(sql: &str, denied: &[&str], advisory: bool) -> Option<String> {
-    identifiers(sql).into_iter().find(|id| {
-        denied.contains(&id.as_str())
-            || (advisory && (id.starts_with("pg_advisory") || id.starts_with("pg_try_advisory")))
-    })
-}
-
-/// The identifiers of a statement, lowercased (quoted ones as written), skipping string
-/// literals (`'…'`, `E'…'`, `$tag$…$tag$`, MySQL's `"…"` is read as an identifier too,
-/// which only errs towards refusing) and comments (`--`, `#`, `/* … */`).
-fn identifiers(sql: &str) -> Vec<String> {
-    let b = sql.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'-' && b.get(i + 1) == Some(&b'-') || c == b'#' {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
-        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            let mut depth = 0;
-            while i < b.len() {
-                if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                    depth += 1;
-                    i += 2;
-                } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if c == b'\'' {
-            // A backslash escapes in E'' strings and in MySQL; treating it as an escape
-            // everywhere can only end a string later, never hide an identifier.
-            i += 1;
-            while i < b.len() {
-                if b[i] == b'\\' {
-                    i += 2;
-                } else if b[i] == b'\'' {
-                    if b.get(i + 1) == Some(&b'\'') {
-                        i += 2;
-                    } else {
-                        i += 1;
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        } else if c == b'"' || c == b'`' {
-            let quote = c;
-            let mut id = String::new();
-            i += 1;
-            while i < b.len() {
-                if b[i] == quote {
-                    if b.get(i + 1) == Some(&quote) {
-                        id.push(quote as char);
-                        i += 2;
-                    } else {
-                        i += 1;
-                        break;
-                    }
-                } else {
-                    let start = i;
-                    i += 1;
-                    while i < b.len() && !sql.is_char_boundary(i) {
-                        i += 1;
-                    }
-                    id.push_str(&sql[start..i]);
-                }
-            }
-            out.push(id.to_lowercase());
-        } else if c == b'$' {
-            // A dollar-quoted string: `$tag$ … $tag$` (`$1` is a placeholder).
-            let tag_end = b[i + 1..]
-                .iter()
-                .position(|x| !(x.is_ascii_alphanumeric() || *x == b'_'))
-                .map(|p| i + 1 + p);
-            match tag_end {
-                Some(e) if b[e] == b'$' && !b[i + 1..e].first().is_some_and(u8::is_ascii_digit) => {
-                    let tag = &sql[i..=e];
-                    match sql[e + 1..].find(tag) {
-                        Some(p) => i = e + 1 + p + tag.len(),
-                        None => i = b.len(),
-                    }
-                }
-                _ => i += 1,
-            }
-        } else if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$') {
-                i += 1;
-            }
-            out.push(sql[start..i].to_ascii_lowercase());
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
 impl Fail {
     fn denied_function(name: &str) -> Self {
         Fail::write_refused(&format!(
@@ -831,47 +696,6 @@ mod tests {
             };
             assert!(f.message.contains(SQL_DATABASE_URL_ENV), "{}", f.message);
         }
-    }
-
-    #[test]
-    fn denied_functions_are_found_outside_strings_and_comments() {
-        let find = |sql: &str| denied_function(sql, PG_DENIED, true);
-        assert_eq!(
-            find("SELECT lo_import('/etc/x')").as_deref(),
-            Some("lo_import")
-        );
-        assert_eq!(
-            find("select PG_CATALOG.LO_IMPORT('/x')").as_deref(),
-            Some("lo_import")
-        );
-        assert_eq!(
-            find("SELECT \"lo_import\"('/x')").as_deref(),
-            Some("lo_import")
-        );
-        assert_eq!(
-            find("SELECT pg_advisory_lock(1)").as_deref(),
-            Some("pg_advisory_lock")
-        );
-        assert_eq!(
-            find("SELECT pg_try_advisory_xact_lock(1)").as_deref(),
-            Some("pg_try_advisory_xact_lock")
-        );
-        for fine in [
-            "SELECT 'lo_import' AS x",
-            "SELECT $$lo_import$$",
-            "SELECT $t$ pg_advisory_lock $t$",
-            "SELECT 1 -- lo_import\n",
-            "SELECT /* lo_import /* nested */ */ 1",
-            "SELECT E'it\\'s lo_import'",
-            "SELECT $1::text",
-            "SELECT lo_imports FROM t",
-        ] {
-            assert_eq!(find(fine), None, "{fine}");
-        }
-        assert_eq!(
-            denied_function("SELECT GET_LOCK('a', 0)", MYSQL_DENIED, false).as_deref(),
-            Some("get_lock")
-        );
     }
 
     #[test]

@@ -769,3 +769,203 @@ async fn mariadb_times_out_a_runaway_statement() {
     assert_eq!(kind(&e), "timeout", "{e}");
     assert!(call(&url, json!({"query": "SELECT 1"})).await.is_ok());
 }
+
+// ------------------------------------------- the denylist, as each database reads SQL
+
+/// A statement the denylist must refuse before it runs: `write_refused` naming the
+/// function, or `unreadable_query` for one the tokenizer cannot read. What went
+/// otherwise, if anything, so a test reports every statement that got through.
+fn denied_problem(
+    r: Result<Value, ToolError>,
+    sql: &str,
+    kind_wanted: &str,
+    says: &str,
+) -> Option<String> {
+    let e = match r {
+        Ok(v) => return Some(format!("`{sql}` ran: {}", clip(&v.to_string()))),
+        Err(e) => e,
+    };
+    let ok = kind(&e) == kind_wanted
+        && e.message.contains(says)
+        && e.message.contains("without running");
+    (!ok).then(|| format!("`{sql}`: not the refusal wanted ({kind_wanted}, {says}): {e}"))
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+/// A look-alike of a denied statement: it runs and answers these rows.
+async fn assert_rows(url: &str, sql: &str, rows: Value) {
+    let out = call(url, json!({ "query": sql }))
+        .await
+        .unwrap_or_else(|e| panic!("`{sql}` was refused: {e}"));
+    assert_eq!(out["rows"], rows, "`{sql}`");
+}
+
+#[tokio::test]
+async fn postgres_denylist_reads_statements_as_postgres_does() {
+    let url = pg_url();
+    let mut problems = Vec::new();
+    for (sql, name) in [
+        // The two statements of the report: `#` is XOR and `'\'` a whole string, so
+        // what follows them is code (it listed the data folder, and notified).
+        ("SELECT 1 # 1 AS x, pg_ls_dir('.') AS y", "pg_ls_dir"),
+        ("SELECT '\\' AS a, pg_notify('c', 'x')", "pg_notify"),
+        // Dollar quoting ends at its own tag only.
+        ("SELECT $$x$$ AS a, pg_ls_dir('.') AS y", "pg_ls_dir"),
+        ("SELECT $t$ $$ $t$ AS a, pg_ls_dir('.') AS y", "pg_ls_dir"),
+        // Comments nest: this one ends after the second `*/`.
+        ("SELECT /* /* */ */ pg_ls_dir('.') AS y", "pg_ls_dir"),
+        // In E'' a backslash escapes the quote.
+        ("SELECT E'\\'' AS a, pg_ls_dir('.') AS y", "pg_ls_dir"),
+        // Quoted identifiers name the function all the same.
+        ("SELECT \"pg_ls_dir\"('.') AS y", "pg_ls_dir"),
+        ("SELECT pg_catalog.\"pg_notify\"('c', 'x')", "pg_notify"),
+        // SQL given as text runs where no denylist can read it.
+        (
+            "SELECT query_to_xml('SELECT pg_ls_dir(''.'')', true, false, '')::text AS y",
+            "query_to_xml",
+        ),
+        ("SELECT pg_ls_waldir()", "pg_ls_waldir"),
+    ] {
+        let r = call(&url, json!({ "query": sql })).await;
+        problems.extend(denied_problem(
+            r,
+            sql,
+            "write_refused",
+            &format!("`{name}`"),
+        ));
+    }
+    for (sql, says) in [
+        // `U&"\0070g_ls_dir"` is `pg_ls_dir` to PostgreSQL: refused, not decoded.
+        ("SELECT U&\"\\0070g_ls_dir\"('.') AS y", "Unicode-escaped"),
+        ("SELECT $$ never closed", "PostgreSQL"),
+    ] {
+        let r = call(&url, json!({ "query": sql })).await;
+        problems.extend(denied_problem(r, sql, "unreadable_query", says));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // The harmless look-alikes run.
+    assert_rows(&url, "SELECT 1 # 1 AS x", json!([[0]])).await;
+    assert_rows(&url, "SELECT '\\' AS a", json!([["\\"]])).await;
+    assert_rows(
+        &url,
+        "SELECT $$pg_ls_dir('.')$$ AS a",
+        json!([["pg_ls_dir('.')"]]),
+    )
+    .await;
+    assert_rows(
+        &url,
+        "SELECT $t$ $$ pg_notify('c', 'x') $$ $t$ AS a",
+        json!([[" $$ pg_notify('c', 'x') $$ "]]),
+    )
+    .await;
+    assert_rows(
+        &url,
+        "SELECT /* /* */ pg_ls_dir('.') */ 1 AS a",
+        json!([[1]]),
+    )
+    .await;
+    assert_rows(
+        &url,
+        "SELECT E'it\\'s pg_ls_dir' AS a",
+        json!([["it's pg_ls_dir"]]),
+    )
+    .await;
+    let out = call(
+        &url,
+        json!({"query": "SELECT 1 AS \"pg_ls_dir is denied\""}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["columns"][0]["name"], "pg_ls_dir is denied");
+    // A session default of `standard_conforming_strings = off` would make `'\'` an
+    // escape again; the tool's sessions keep it on.
+    assert_rows(
+        &url,
+        "SELECT current_setting('standard_conforming_strings') AS s",
+        json!([["on"]]),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn mariadb_denylist_reads_statements_as_mariadb_does() {
+    let (mut admin, db, url) = my_database().await;
+    let lock = unique("lk");
+    let mut problems = Vec::new();
+    for sql in [
+        // `#` ends at the line's end; a backslash escapes in a string.
+        format!("SELECT 1 # x\n, GET_LOCK('{lock}', 0) AS b"),
+        format!("SELECT '\\'' AS a, GET_LOCK('{lock}', 0) AS b"),
+        // `--` is a comment only before a space: this is `1 - -GET_LOCK(…)`.
+        format!("SELECT 1 --GET_LOCK('{lock}', 0)"),
+        // Executable comments are code, MySQL's and MariaDB's.
+        format!("SELECT /*! GET_LOCK('{lock}', 0) */ AS b"),
+        format!("SELECT /*!50000 GET_LOCK('{lock}', 0) */ AS b"),
+        format!("SELECT /*M! GET_LOCK('{lock}', 0) */ AS b"),
+        // Comments do not nest.
+        format!("SELECT /* /* */ GET_LOCK('{lock}', 0) AS b"),
+        // Backtick-quoted, and double-quoted as a call (an identifier under
+        // ANSI_QUOTES).
+        format!("SELECT `GET_LOCK`('{lock}', 0) AS b"),
+        format!("SELECT \"get_lock\"('{lock}', 0) AS b"),
+    ] {
+        let r = call(&url, json!({ "query": sql })).await;
+        problems.extend(denied_problem(r, &sql, "write_refused", "`get_lock`"));
+    }
+    let sql = "SELECT '\\' AS a";
+    let r = call(&url, json!({ "query": sql })).await;
+    problems.extend(denied_problem(r, sql, "unreadable_query", "MySQL"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let holder: Option<Option<i64>> = admin
+        .exec_first("SELECT IS_USED_LOCK(?)", (lock.as_str(),))
+        .await
+        .unwrap();
+    assert_eq!(holder.flatten(), None, "the user lock is held");
+
+    // The harmless look-alikes run.
+    assert_rows(&url, "SELECT 1 # GET_LOCK('a', 0)", json!([[1]])).await;
+    assert_rows(&url, "SELECT 1 -- GET_LOCK('a', 0)", json!([[1]])).await;
+    assert_rows(&url, "SELECT /* GET_LOCK('a', 0) */ 1 AS a", json!([[1]])).await;
+    assert_rows(
+        &url,
+        "SELECT 'it\\'s GET_LOCK(1)' AS a",
+        json!([["it's GET_LOCK(1)"]]),
+    )
+    .await;
+    assert_rows(&url, "SELECT \"get_lock\" AS a", json!([["get_lock"]])).await;
+    admin
+        .query_drop(format!("DROP DATABASE {db}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_denylist_reads_statements_as_sqlite_does() {
+    let db = lite();
+    let mut problems = Vec::new();
+    // A backslash is a character in SQLite: `'\'` is a whole string.
+    for sql in [
+        "SELECT '\\' AS a, load_extension('/tmp/evil.so')",
+        "SELECT \"load_extension\"('/tmp/evil.so')",
+        "SELECT [load_extension]('/tmp/evil.so')",
+    ] {
+        let r = call(&db.url, json!({ "query": sql })).await;
+        problems.extend(denied_problem(r, sql, "write_refused", "`load_extension`"));
+    }
+    let sql = "SELECT \"never closed";
+    let r = call(&db.url, json!({ "query": sql })).await;
+    problems.extend(denied_problem(r, sql, "unreadable_query", "SQLite"));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_rows(&db.url, "SELECT '\\' AS a", json!([["\\"]])).await;
+    assert_rows(
+        &db.url,
+        "SELECT 'load_extension' AS a",
+        json!([["load_extension"]]),
+    )
+    .await;
+    assert_rows(&db.url, "SELECT 1 -- load_extension('x')", json!([[1]])).await;
+}

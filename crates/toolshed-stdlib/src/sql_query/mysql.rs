@@ -52,11 +52,12 @@ impl Pool {
         .await
         .map_err(|_| Fail::new("unavailable", "cannot connect to MySQL: timed out").retryable())?
         .map_err(unavailable)?;
-        let version: Option<String> = conn
-            .query_first("SELECT VERSION()")
+        let (version, sql_mode): (String, String) = conn
+            .query_first("SELECT VERSION(), @@SESSION.sql_mode")
             .await
-            .map_err(unavailable)?;
-        let timeout = if version.unwrap_or_default().contains("MariaDB") {
+            .map_err(unavailable)?
+            .unwrap_or_default();
+        let timeout = if version.contains("MariaDB") {
             format!(
                 "SET SESSION max_statement_time = {}",
                 STATEMENT_TIMEOUT.as_secs()
@@ -68,7 +69,9 @@ impl Pool {
             )
         };
         conn.query_drop(format!(
-            "SET SESSION TRANSACTION READ ONLY; {timeout}; START TRANSACTION READ ONLY"
+            "SET SESSION TRANSACTION READ ONLY; {timeout}; SET SESSION sql_mode = '{}'; \
+             START TRANSACTION READ ONLY",
+            tokenizer_sql_mode(&sql_mode)
         ))
         .await
         .map_err(unavailable)?;
@@ -124,11 +127,35 @@ impl Pool {
     }
 }
 
+/// The modes that change how a statement is tokenized: `NO_BACKSLASH_ESCAPES` (`\` no
+/// longer escapes in a string), `ANSI_QUOTES` (`"…"` is an identifier), and the
+/// combinations that include it.
+const TOKENIZING_MODES: &[&str] = &[
+    "NO_BACKSLASH_ESCAPES",
+    "ANSI_QUOTES",
+    "ANSI",
+    "DB2",
+    "MAXDB",
+    "MSSQL",
+    "ORACLE",
+    "POSTGRESQL",
+];
+
+/// The session's `sql_mode` without [`TOKENIZING_MODES`], so the server reads strings
+/// as the denylist's tokenizer does. A mode name is letters, digits and `_`; anything
+/// else is left out, so the result can be written into the statement.
+fn tokenizer_sql_mode(mode: &str) -> String {
+    mode.split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .filter(|m| !TOKENIZING_MODES.iter().any(|t| m.eq_ignore_ascii_case(t)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 async fn run(conn: &mut Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
     let sql = args.query.as_str();
-    if let Some(f) = super::denied_function(sql, super::MYSQL_DENIED, false) {
-        return Err(Fail::denied_function(&f));
-    }
+    super::denied::check(sql, super::denied::Dialect::Mysql)?;
     let stmt = conn.prep(sql).await.map_err(|e| failed(&e, sql))?;
     let columns = stmt.columns();
     if columns.is_empty() {
@@ -304,5 +331,26 @@ fn failed(e: &mysql_async::Error, sql: &str) -> Fail {
             format!("the MySQL connection failed: {text}"),
         )
         .broken(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_mode_drops_what_changes_tokenizing() {
+        assert_eq!(
+            tokenizer_sql_mode(
+                "REAL_AS_FLOAT,PIPES_AS_CONCAT,ANSI_QUOTES,IGNORE_SPACE,ONLY_FULL_GROUP_BY,ANSI,\
+                 NO_BACKSLASH_ESCAPES,STRICT_TRANS_TABLES"
+            ),
+            "REAL_AS_FLOAT,PIPES_AS_CONCAT,IGNORE_SPACE,ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES"
+        );
+        assert_eq!(tokenizer_sql_mode(""), "");
+        assert_eq!(
+            tokenizer_sql_mode("STRICT_ALL_TABLES,x'y"),
+            "STRICT_ALL_TABLES"
+        );
     }
 }

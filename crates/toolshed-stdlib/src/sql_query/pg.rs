@@ -69,11 +69,14 @@ impl Pool {
         // otherwise (ours say READ ONLY too), and a statement timeout. A statement's
         // own changes to them are rolled back with its transaction. An idle pooled
         // connection waits inside its next transaction: the server ends one idle for
-        // five minutes, and the next call on it is retried on a new one.
+        // five minutes, and the next call on it is retried on a new one. Strings are
+        // read as the denylist's tokenizer reads them (a backslash is no escape in
+        // '…'), whatever the server's or role's default.
         client
             .batch_execute(&format!(
                 "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY; \
                  SET statement_timeout = {}; SET idle_in_transaction_session_timeout = 300000; \
+                 SET standard_conforming_strings = on; \
                  START TRANSACTION READ ONLY",
                 STATEMENT_TIMEOUT.as_millis()
             ))
@@ -140,9 +143,7 @@ impl Pool {
 
 async fn run(conn: &Conn, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
     let sql = args.query.as_str();
-    if let Some(f) = super::denied_function(sql, super::PG_DENIED, true) {
-        return Err(Fail::denied_function(&f));
-    }
+    super::denied::check(sql, super::denied::Dialect::Postgres)?;
     let cached = conn
         .statements
         .lock()

@@ -87,6 +87,7 @@ impl Pool {
     }
 
     pub(super) async fn run(&self, args: &SqlQueryArgs) -> Result<SqlResult, Fail> {
+        super::denied::check(&args.query, super::denied::Dialect::Sqlite)?;
         let _permit = self.slots.permit().await?;
         let idle = self.slots.take_idle();
         let reused = idle.is_some();
