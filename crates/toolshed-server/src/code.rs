@@ -5,10 +5,13 @@
 //!
 //! Layout of the cache folder (`ServerConfig::code.dir`, by default `code/` in the
 //! dispatcher's cache folder): `<sha256>/…` one folder per archive, `deps/<hash>/` one
-//! folder per dependency set. Each is written under a temporary name and renamed into
-//! place, so a folder that exists is complete; the sandbox binds them read-only.
+//! folder per dependency set, and `deps/.users/<hash>/<sha256>` an empty file per code
+//! that uses a dependency set. Each folder is written under a temporary name and renamed
+//! into place, so a folder that exists is complete; the sandbox binds them read-only.
+//! [`CodeCache::sweep`] removes the folders no current tool uses (after a delete, and
+//! at start-up): both are caches, made again from the registry on the next use.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -38,7 +41,13 @@ pub struct CodeSettings {
     pub npm: Option<PathBuf>,
     /// How long one dependency install may take (default 5 minutes).
     pub install_timeout: Option<Duration>,
+    /// How long a cache folder no tool uses any more is kept after its last change
+    /// before the sweep removes it (default 10 minutes).
+    pub sweep_grace: Option<Duration>,
 }
+
+/// The default [`CodeSettings::sweep_grace`].
+const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(600);
 
 /// A checked upload: the archive, its hash and its files.
 #[derive(Debug, Clone)]
@@ -85,6 +94,26 @@ pub struct CodeCache {
     install_timeout: Duration,
     /// One lock per folder being written, so two requests never install one hash twice.
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The `deps/.users` entries this process has written (`<key>/<sha256>`).
+    noted: Mutex<HashSet<String>>,
+    sweep_grace: Duration,
+}
+
+/// The folder under `deps/` of each dependency set's users.
+const USERS: &str = ".users";
+
+/// What [`CodeCache::sweep`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Code folders.
+    pub code: usize,
+    /// Dependency sets.
+    pub dependencies: usize,
+}
+
+/// Whether a folder name is a SHA-256 in lower-case hex.
+fn check_sha256_name(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The one answer for a host path that is refused, whether it is missing, outside the
@@ -125,6 +154,8 @@ impl CodeCache {
             npm: settings.npm.clone().unwrap_or_else(|| "npm".into()),
             install_timeout: settings.install_timeout.unwrap_or(Duration::from_secs(300)),
             busy: Mutex::new(HashMap::new()),
+            noted: Mutex::new(HashSet::new()),
+            sweep_grace: settings.sweep_grace.unwrap_or(DEFAULT_SWEEP_GRACE),
         })
     }
 
@@ -260,6 +291,7 @@ impl CodeCache {
             return Ok(Vec::new());
         };
         let key = set.key();
+        self.note_user(&key, root);
         let target = self.dir.join("deps").join(&key);
         let library = match language {
             Language::Python => target.clone(),
@@ -291,6 +323,137 @@ impl CodeCache {
         })?;
         tracing::info!(dependencies = ?set.packages, folder = %target.display(), "installed a tool's dependencies");
         Ok(vec![library])
+    }
+
+    /// Record that the uploaded code at `root` (`<cache>/<sha256>`) uses the dependency
+    /// set `key`, once per process; host-path tools are not recorded (their folders are
+    /// the operator's).
+    fn note_user(&self, key: &str, root: &Path) {
+        let Some(sha) = root
+            .strip_prefix(&self.dir)
+            .ok()
+            .and_then(|r| r.to_str())
+            .filter(|s| check_sha256_name(s))
+        else {
+            return;
+        };
+        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
+        if !noted.insert(format!("{key}/{sha}")) {
+            return;
+        }
+        let dir = self.dir.join("deps").join(USERS).join(key);
+        if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(sha))
+                .map(drop)
+        }) {
+            tracing::warn!(folder = %dir.display(), error = %e, "cannot record a dependency set's user; the sweep keeps the set");
+        }
+    }
+
+    /// Remove the cache folders of code no current tool runs: `<sha256>` folders not in
+    /// `in_use`, and dependency sets none of whose users is in `in_use` (a set with no
+    /// recorded user is kept). Only folders untouched for `grace` go, so a run of a tool
+    /// deleted a moment ago, or a push between materialising its code and recording
+    /// its revision, keeps its folders.
+    pub fn sweep(&self, in_use: &HashSet<String>, grace: Duration) -> Swept {
+        let mut swept = Swept::default();
+        let old = |p: &Path| {
+            std::fs::symlink_metadata(p)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= grace)
+        };
+        let names = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|d| {
+                    d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for name in names(&self.dir) {
+            let path = self.dir.join(&name);
+            if check_sha256_name(&name) && !in_use.contains(&name) && old(&path) {
+                make_writable_tree(&path);
+                if std::fs::remove_dir_all(&path).is_ok() {
+                    swept.code += 1;
+                }
+            }
+        }
+        let deps = self.dir.join("deps");
+        let users = deps.join(USERS);
+        for key in names(&deps) {
+            if key.starts_with('.') {
+                continue;
+            }
+            let recorded = names(&users.join(&key));
+            let path = deps.join(&key);
+            if !recorded.is_empty() && !recorded.iter().any(|s| in_use.contains(s)) && old(&path) {
+                make_writable_tree(&path);
+                if std::fs::remove_dir_all(&path).is_ok() {
+                    let _ = std::fs::remove_dir_all(users.join(&key));
+                    swept.dependencies += 1;
+                }
+            }
+        }
+        let mut noted = self.noted.lock().unwrap_or_else(|p| p.into_inner());
+        noted.retain(|n| {
+            n.split_once('/')
+                .is_some_and(|(_, sha)| in_use.contains(sha))
+        });
+        swept
+    }
+
+    /// [`CodeCache::sweep`] with the code every current tool of the registry runs (every
+    /// tenant's), and the configured grace. A registry that cannot be listed sweeps
+    /// nothing.
+    pub async fn sweep_unused(
+        self: &Arc<Self>,
+        registry: &dyn RegistryStore,
+    ) -> Result<Swept, ApiError> {
+        let mut in_use = HashSet::new();
+        let mut page = 1;
+        loop {
+            let listed = registry
+                .list_tools(&toolshed_registry::ToolFilter {
+                    page,
+                    per_page: toolshed_registry::MAX_PER_PAGE,
+                    skip_definitions: true,
+                    ..Default::default()
+                })
+                .await?;
+            in_use.extend(
+                listed
+                    .items
+                    .iter()
+                    .filter_map(|t| t.code.as_ref())
+                    .map(|c| c.sha256.clone()),
+            );
+            if listed.items.is_empty()
+                || u64::from(page) * u64::from(listed.per_page) >= listed.total
+            {
+                break;
+            }
+            page += 1;
+        }
+        let me = self.clone();
+        let grace = self.sweep_grace;
+        let swept = tokio::task::spawn_blocking(move || me.sweep(&in_use, grace))
+            .await
+            .unwrap_or_default();
+        if swept != Swept::default() {
+            tracing::info!(
+                code = swept.code,
+                dependencies = swept.dependencies,
+                "removed the cache folders of code no tool runs"
+            );
+        }
+        Ok(swept)
     }
 
     /// Run pip or npm into `dir`. The installer runs on the host with the network, and

@@ -409,6 +409,15 @@ impl Server {
                 r,
             ))
         });
+        // Folders of code no tool runs any more (tools deleted while the server was down).
+        let sweeping = self.state.code_cache().map(|cache| {
+            let (cache, registry) = (cache.clone(), self.state.registry().clone());
+            tokio::spawn(async move {
+                if let Err(e) = cache.sweep_unused(registry.as_ref()).await {
+                    tracing::warn!(error = ?e, "the code cache was not swept");
+                }
+            })
+        });
         let watching = self
             .state
             .storage()
@@ -416,6 +425,9 @@ impl Server {
         let limits = self.state.config().limits.connections;
         listen::serve(self.listener, app, limits, shutdown).await;
         if let Some(task) = watching {
+            task.abort();
+        }
+        if let Some(task) = sweeping {
             task.abort();
         }
         // A batch in flight is its own transaction: stopping here commits or rolls

@@ -205,6 +205,11 @@ impl AppState {
         self
     }
 
+    /// The code cache, shared (for [`CodeCache::sweep_unused`]).
+    pub(crate) fn code_cache(&self) -> Option<&Arc<CodeCache>> {
+        self.inner.code.as_ref()
+    }
+
     /// The code cache: uploaded code, dependency installs, tool roots.
     pub(crate) fn code(&self) -> Result<&CodeCache, ApiError> {
         self.inner.code.as_deref().ok_or_else(|| {

@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use base64::Engine;
 use common::TestServer;
 use serde_json::{Value, json};
@@ -512,7 +514,8 @@ async fn a_symlink_leading_out_of_a_tool_root_is_refused() {
 
 #[tokio::test]
 async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
-    let s = TestServer::start().await;
+    // Folders no tool uses are swept at once (after the grace, zero here).
+    let s = TestServer::start_with(|c| c.code.sweep_grace = Some(Duration::ZERO)).await;
     let tool = "import six\n\ndef kind(x: str) -> str:\n    \"\"\"Say what six thinks.\"\"\"\n    return six.__version__ + ':' + str(isinstance(x, six.string_types))\n";
     // requirements.txt beside the code.
     let bytes = archive(&[
@@ -559,7 +562,55 @@ async fn dependencies_from_pypi_are_installed_once_per_hash_and_imported() {
         sandbox_test(&s, "kind", json!({"x": "c"})).await,
         json!("1.16.0:True")
     );
-    // The tool sees the installed folder read-only.
+    // Requirements that mean the same (PEP 503 names, `===`, a padded version) are the
+    // same install.
+    for (name, dep) in [("kind3", "Six===1.16.0"), ("kind4", "SIX == 1.16")] {
+        let (status, answer) = register(
+            &s,
+            &s.deployer,
+            json!({"name": name, "description": "x", "endpoint": "python:kind.py:kind", "code": code(&plain),
+                   "implementation": {"language": "python", "entrypoint": "kind.py:kind", "dependencies": [dep]}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+        assert_eq!(
+            execute(&s, name, json!({"x": "d"})).await,
+            json!("1.16.0:True")
+        );
+        assert_eq!(installed(), 1, "{dep} was installed again");
+    }
+    // Deleted, a tool's code folder goes; the dependency set goes with its last user.
+    let code_dir = s.dir.path().join("cache/code");
+    let code_folders = || {
+        std::fs::read_dir(&code_dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 64)
+            .count()
+    };
+    assert_eq!(code_folders(), 2);
+    let delete = |name: &'static str| {
+        let s = &s;
+        async move {
+            let (status, answer) = s
+                .call(
+                    "DELETE",
+                    &format!("/api/v1/registry/tools/{name}"),
+                    Some(&s.deployer),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    };
+    delete("kind").await;
+    assert_eq!(code_folders(), 1, "the deleted tool's code folder stayed");
+    assert_eq!(installed(), 1, "a set other tools use was removed");
+    for name in ["kind2", "kind3", "kind4"] {
+        delete(name).await;
+    }
+    assert_eq!(code_folders(), 0);
+    assert_eq!(installed(), 0, "the last user's set stayed");
     s.stop().await;
 }
 

@@ -247,6 +247,12 @@ pub async fn delete_tool(
         .await?;
     state.forget(&current);
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool deleted");
+    // Its code and dependency folders go when no other tool runs them.
+    if let Some(cache) = state.code_cache()
+        && let Err(e) = cache.sweep_unused(state.registry().as_ref()).await
+    {
+        tracing::warn!(error = ?e, "the code cache was not swept");
+    }
     Ok(Json(Data {
         data: views::tool_summary(&record),
     }))
