@@ -38,6 +38,9 @@ toolshed_core::wire_enum! {
         NonDeterminism,
         /// 409: a run budget is spent; the run is failed.
         BudgetExhausted,
+        /// 408: the request's body did not arrive within the server's body deadline, or
+        /// arrived slower than its minimum rate; the connection is closed.
+        BodyTimeout,
         /// 413: the body is larger than the server's limit.
         PayloadTooLarge,
         /// 415: the body is not sent as JSON.
@@ -82,6 +85,9 @@ toolshed_core::wire_enum! {
         /// 429: the tenant executed faster than the server's `--execute-rate` allows; the
         /// `Retry-After` header says how many seconds to wait.
         RateLimited,
+        /// 429: the client's address holds as many connections to the server as it may
+        /// (`--max-connections-per-address`); the connection is closed.
+        TooManyConnections,
         /// 422: a registered tool declares a credential outside the server's credentials
         /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
         CredentialNotAllowed,
@@ -135,6 +141,7 @@ impl ApiCode {
             | ApiCode::BudgetExhausted
             | ApiCode::RevisionChanged
             | ApiCode::McpServerDisabled => 409,
+            ApiCode::BodyTimeout => 408,
             ApiCode::PayloadTooLarge => 413,
             ApiCode::UnsupportedMediaType => 415,
             ApiCode::InvalidBody
@@ -149,7 +156,7 @@ impl ApiCode {
             | ApiCode::AttachmentEncrypted
             | ApiCode::AttachmentCorrupt
             | ApiCode::AttachmentLimitExceeded => 422,
-            ApiCode::RateLimited => 429,
+            ApiCode::RateLimited | ApiCode::TooManyConnections => 429,
             ApiCode::Internal => 500,
             ApiCode::McpServerUnreachable => 502,
             ApiCode::JournalUnavailable
