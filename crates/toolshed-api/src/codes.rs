@@ -38,6 +38,9 @@ toolshed_core::wire_enum! {
         NonDeterminism,
         /// 409: a run budget is spent; the run is failed.
         BudgetExhausted,
+        /// 408: the request's body did not arrive within the server's body deadline, or
+        /// arrived slower than its minimum rate; the connection is closed.
+        BodyTimeout,
         /// 413: the body is larger than the server's limit.
         PayloadTooLarge,
         /// 415: the body is not sent as JSON.
@@ -88,6 +91,9 @@ toolshed_core::wire_enum! {
         /// 503: the server's disk has less free space than it keeps (`--min-free-disk-mb`):
         /// new runs are refused until space is freed; reads and decisions still work.
         StorageFull,
+        /// 429: the client's address holds as many connections to the server as it may
+        /// (`--max-connections-per-address`); the connection is closed.
+        TooManyConnections,
         /// 422: a registered tool declares a credential outside the server's credentials
         /// policy for the caller's tenant, or a `TOOLSHED_*` name (never served).
         CredentialNotAllowed,
@@ -141,6 +147,7 @@ impl ApiCode {
             | ApiCode::BudgetExhausted
             | ApiCode::RevisionChanged
             | ApiCode::McpServerDisabled => 409,
+            ApiCode::BodyTimeout => 408,
             ApiCode::PayloadTooLarge => 413,
             ApiCode::UnsupportedMediaType => 415,
             ApiCode::InvalidBody
@@ -155,7 +162,7 @@ impl ApiCode {
             | ApiCode::AttachmentEncrypted
             | ApiCode::AttachmentCorrupt
             | ApiCode::AttachmentLimitExceeded => 422,
-            ApiCode::RateLimited | ApiCode::RunQuotaExceeded => 429,
+            ApiCode::RateLimited | ApiCode::RunQuotaExceeded | ApiCode::TooManyConnections => 429,
             ApiCode::Internal => 500,
             ApiCode::McpServerUnreachable => 502,
             ApiCode::JournalUnavailable

@@ -10,7 +10,10 @@
 //! not the user's current one, so deleting a user, changing its role, tenant or
 //! password ends every token it had. Both also carry their login's session id
 //! ([`Claims::sid`]), shared by every token that login and its refreshes give: logging
-//! out ends that session's tokens, and no other.
+//! out ends that session's tokens, and no other. A refresh token also carries an id of
+//! its own ([`Claims::jti`], [`SessionTokens::refresh_id`]): the server records the one
+//! live refresh token of each session, so a refresh token is good for one refresh, and
+//! presenting a spent one ends its whole session (OAuth 2.1's reuse detection).
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,6 +38,11 @@
 //! let sid = |t: &str| tokens.verify(t).unwrap().sid;
 //! assert_eq!(sid(&login.refresh), Some(login.session_id.clone()));
 //! assert_eq!(sid(&refreshed.access), Some(login.session_id));
+//! // Each refresh token has an id of its own; access tokens have none.
+//! let jti = |t: &str| tokens.verify(t).unwrap().jti;
+//! assert_eq!(jti(&login.refresh), Some(login.refresh_id.clone()));
+//! assert_ne!(login.refresh_id, refreshed.refresh_id);
+//! assert_eq!(jti(&login.access), None);
 //! ```
 
 use std::fmt;
@@ -235,6 +243,11 @@ pub struct Claims {
     /// token without one was issued before sessions existed; the server refuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sid: Option<String>,
+    /// A refresh token's own id, new with each one. The server keeps the id of each
+    /// session's live refresh token: a refresh spends it, and a spent one presented
+    /// again ends the session. Access tokens have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
 }
 
 impl Claims {
@@ -269,6 +282,8 @@ pub struct SessionTokens {
     pub refresh: String,
     /// The session id both carry ([`Claims::sid`]).
     pub session_id: String,
+    /// The refresh token's own id ([`Claims::jti`]).
+    pub refresh_id: String,
 }
 
 impl fmt::Debug for SessionTokens {
@@ -276,11 +291,13 @@ impl fmt::Debug for SessionTokens {
         // The tokens are credentials: never in a log line.
         f.debug_struct("SessionTokens")
             .field("session_id", &self.session_id)
+            .field("refresh_id", &self.refresh_id)
             .finish_non_exhaustive()
     }
 }
 
-/// A new session id: 122 random bits from the OS (a UUID v4), as 32 hex digits.
+/// A new session or refresh token id: 122 random bits from the OS (a UUID v4), as 32
+/// hex digits.
 fn new_session_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
@@ -349,7 +366,15 @@ impl Tokens {
         generation: u64,
     ) -> Result<String, AuthError> {
         let session = new_session_id();
-        self.sign(TokenKind::Access, sub, role, tenant, generation, &session)
+        self.sign(
+            TokenKind::Access,
+            sub,
+            role,
+            tenant,
+            generation,
+            &session,
+            None,
+        )
     }
 
     /// A refresh token for the same, in a session of its own.
@@ -361,11 +386,21 @@ impl Tokens {
         generation: u64,
     ) -> Result<String, AuthError> {
         let session = new_session_id();
-        self.sign(TokenKind::Refresh, sub, role, tenant, generation, &session)
+        let id = new_session_id();
+        self.sign(
+            TokenKind::Refresh,
+            sub,
+            role,
+            tenant,
+            generation,
+            &session,
+            Some(&id),
+        )
     }
 
     /// A login's access and refresh tokens: in a new session when `session` is `None`,
-    /// else in that one (a refresh continues the session it was given).
+    /// else in that one (a refresh continues the session it was given). The refresh
+    /// token gets a new id either way.
     pub fn issue_session(
         &self,
         sub: &str,
@@ -375,6 +410,7 @@ impl Tokens {
         session: Option<&str>,
     ) -> Result<SessionTokens, AuthError> {
         let session_id = session.map_or_else(new_session_id, str::to_owned);
+        let refresh_id = new_session_id();
         Ok(SessionTokens {
             access: self.sign(
                 TokenKind::Access,
@@ -383,6 +419,7 @@ impl Tokens {
                 tenant,
                 generation,
                 &session_id,
+                None,
             )?,
             refresh: self.sign(
                 TokenKind::Refresh,
@@ -391,11 +428,17 @@ impl Tokens {
                 tenant,
                 generation,
                 &session_id,
+                Some(&refresh_id),
             )?,
             session_id,
+            refresh_id,
         })
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the claims of one token, each a field; callers are this file's"
+    )]
     fn sign(
         &self,
         kind: TokenKind,
@@ -404,6 +447,7 @@ impl Tokens {
         tenant: Option<&str>,
         generation: u64,
         session: &str,
+        id: Option<&str>,
     ) -> Result<String, AuthError> {
         let now = now_secs();
         let ttl = match kind {
@@ -420,6 +464,7 @@ impl Tokens {
             generation,
             kind,
             sid: Some(session.to_owned()),
+            jti: id.map(str::to_owned),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| AuthError::Internal(format!("cannot sign the token: {e}")))

@@ -216,3 +216,31 @@ fn a_logins_tokens_share_one_session_and_a_refresh_continues_it() {
         "{shown}"
     );
 }
+
+#[test]
+fn every_refresh_token_has_an_id_of_its_own_and_access_tokens_none() {
+    let t = tokens();
+    let jti = |token: &str| t.verify(token).unwrap().jti;
+    let login = t
+        .issue_session("ana", Role::Viewer, Some("acme"), 3, None)
+        .unwrap();
+    assert_eq!(jti(&login.refresh), Some(login.refresh_id.clone()));
+    assert_eq!(jti(&login.access), None);
+    assert_eq!(login.refresh_id.len(), 32);
+    // A refresh in the same session, in the same second, is still another token: the
+    // server can tell the spent one from its successor.
+    let refreshed = t
+        .issue_session(
+            "ana",
+            Role::Viewer,
+            Some("acme"),
+            3,
+            Some(&login.session_id),
+        )
+        .unwrap();
+    assert_ne!(refreshed.refresh_id, login.refresh_id);
+    assert_ne!(refreshed.refresh, login.refresh);
+    assert_eq!(jti(&refreshed.refresh), Some(refreshed.refresh_id.clone()));
+    let lone = t.issue_refresh("ana", Role::Viewer, None, 3).unwrap();
+    assert!(jti(&lone).is_some_and(|id| id != login.refresh_id));
+}

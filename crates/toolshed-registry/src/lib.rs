@@ -265,6 +265,20 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// expired), ordered.
     async fn revoked_sessions(&self, username: &str) -> Result<Vec<String>>;
 
+    /// Make `refresh` its session's live refresh token (a login, or a change that gives
+    /// the session new tokens), replacing the one it had. Sessions whose refresh tokens
+    /// have all expired are pruned in the same transaction.
+    async fn record_refresh(&self, refresh: SessionRefresh) -> Result<()>;
+
+    /// Spend a refresh token. When `spend.presented` is its session's live refresh token,
+    /// `spend.next` becomes the live one: [`RefreshSpent::Rotated`]. Otherwise the token
+    /// was spent already (or its session is not known: ended, or older than rotation),
+    /// and the whole session ends, as a logout would end it (revoked until
+    /// `spend.revoked_until_ms`), its live refresh token with it:
+    /// [`RefreshSpent::SessionEnded`]. One transaction: of two refreshes racing with the
+    /// same token, one rotates and the other ends the session.
+    async fn spend_refresh(&self, spend: SpendRefresh) -> Result<RefreshSpent>;
+
     /// The tenants in `scope` (one, or every tenant), by name: each name a user, an
     /// active tool, an agent or an MCP server entry belongs to, with its counts and its
     /// admins. A tenant has no row of its own; it exists while something belongs to it.

@@ -340,6 +340,46 @@ pub struct RevokedSession {
     pub expires_at_ms: i64,
 }
 
+/// A session's live refresh token ([`RegistryStore::record_refresh`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRefresh {
+    /// The session id its tokens carry (`Claims::sid` of toolshed-auth).
+    pub session_id: String,
+    /// The user it belongs to.
+    pub username: String,
+    /// The refresh token's own id (`Claims::jti`).
+    pub refresh_id: String,
+    /// When the refresh token expires, in milliseconds since the Unix epoch.
+    pub expires_at_ms: i64,
+}
+
+/// A refresh token presented for new tokens ([`RegistryStore::spend_refresh`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendRefresh {
+    /// The session id the presented token carries.
+    pub session_id: String,
+    /// The user it belongs to.
+    pub username: String,
+    /// The presented refresh token's id.
+    pub presented: String,
+    /// The id of the refresh token issued in its place.
+    pub next: String,
+    /// When the next refresh token expires, in milliseconds since the Unix epoch.
+    pub expires_at_ms: i64,
+    /// Until when the session is revoked if it ends (every one of its tokens has
+    /// expired by then), in milliseconds since the Unix epoch.
+    pub revoked_until_ms: i64,
+}
+
+/// What spending a refresh token did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefreshSpent {
+    /// It was the session's live refresh token; the next one is live now.
+    Rotated,
+    /// It was spent already, or its session is not known: the session is ended.
+    SessionEnded,
+}
+
 /// A tenant as the registry knows it: a name that owns users, tools, agents and MCP
 /// server entries. It has no row of its own: it exists while something belongs to it
 /// (a user's `tenant`, a tool's or agent's owner), so it is read, never created.

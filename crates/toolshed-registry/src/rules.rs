@@ -14,9 +14,9 @@ use toolshed_store::{Executor, Param, Row};
 use crate::sql;
 use crate::{
     AgentRecord, AgentStatus, CodeRef, MAX_PER_PAGE, NewAgent, NewCode, NewSandboxExecution,
-    NewTool, NewUser, Page, RegistryError, Result, RevokedSession, SandboxExecutionRecord,
-    TenantRecord, TenantScope, ToolFilter, ToolRecord, ToolStatus, ToolUsage, UserChange,
-    UserRecord,
+    NewTool, NewUser, Page, RefreshSpent, RegistryError, Result, RevokedSession,
+    SandboxExecutionRecord, SessionRefresh, SpendRefresh, TenantRecord, TenantScope, ToolFilter,
+    ToolRecord, ToolStatus, ToolUsage, UserChange, UserRecord,
 };
 
 /// Items per page when the caller asks for 0.
@@ -795,6 +795,9 @@ fn user_from_row(row: &Row) -> Result<UserRecord> {
 pub(crate) async fn revoke_session(db: &mut dyn Executor, session: RevokedSession) -> Result<()> {
     db.run(&sql::PRUNE_REVOKED_SESSIONS, &[now_ms().into()])
         .await?;
+    // An ended session has no live refresh token.
+    db.run(&sql::FORGET_SESSION, &[session.session_id.clone().into()])
+        .await?;
     db.run(
         &sql::REVOKE_SESSION,
         &[
@@ -805,6 +808,60 @@ pub(crate) async fn revoke_session(db: &mut dyn Executor, session: RevokedSessio
     )
     .await?;
     Ok(())
+}
+
+// ---- sessions' live refresh tokens ----
+
+/// Make a refresh token its session's live one, and prune the sessions whose refresh
+/// tokens have all expired (so the table holds one refresh-token lifetime of logins).
+pub(crate) async fn record_refresh(db: &mut dyn Executor, refresh: SessionRefresh) -> Result<()> {
+    db.run(&sql::PRUNE_SESSIONS, &[now_ms().into()]).await?;
+    db.run(
+        &sql::RECORD_REFRESH,
+        &[
+            refresh.session_id.into(),
+            refresh.username.into(),
+            refresh.refresh_id.into(),
+            refresh.expires_at_ms.into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Spend a refresh token: rotate when it is the session's live one; else end the
+/// session (forget its live refresh token, revoke its id). The rule of reuse
+/// detection, for both databases: the rotation is one conditional update, so only one
+/// of two concurrent spends of a token can succeed.
+pub(crate) async fn spend_refresh(
+    db: &mut dyn Executor,
+    spend: SpendRefresh,
+) -> Result<RefreshSpent> {
+    let rotated = db
+        .run(
+            &sql::ROTATE_REFRESH,
+            &[
+                spend.next.into(),
+                spend.expires_at_ms.into(),
+                spend.session_id.clone().into(),
+                spend.username.clone().into(),
+                spend.presented.into(),
+            ],
+        )
+        .await?;
+    if rotated == 1 {
+        return Ok(RefreshSpent::Rotated);
+    }
+    revoke_session(
+        db,
+        RevokedSession {
+            session_id: spend.session_id,
+            username: spend.username,
+            expires_at_ms: spend.revoked_until_ms,
+        },
+    )
+    .await?;
+    Ok(RefreshSpent::SessionEnded)
 }
 
 /// A user's revoked sessions that may still have live tokens.

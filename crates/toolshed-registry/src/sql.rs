@@ -275,6 +275,33 @@ pub(crate) const REVOKED_SESSIONS: Sql = Sql::same(
      WHERE username = ?1 AND expires_at_ms > ?2 ORDER BY session_id",
 );
 
+// ---- sessions' live refresh tokens ----
+
+/// Forget the sessions whose refresh tokens have all expired. ?1 now.
+pub(crate) const PRUNE_SESSIONS: Sql =
+    Sql::same("DELETE FROM registry_sessions WHERE expires_at_ms <= ?1");
+
+/// Make a refresh token its session's live one. ?1 session id, ?2 username, ?3 refresh
+/// id, ?4 expires_at_ms.
+pub(crate) const RECORD_REFRESH: Sql = Sql::same(
+    "INSERT INTO registry_sessions (session_id, username, refresh_id, expires_at_ms) \
+     VALUES (?1, ?2, ?3, ?4) ON CONFLICT (session_id) DO UPDATE \
+     SET refresh_id = excluded.refresh_id, expires_at_ms = excluded.expires_at_ms \
+     WHERE registry_sessions.username = excluded.username",
+);
+
+/// Spend the live refresh token of a session for the next one: one row when
+/// `presented` was live. ?1 next id, ?2 its expires_at_ms, ?3 session id, ?4 username,
+/// ?5 presented id.
+pub(crate) const ROTATE_REFRESH: Sql = Sql::same(
+    "UPDATE registry_sessions SET refresh_id = ?1, expires_at_ms = ?2 \
+     WHERE session_id = ?3 AND username = ?4 AND refresh_id = ?5",
+);
+
+/// Forget a session's live refresh token. ?1 session id.
+pub(crate) const FORGET_SESSION: Sql =
+    Sql::same("DELETE FROM registry_sessions WHERE session_id = ?1");
+
 // ---- tenants ----
 
 /// What each tenant in scope owns, one row per tenant and kind: tenant, kind (`users`,

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use toolshed_store::{Db, DbOptions, Location, Migration, Migrations};
 
 use crate::{
-    AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RegistryStore, Result,
-    RevokedSession, SandboxExecutionRecord, TenantRecord, TenantScope, ToolFilter, ToolRecord,
-    ToolUsage, UserChange, UserRecord,
+    AgentRecord, NewAgent, NewSandboxExecution, NewTool, NewUser, Page, RefreshSpent,
+    RegistryStore, Result, RevokedSession, SandboxExecutionRecord, SessionRefresh, SpendRefresh,
+    TenantRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
 };
 use crate::{McpPing, McpServerRecord, McpSync, McpTools, NewMcpServer, mcp_rules, rules};
 
@@ -54,6 +54,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 7,
             sqlite: include_str!("../migrations/sqlite/0007_revoked_sessions.sql"),
             postgres: include_str!("../migrations/postgres/0007_revoked_sessions.sql"),
+        },
+        Migration {
+            version: 8,
+            sqlite: include_str!("../migrations/sqlite/0008_sessions.sql"),
+            postgres: include_str!("../migrations/postgres/0008_sessions.sql"),
         },
     ],
 };
@@ -276,6 +281,18 @@ impl RegistryStore for SqlRegistry {
         let username = username.to_owned();
         self.db
             .read(move |db| Box::pin(async move { rules::revoked_sessions(db, &username).await }))
+            .await
+    }
+
+    async fn record_refresh(&self, refresh: SessionRefresh) -> Result<()> {
+        self.db
+            .write(move |db| Box::pin(rules::record_refresh(db, refresh)))
+            .await
+    }
+
+    async fn spend_refresh(&self, spend: SpendRefresh) -> Result<RefreshSpent> {
+        self.db
+            .write(move |db| Box::pin(rules::spend_refresh(db, spend)))
             .await
     }
 

@@ -119,6 +119,7 @@ suite!(
     mcp_servers_are_per_tenant_entries_with_revisions,
     mcp_discover_synchronises_the_servers_tools_in_one_transaction,
     sessions_are_revoked_until_their_tokens_expire,
+    a_refresh_token_is_spent_once_and_its_reuse_ends_the_session,
     tenants_are_listed_in_scope,
 );
 
@@ -1238,6 +1239,147 @@ async fn users_are_managed_within_a_tenant_unless_the_scope_is_every_tenant(
 
 // ---- sessions and tenants ----
 
+async fn a_refresh_token_is_spent_once_and_its_reuse_ends_the_session(
+    store: Arc<dyn RegistryStore>,
+) {
+    use toolshed_registry::{RefreshSpent, SessionRefresh, SpendRefresh};
+    let now = toolshed_store::time::now_ms();
+    let record = |session: &str, refresh: &str, expires_at_ms: i64| SessionRefresh {
+        session_id: session.to_owned(),
+        username: "ann".to_owned(),
+        refresh_id: refresh.to_owned(),
+        expires_at_ms,
+    };
+    let spend = |session: &str, presented: &str, next: &str| SpendRefresh {
+        session_id: session.to_owned(),
+        username: "ann".to_owned(),
+        presented: presented.to_owned(),
+        next: next.to_owned(),
+        expires_at_ms: now + 60_000,
+        revoked_until_ms: now + 120_000,
+    };
+    // Two logins of ann: two sessions, each with its live refresh token.
+    store
+        .record_refresh(record("s-1", "r-1", now + 60_000))
+        .await
+        .unwrap();
+    store
+        .record_refresh(record("s-2", "q-1", now + 60_000))
+        .await
+        .unwrap();
+    // Each refresh spends the live token for the next one.
+    for (presented, next) in [("r-1", "r-2"), ("r-2", "r-3")] {
+        assert_eq!(
+            store
+                .spend_refresh(spend("s-1", presented, next))
+                .await
+                .unwrap(),
+            RefreshSpent::Rotated
+        );
+    }
+    assert!(store.revoked_sessions("ann").await.unwrap().is_empty());
+    // A spent one again: the session ends, revoked as a logout would revoke it…
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-1", "r-1", "r-4"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+    assert_eq!(store.revoked_sessions("ann").await.unwrap(), ["s-1"]);
+    // …and its live refresh token, the thief's or the user's, is gone with it.
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-1", "r-3", "r-5"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+    // The user's other session goes on.
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-2", "q-1", "q-2"))
+            .await
+            .unwrap(),
+        RefreshSpent::Rotated
+    );
+    // A session never recorded (older than rotation) has no live token.
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-unknown", "x", "y"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+    // Recording again (new tokens after a password change) replaces the live token.
+    store
+        .record_refresh(record("s-3", "a-1", now + 60_000))
+        .await
+        .unwrap();
+    store
+        .record_refresh(record("s-3", "a-2", now + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-3", "a-1", "a-3"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+    // Two refreshes racing with one token: one rotates, the other ends the session.
+    store
+        .record_refresh(record("s-4", "c-1", now + 60_000))
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(
+        store.spend_refresh(spend("s-4", "c-1", "c-2")),
+        store.spend_refresh(spend("s-4", "c-1", "c-3")),
+    );
+    let mut outcomes = [a.unwrap(), b.unwrap()];
+    outcomes.sort_by_key(|o| *o == RefreshSpent::SessionEnded);
+    assert_eq!(
+        outcomes,
+        [RefreshSpent::Rotated, RefreshSpent::SessionEnded]
+    );
+    // A logout ends the live refresh token too.
+    store
+        .record_refresh(record("s-5", "d-1", now + 60_000))
+        .await
+        .unwrap();
+    store
+        .revoke_session(toolshed_registry::RevokedSession {
+            session_id: "s-5".into(),
+            username: "ann".into(),
+            expires_at_ms: now + 120_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-5", "d-1", "d-2"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+    // A session whose refresh token expired is pruned by the next login.
+    store
+        .record_refresh(record("s-6", "e-1", now - 1))
+        .await
+        .unwrap();
+    store
+        .record_refresh(record("s-7", "f-1", now + 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .spend_refresh(spend("s-6", "e-1", "e-2"))
+            .await
+            .unwrap(),
+        RefreshSpent::SessionEnded
+    );
+}
+
 async fn sessions_are_revoked_until_their_tokens_expire(store: Arc<dyn RegistryStore>) {
     use toolshed_registry::RevokedSession;
     let now = toolshed_store::time::now_ms();
@@ -1743,7 +1885,7 @@ mod sqlite_only {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/folder/toolshed.db");
         let a = sqlite_at(&path).await.unwrap();
-        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(a.applied_migrations(), [1, 2, 3, 4, 5, 6, 7, 8]);
         let b = sqlite_at(&path).await.unwrap();
         assert!(b.applied_migrations().is_empty());
 
@@ -1871,7 +2013,7 @@ mod sqlite_only {
             .unwrap();
         }
         let store = sqlite_at(&path).await.unwrap();
-        assert_eq!(store.applied_migrations(), [3, 4, 5, 6, 7]);
+        assert_eq!(store.applied_migrations(), [3, 4, 5, 6, 7, 8]);
         assert_eq!(store.get_tool("t1").await.unwrap().tenant, "default");
         assert_eq!(
             store.tool_versions("t1").await.unwrap()[0].tenant,
@@ -1927,7 +2069,7 @@ mod sqlite_only {
             .unwrap();
         let message = unavailable(sqlite_at(&path).await);
         assert!(
-            message.contains("registry schema version 99 is newer than this toolshed supports (7)"),
+            message.contains("registry schema version 99 is newer than this toolshed supports (8)"),
             "{message}"
         );
         assert!(message.contains("upgrade toolshed"), "{message}");
@@ -2058,7 +2200,7 @@ mod postgres_only {
                 b.applied_migrations().to_vec(),
             ];
             applied.sort();
-            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6, 7]]);
+            assert_eq!(applied, [vec![], vec![1, 2, 3, 4, 5, 6, 7, 8]]);
             let t = a.create_tool(tool("t")).await.unwrap();
             assert_eq!(b.get_tool(&t.id).await.unwrap(), t);
 
@@ -2087,6 +2229,7 @@ mod postgres_only {
                     "registry_mcp_servers",
                     "registry_revoked_sessions",
                     "registry_sandbox_executions",
+                    "registry_sessions",
                     "registry_settings",
                     "registry_tool_code",
                     "registry_tool_versions",
@@ -2154,7 +2297,7 @@ mod postgres_only {
                     (j, r)
                 };
                 assert_eq!(journal.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
-                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6, 7]);
+                assert_eq!(registry.applied_migrations(), [1, 2, 3, 4, 5, 6, 7, 8]);
                 journal.create_run(new_run("r1")).await.unwrap();
                 let t = registry.create_tool(tool("t")).await.unwrap();
                 drop((journal, registry));

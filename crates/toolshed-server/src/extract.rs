@@ -87,20 +87,30 @@ impl FromRequestParts<AppState> for Auth {
 }
 
 /// The client's address, when the server was started with connection info (as
-/// [`Server::run`](crate::Server::run) does); `None` otherwise (a router served some
-/// other way).
+/// [`Server::run`](crate::Server::run) does): the socket's peer, or, behind a trusted
+/// proxy, the client its forwarding headers name ([`crate::client_addr`]); `None`
+/// otherwise (a router served some other way).
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub Option<std::net::IpAddr>);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+impl FromRequestParts<AppState> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         Ok(ClientAddr(
             parts
                 .extensions
                 .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip()),
+                .map(|c| {
+                    crate::client_addr::client_address(
+                        c.0.ip(),
+                        &parts.headers,
+                        &state.config().trusted_proxies,
+                    )
+                }),
         ))
     }
 }

@@ -38,6 +38,8 @@ use tower_http::timeout::TimeoutLayer;
 
 pub use axum::Json;
 
+mod access_log;
+pub mod client_addr;
 pub mod code;
 pub mod console;
 pub mod credentials;
@@ -86,8 +88,14 @@ pub struct ServerConfig {
     pub token_ttl: Duration,
     /// How long a refresh token is valid (default 12 hours).
     pub refresh_ttl: Duration,
-    /// Login limits: hashing slots, attempts per user and per address.
+    /// Login limits: hashing slots, failed attempts per user name from one address, per
+    /// user name and per address, wrong current passwords per session.
     pub login: login_limits::LoginLimits,
+    /// Proxies whose forwarding headers (`Forwarded`, `X-Forwarded-For`) name the
+    /// client, and whose connections the per-address cap leaves alone (`toolshed serve
+    /// --trusted-proxy CIDR`). Empty by default: the client is the socket's peer and the
+    /// headers are ignored.
+    pub trusted_proxies: Vec<client_addr::TrustedProxy>,
     /// The token issuer, also the principal's `iss` (default `toolshed`).
     pub issuer: String,
     /// The token signing secret. `None`: one is generated on first start and kept in
@@ -155,6 +163,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("sandbox", &self.sandbox)
             .field("credentials", &self.credentials)
             .field("public_url", &self.public_url)
+            .field("trusted_proxies", &self.trusted_proxies)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +179,7 @@ impl ServerConfig {
             token_ttl: Duration::from_secs(15 * 60),
             refresh_ttl: Duration::from_secs(12 * 3600),
             login: login_limits::LoginLimits::default(),
+            trusted_proxies: Vec::new(),
             issuer: "toolshed".into(),
             jwt_secret: None,
             admin_password: None,
@@ -423,7 +433,8 @@ impl Server {
             .storage()
             .map(|guard| tokio::spawn(guard.clone().watch()));
         let limits = self.state.config().limits.connections;
-        listen::serve(self.listener, app, limits, shutdown).await;
+        let trusted = self.state.config().trusted_proxies.clone().into();
+        listen::serve(self.listener, app, limits, trusted, shutdown).await;
         if let Some(task) = watching {
             task.abort();
         }
@@ -641,9 +652,10 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         // Outside the timeout, so the timeout's bare 503 gets the envelope too.
         .layer(middleware::from_fn(envelope_bare_errors))
         .layer(CatchPanicLayer::custom(panicked))
-        // One span and one event per request at DEBUG (method, path, status, latency):
-        // `TOOLSHED_LOG=info,tower_http=debug` turns the access log on.
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        // One span and one event per request at DEBUG (method, path with its query
+        // redacted, status, latency): `TOOLSHED_LOG=info,tower_http=debug` turns the
+        // access log on.
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(access_log::make_span))
 }
 
 async fn not_found(req: Request) -> ApiError {

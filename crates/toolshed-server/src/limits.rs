@@ -1,6 +1,7 @@
-//! The server's limits on its clients: how many connections it holds and how long a
-//! silent one may stay ([`ConnectionLimits`], enforced by the accept loop), and how
-//! fast one tenant may execute ([`Rate`], enforced by [`RateLimiter`]).
+//! The server's limits on its clients: how many connections it holds, how many of them
+//! one address may hold, and how long a silent or slow one may stay
+//! ([`ConnectionLimits`], enforced by the accept loop), and how fast one tenant may
+//! execute ([`Rate`], enforced by [`RateLimiter`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,6 +17,10 @@ pub struct ConnectionLimits {
     /// The most connections open at once (default 1024). At the cap the server stops
     /// accepting: further connections wait in the kernel's backlog until one closes.
     pub max_connections: usize,
+    /// The most connections one client address holds at once (default 128; at most
+    /// `max_connections`), an IPv6 client counted by its /64. One more is answered 429
+    /// `TOO_MANY_CONNECTIONS` and closed. Trusted proxies are not capped this way.
+    pub max_connections_per_address: usize,
     /// How long a request's head (request line and headers) may take to arrive, from
     /// its first byte (default 10 s).
     pub header_timeout: Duration,
@@ -23,14 +28,27 @@ pub struct ConnectionLimits {
     /// byte, before its next request or while its client is not reading the answer
     /// (default 60 s).
     pub idle_timeout: Duration,
+    /// How long a request's body may take to arrive whole, from its head's arrival
+    /// (default 300 s); past it, 408 `BODY_TIMEOUT` and the connection closes.
+    pub body_timeout: Duration,
+    /// The slowest a request's body may arrive on average once `body_rate_grace` has
+    /// passed, in bytes per second (default 1024; 0: no minimum); slower is 408
+    /// `BODY_TIMEOUT` and the connection closes.
+    pub min_body_rate: u32,
+    /// How long a body may take before the minimum rate applies (default 5 s).
+    pub body_rate_grace: Duration,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: 1024,
+            max_connections_per_address: 128,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(300),
+            min_body_rate: 1024,
+            body_rate_grace: Duration::from_secs(5),
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The accept loop: HTTP/1 connections served by hyper under a connection cap, a
-//! header-read timeout and an idle timeout, so slow or silent clients cannot hold the
-//! server's file descriptors. `axum::serve` offers none of the three, hence this loop.
+//! The accept loop: HTTP/1 connections served by hyper under a connection cap, a cap per
+//! client address, a header-read timeout, a body deadline and minimum body rate, and an
+//! idle timeout, so slow or silent clients cannot hold the server's file descriptors or
+//! its attention. `axum::serve` offers none of these, hence this loop.
 //!
 //! - **Connection cap.** A connection holds a permit of a semaphore from accept to
 //!   close. With every permit out, the loop *stops accepting*: new connections wait in
@@ -8,35 +9,64 @@
 //!   order, as permits come back. Accept-and-close would instead drop the newest
 //!   connection, which is the honest client's as often as not, while the idle ones
 //!   that filled the cap keep their places until their timeout.
+//! - **Cap per client address.** One address (an IPv6 client by its /64) holds at most
+//!   `max_connections_per_address` of them, so one client cannot fill the global cap
+//!   and leave everyone else in the backlog. A connection past it is answered `429
+//!   TOO_MANY_CONNECTIONS` (once its request head arrives, within a second) and closed;
+//!   it gives its permit back at once, and at most [`REFUSING`] are being answered at a
+//!   time (past that, one is closed unanswered). Trusted proxies (`--trusted-proxy`)
+//!   carry many clients and are not capped this way.
 //! - **Idle timeout.** A connection with no request in progress and no byte of a new
 //!   one (a fresh connection, a kept-alive one between requests, or one whose client
 //!   stopped reading the answer) is closed once it has moved no byte for this long.
 //! - **Header timeout.** Once the first byte of a request arrives, its whole head must
 //!   arrive within this long.
+//! - **Body deadline and minimum rate.** From its head's arrival, a request's body must
+//!   be complete within the body timeout, and, once the grace period is over, must
+//!   keep up with the minimum rate on average (`received >= rate × (elapsed − grace)`).
+//!   A body that does not is answered `408 BODY_TIMEOUT` with `Connection: close`,
+//!   whatever its handler was doing, and the connection is closed. A trickle of one
+//!   byte every few seconds is cut a few seconds after the grace period.
 //!
 //! A request in progress (its handler running) is bounded by the request timeout
 //! instead. Answers are whole bodies (no route streams), so a request ends when its
 //! handler does, and writing the answer out is then watched by the idle timeout.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::pin::{Pin, pin};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::Request;
-use hyper::body::Incoming;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
+use toolshed_api::{ApiCode, ErrorBody, ErrorEnvelope};
 use tower::ServiceExt;
 
+use crate::client_addr::{TrustedProxy, is_trusted};
+use crate::error::ApiError;
 use crate::limits::ConnectionLimits;
+
+/// Connections past their address's cap being answered at once, at most; past it, one
+/// is closed unanswered.
+const REFUSING: usize = 64;
+
+/// How long a refused connection may take to send its request head, and then to read
+/// the answer, before it is closed.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
 /// Serve `app` on `listener` until `shutdown` completes; then stop accepting, let every
 /// connection finish its request in progress, and return once all are closed.
@@ -44,10 +74,15 @@ pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    trusted: Arc<[TrustedProxy]>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let permits = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(permits));
+    let per_address = Arc::new(PerAddress::new(
+        limits.max_connections_per_address.clamp(1, permits),
+    ));
+    let refusing = Arc::new(Semaphore::new(REFUSING));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut shutdown = pin!(shutdown);
     loop {
@@ -69,10 +104,26 @@ pub(crate) async fn serve(
                 // writes: with Nagle on, the last one waits for the client's delayed
                 // ACK (~40 ms). Failing to set it only costs latency.
                 let _ = stream.set_nodelay(true);
+                let held = if is_trusted(peer.ip(), &trusted) {
+                    None
+                } else {
+                    match per_address.enter(peer.ip()) {
+                        Some(held) => Some(held),
+                        None => {
+                            // Past its address's cap: the permit goes back now.
+                            drop(permit);
+                            if let Ok(turn) = refusing.clone().try_acquire_owned() {
+                                tokio::spawn(refuse(stream, per_address.cap, turn));
+                            }
+                            continue;
+                        }
+                    }
+                };
                 let app = app.clone();
                 let stop = stop_rx.clone();
                 tokio::spawn(async move {
                     connection(stream, peer, app, limits, stop).await;
+                    drop(held);
                     drop(permit);
                 });
             }
@@ -102,6 +153,118 @@ async fn accept_failed(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
+/// The connections open per client address, for the cap per address. Its entries are
+/// the addresses with a connection open: at most the global cap.
+struct PerAddress {
+    cap: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its address; dropping it closes the count.
+struct AddressHeld {
+    key: IpAddr,
+    table: Arc<PerAddress>,
+}
+
+impl PerAddress {
+    fn new(cap: usize) -> Self {
+        PerAddress {
+            cap,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Count one more connection from `ip`, or `None` at its cap.
+    fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<AddressHeld> {
+        let key = address_key(ip);
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(AddressHeld {
+            key,
+            table: self.clone(),
+        })
+    }
+}
+
+impl Drop for AddressHeld {
+    fn drop(&mut self) {
+        let mut open = self
+            .table
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The key a client address is counted under: an IPv4 address (also mapped into
+/// IPv6) as it is; an IPv6 one by its /64, the block one client usually holds whole.
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+        v4 => v4,
+    }
+}
+
+/// Answer a connection past its address's cap: wait (briefly) for its request head,
+/// answer `429 TOO_MANY_CONNECTIONS`, half-close, and read what the client still sends
+/// for a moment, so the close does not reset the connection before the answer is read.
+async fn refuse(mut stream: TcpStream, cap: usize, _turn: OwnedSemaphorePermit) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    let arrived = tokio::time::timeout(REFUSAL_LINGER, async {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    if arrived != Ok(true) {
+        return;
+    }
+    let body = serde_json::to_vec(&ErrorEnvelope {
+        error: ErrorBody {
+            code: ApiCode::TooManyConnections,
+            message: format!(
+                "this client address has {cap} connections open to the server, the most it may; reuse one (keep-alive), close one, or retry in a second"
+            ),
+            details: None,
+        },
+    })
+    .unwrap_or_default();
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let written = tokio::time::timeout(REFUSAL_LINGER, async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if matches!(written, Ok(Ok(()))) {
+        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        })
+        .await;
+    }
+}
+
 /// Serve one connection until it closes, times out, or the server stops.
 async fn connection(
     stream: TcpStream,
@@ -123,9 +286,20 @@ async fn connection(
             req.extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
             let request = RequestGuard::begin(activity.clone());
+            let clock = Arc::new(BodyClock::new(req.body().is_end_stream()));
+            let req = req.map(|inner| {
+                axum::body::Body::new(Timed {
+                    inner,
+                    clock: clock.clone(),
+                })
+            });
             let app = app.clone();
             async move {
-                let answer = app.oneshot(req).await;
+                let answer = tokio::select! {
+                    biased;
+                    answer = app.oneshot(req) => answer,
+                    why = clock.expired(&limits) => Ok(body_timeout(why, &limits)),
+                };
                 drop(request);
                 answer
             }
@@ -241,6 +415,121 @@ impl Activity {
         } else {
             Next::CheckAt(self.at(expires))
         }
+    }
+}
+
+/// How a request's body is doing against its deadline and minimum rate: when its head
+/// arrived, how many bytes of it the handler has read, and whether it is complete.
+struct BodyClock {
+    started: Instant,
+    received: AtomicU64,
+    complete: AtomicBool,
+}
+
+/// Why a body was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TooSlow {
+    Deadline,
+    Rate,
+}
+
+impl BodyClock {
+    fn new(complete: bool) -> Self {
+        BodyClock {
+            started: Instant::now(),
+            received: AtomicU64::new(0),
+            complete: AtomicBool::new(complete),
+        }
+    }
+
+    /// Completes when the body falls behind its deadline or its rate, and never once it
+    /// is complete. It wakes only when the bytes read so far would fall behind, so a
+    /// body arriving on time costs a few timer wake-ups, not one per chunk.
+    async fn expired(&self, limits: &ConnectionLimits) -> TooSlow {
+        loop {
+            if self.complete.load(Ordering::Acquire) {
+                return std::future::pending().await;
+            }
+            let elapsed = self.started.elapsed();
+            if elapsed >= limits.body_timeout {
+                return TooSlow::Deadline;
+            }
+            let mut next = limits.body_timeout;
+            if limits.min_body_rate > 0 {
+                // The bytes read so far cover the rate until this long after the head.
+                let received = self.received.load(Ordering::Acquire);
+                let covered =
+                    Duration::from_secs_f64(received as f64 / f64::from(limits.min_body_rate));
+                let behind = limits.body_rate_grace.saturating_add(covered);
+                if elapsed >= behind {
+                    return TooSlow::Rate;
+                }
+                next = next.min(behind);
+            }
+            tokio::time::sleep_until(self.started + next).await;
+        }
+    }
+}
+
+/// The `408 BODY_TIMEOUT` answer to a body cut for `why`; the connection closes after it.
+fn body_timeout(why: TooSlow, limits: &ConnectionLimits) -> Response {
+    tracing::debug!(reason = ?why, "answering a slow request body 408 and closing");
+    let message = match why {
+        TooSlow::Deadline => format!(
+            "the request body was not complete within {} s; send it at once, or ask the operator for a longer --body-timeout-seconds",
+            limits.body_timeout.as_secs()
+        ),
+        TooSlow::Rate => format!(
+            "the request body arrived slower than {} bytes per second; send it at once, or ask the operator for a lower --min-body-bytes-per-second",
+            limits.min_body_rate
+        ),
+    };
+    let mut response = ApiError::new(ApiCode::BodyTimeout, message).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// A request body that tells its [`BodyClock`] how much of it was read and when it
+/// ended.
+struct Timed {
+    inner: Incoming,
+    clock: Arc<BodyClock>,
+}
+
+impl hyper::body::Body for Timed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let n = u64::try_from(data.len()).unwrap_or(u64::MAX);
+                    self.clock.received.fetch_add(n, Ordering::AcqRel);
+                }
+                if self.inner.is_end_stream() {
+                    self.clock.complete.store(true, Ordering::Release);
+                }
+            }
+            // Ended, or failed (the client went away): either way nothing more comes.
+            Poll::Ready(_) => self.clock.complete.store(true, Ordering::Release),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -88,6 +88,14 @@ struct UserStamp {
 /// `USER_STAMP_TTL`) can still issue tokens of the session a moment after it.
 const REVOCATION_MARGIN: Duration = Duration::from_secs(60);
 
+/// Milliseconds since the Unix epoch, `from_now` from now.
+pub(crate) fn epoch_ms_in(from_now: Duration) -> i64 {
+    (std::time::SystemTime::now() + from_now)
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// A registry tool ready to execute: its record, and a runtime whose toolset is that
 /// one tool.
 pub struct Prepared {
@@ -408,28 +416,28 @@ impl AppState {
         let Some(sid) = claims.sid.clone() else {
             return Ok(false);
         };
-        let tokens = self.tokens();
-        let lifetime = tokens.ttl().max(tokens.refresh_ttl()) + REVOCATION_MARGIN;
-        let until = std::time::SystemTime::now() + lifetime;
-        let ms = |t: std::time::SystemTime| {
-            t.duration_since(std::time::UNIX_EPOCH)
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .unwrap_or(0)
-        };
-        // A token issued by a server with longer lifetimes than ours outlives our
-        // estimate: never keep the row shorter than the token in hand.
-        let own = i64::try_from(claims.exp)
-            .unwrap_or(i64::MAX / 1000)
-            .saturating_mul(1000);
         self.registry()
             .revoke_session(toolshed_registry::RevokedSession {
                 session_id: sid,
                 username: claims.sub.clone(),
-                expires_at_ms: ms(until).max(own),
+                expires_at_ms: self.revoked_until_ms(claims),
             })
             .await?;
         self.forget_user(&claims.sub);
         Ok(true)
+    }
+
+    /// Until when a revocation of `claims`' session is kept: past the lifetime of the
+    /// longest token this server issues, and never shorter than the token in hand (a
+    /// server with longer lifetimes than ours may have issued it). Milliseconds since
+    /// the Unix epoch.
+    pub(crate) fn revoked_until_ms(&self, claims: &Claims) -> i64 {
+        let tokens = self.tokens();
+        let lifetime = tokens.ttl().max(tokens.refresh_ttl()) + REVOCATION_MARGIN;
+        let own = i64::try_from(claims.exp)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000);
+        epoch_ms_in(lifetime).max(own)
     }
 
     /// Forget what is known of a user's tokens (after this server changed or removed

@@ -482,8 +482,9 @@ async fn refresh_buys_access_tokens_until_the_user_is_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_logins_are_limited_with_429_and_retry_after() {
     let s = TestServer::start_with(|c| {
-        c.login.per_user = 3;
-        c.login.per_address = 6;
+        c.login.per_address_user = 3;
+        c.login.per_user = 100;
+        c.login.per_address = 4;
     })
     .await;
     let bad = |user: &str| json!({"username": user, "password": "wrong-password"});
@@ -491,7 +492,7 @@ async fn bad_logins_are_limited_with_429_and_retry_after() {
         let (status, _) = login_body(&s, bad("vic")).await;
         assert_eq!(status, 401);
     }
-    // vic's allowance is spent: even the right password waits for the window.
+    // vic's allowance from this address is spent: even the right password waits.
     let resp = s
         .client
         .post(format!("{}/api/v1/auth/login", s.base))
@@ -505,19 +506,28 @@ async fn bad_logins_are_limited_with_429_and_retry_after() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((1..=60).contains(&retry), "{retry}");
+    // One attempt comes back every 60 s / 3.
+    assert!((1..=20).contains(&retry), "{retry}");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "TOO_MANY_ATTEMPTS");
-    // Another user still logs in; successes do not count against the address.
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("for this user from this address"),
+        "{body}"
+    );
+    // Another user still logs in; successes do not count.
     for _ in 0..5 {
         s.login("dee", "password-123").await;
     }
-    // Failures for other names do: 3 (vic) + 3 (ghosts) = the address's 6.
-    for name in ["ghost-1", "ghost-2", "ghost-3"] {
+    // Each user name failed from the address takes one of its 4; vic's first failure
+    // was from an address vic had logged in from, which takes none.
+    for name in ["ghost-1", "ghost-2", "ghost-3", "ghost-4"] {
         let (status, _) = login_body(&s, bad(name)).await;
         assert_eq!(status, 401);
     }
-    let (status, answer) = login_body(&s, bad("ghost-4")).await;
+    let (status, answer) = login_body(&s, bad("ghost-5")).await;
     assert_eq!(status, 429, "{answer}");
     assert!(
         answer["error"]["message"]
@@ -525,6 +535,225 @@ async fn bad_logins_are_limited_with_429_and_retry_after() {
             .unwrap()
             .contains("from this address"),
         "{answer}"
+    );
+    // A user who logged in from here before is not held back by the spray.
+    s.login("admin", ADMIN_PASSWORD).await;
+    s.stop().await;
+}
+
+/// A bad login for `user` sent with `headers`; its status.
+async fn bad_login_with(s: &TestServer, user: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut req = s
+        .client
+        .post(format!("{}/api/v1/auth/login", s.base))
+        .json(&json!({"username": user, "password": "wrong-password"}));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_name_the_client_only_behind_a_trusted_proxy() {
+    // Three bad logins for one user, each claiming another client.
+    let claims: [&[(&str, &str)]; 3] = [
+        &[("x-forwarded-for", "203.0.113.1")],
+        &[("forwarded", "for=203.0.113.2;proto=https")],
+        &[("x-forwarded-for", "198.51.100.9, 203.0.113.3")],
+    ];
+    for trusted in [false, true] {
+        let s = TestServer::start_with(|c| {
+            c.login.per_address_user = 2;
+            c.login.per_user = 100;
+            c.login.per_address = 100;
+            if trusted {
+                c.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+            }
+        })
+        .await;
+        let mut statuses = Vec::new();
+        for headers in claims {
+            statuses.push(bad_login_with(&s, "vic", headers).await);
+        }
+        if trusted {
+            // Three clients: none used up its two attempts.
+            assert_eq!(statuses, [401, 401, 401], "behind a trusted proxy");
+            // The rightmost hop no trusted proxy wrote is the client, whatever the
+            // client wrote left of it: these three are one client, 203.0.113.7.
+            let mut statuses = Vec::new();
+            for spoof in ["1.1.1.1", "2.2.2.2", "3.3.3.3"] {
+                let chain = format!("{spoof}, 203.0.113.7, 127.0.0.9");
+                statuses.push(bad_login_with(&s, "vic", &[("x-forwarded-for", &chain)]).await);
+            }
+            assert_eq!(statuses, [401, 401, 429], "the rightmost untrusted hop");
+            // `Forwarded` names the same client the same way, an IPv6 one too.
+            let mut statuses = Vec::new();
+            for _ in 0..3 {
+                statuses.push(
+                    bad_login_with(&s, "vic", &[("forwarded", r#"for="[2001:db8::7]:4711""#)])
+                        .await,
+                );
+            }
+            assert_eq!(statuses, [401, 401, 429], "Forwarded");
+        } else {
+            // The headers are anyone's to write: all three are this connection's peer.
+            assert_eq!(statuses, [401, 401, 429], "without a trusted proxy");
+        }
+        s.stop().await;
+    }
+}
+
+async fn refresh_with(s: &TestServer, refresh: &str) -> (u16, Value) {
+    s.call(
+        "POST",
+        "/api/v1/auth/refresh",
+        None,
+        Some(json!({"refresh_token": refresh})),
+    )
+    .await
+}
+
+async fn me(s: &TestServer, token: &str) -> u16 {
+    s.call("GET", "/api/v1/auth/me", Some(token), None).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_token_is_spent_by_its_refresh() {
+    let s = TestServer::start().await;
+    let (status, login) =
+        login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
+    assert_eq!(status, 200, "{login}");
+    let first = login["data"]["refresh_token"].as_str().unwrap().to_owned();
+    let (status, renewed) = refresh_with(&s, &first).await;
+    assert_eq!(status, 200, "{renewed}");
+    let second = renewed["data"]["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(first, second, "a refresh gives a new refresh token");
+    // The first one is spent: it buys nothing more.
+    let (status, answer) = refresh_with(&s, &first).await;
+    assert_eq!(
+        status, 401,
+        "a spent refresh token bought tokens again: {answer}"
+    );
+    assert_eq!(answer["error"]["code"], "UNAUTHENTICATED");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{answer}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reusing_a_spent_refresh_token_ends_the_whole_session() {
+    let s = TestServer::start().await;
+    let tokens = |v: &Value| {
+        (
+            v["data"]["token"].as_str().unwrap().to_owned(),
+            v["data"]["refresh_token"].as_str().unwrap().to_owned(),
+        )
+    };
+    // Two logins of one user: two sessions.
+    let (_, login) = login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
+    let (access_1, refresh_1) = tokens(&login);
+    let (_, other) = login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
+    let (other_access, other_refresh) = tokens(&other);
+    // The user refreshes; a thief who copied the first refresh token replays it.
+    let (status, renewed) = refresh_with(&s, &refresh_1).await;
+    assert_eq!(status, 200, "{renewed}");
+    let (access_2, refresh_2) = tokens(&renewed);
+    assert_eq!(me(&s, &access_2).await, 200);
+    let (status, answer) = refresh_with(&s, &refresh_1).await;
+    assert_eq!(
+        status, 401,
+        "the replayed refresh token was accepted: {answer}"
+    );
+    // The whole session is ended: every token of the login and of its refresh.
+    assert_eq!(me(&s, &access_1).await, 401, "the login's access token");
+    assert_eq!(me(&s, &access_2).await, 401, "the refreshed access token");
+    let (status, answer) = refresh_with(&s, &refresh_2).await;
+    assert_eq!(status, 401, "the refreshed refresh token: {answer}");
+    // The user's other session goes on.
+    assert_eq!(me(&s, &other_access).await, 200);
+    let (status, answer) = refresh_with(&s, &other_refresh).await;
+    assert_eq!(status, 200, "{answer}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_flood_against_some_accounts_leaves_other_users_logging_in() {
+    // The server's defaults: what a deployment gets.
+    let s = TestServer::start().await;
+    // A user who has never logged in from anywhere.
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/users",
+            Some(&s.admin),
+            Some(json!({"username": "bea", "password": "password-123", "role": "viewer"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    // 500 bad logins from this address against five accounts, fifty at a time.
+    let targets = ["dee", "vic", "ghost-1", "ghost-2", "ghost-3"];
+    let mut limited = 0;
+    for round in 0..10 {
+        let answers = futures_util::future::join_all((0..50).map(|i| {
+            let user = targets[(round * 50 + i) % targets.len()];
+            login_body(&s, json!({"username": user, "password": "wrong-password"}))
+        }))
+        .await;
+        for (status, answer) in answers {
+            assert!(status == 401 || status == 429, "{status}: {answer}");
+            limited += usize::from(status == 429);
+        }
+    }
+    assert!(
+        limited >= 400,
+        "the flood was not limited: {limited} of 500"
+    );
+    // Right after it, from the same address: a bystander's right password works, and
+    // so does one of a user who logged in from here before.
+    let started = Instant::now();
+    let (status, answer) =
+        login_body(&s, json!({"username": "bea", "password": "password-123"})).await;
+    assert_eq!(status, 200, "the bystander was refused: {answer}");
+    let (status, answer) =
+        login_body(&s, json!({"username": "admin", "password": ADMIN_PASSWORD})).await;
+    assert_eq!(status, 200, "a known user was refused: {answer}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_current_passwords_do_not_lock_the_user_out_of_login() {
+    let s = TestServer::start().await;
+    // Whoever holds dee's token tries passwords on change-password.
+    let mut statuses = Vec::new();
+    for i in 0..20 {
+        let (status, answer) = s
+            .call(
+                "POST",
+                "/api/v1/auth/change-password",
+                Some(&s.deployer),
+                Some(json!({"current_password": format!("guess-{i}-xx"), "new_password": "another-password-1"})),
+            )
+            .await;
+        assert!(status == 401 || status == 429, "{status}: {answer}");
+        statuses.push(status);
+    }
+    // The guesses are limited…
+    assert!(statuses.contains(&429), "{statuses:?}");
+    // …and dee still logs in, from the same address.
+    let (status, answer) =
+        login_body(&s, json!({"username": "dee", "password": "password-123"})).await;
+    assert_eq!(
+        status, 200,
+        "dee was locked out by guesses made with a token: {answer}"
     );
     s.stop().await;
 }

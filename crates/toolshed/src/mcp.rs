@@ -159,6 +159,7 @@ async fn serve_registry(db: &Db) -> Result<(), Failure> {
         generation: 0,
         kind: toolshed_auth::TokenKind::Access,
         sid: None,
+        jti: None,
     };
     let gateway = Arc::new(toolshed_server::mcp_gateway::RegistryGateway::new(
         state.clone(),

@@ -87,9 +87,21 @@ pub struct ServeArgs {
     /// Never written to the log.
     #[arg(long, env = "TOOLSHED_ADMIN_PASSWORD_FILE", value_name = "PATH")]
     admin_password_file: Option<std::path::PathBuf>,
-    /// The connection cap and timeouts, and the execute rate.
+    /// The connection caps, timeouts and minimum body rate, and the execute rate.
     #[command(flatten)]
     limits: crate::serve_limits::LimitArgs,
+    /// An address or range (CIDR) of a reverse proxy in front of the server: from it,
+    /// the client is the rightmost address of `Forwarded` or `X-Forwarded-For` that is
+    /// not a trusted proxy, and the per-address connection cap does not apply.
+    /// Repeatable; the variable takes a comma-separated list. Without one, the client is
+    /// the connection's peer and those headers are ignored.
+    #[arg(
+        long = "trusted-proxy",
+        env = "TOOLSHED_TRUSTED_PROXIES",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    trusted_proxies: Vec<toolshed_server::client_addr::TrustedProxy>,
     /// A host name or address range (CIDR) HTTP tools may reach although it is not
     /// public (loopback, private, link-local, metadata addresses are refused otherwise,
     /// after DNS resolution). Repeatable; the variable takes a comma-separated list.
@@ -176,6 +188,7 @@ pub async fn run(args: ServeArgs, database_url: &str) -> Result<(), Failure> {
     config.code.dir = args.code_dir.clone();
     args.limits.apply(&mut config.limits);
     args.limits.apply_storage(&mut config.storage);
+    config.trusted_proxies = args.trusted_proxies.clone();
     if args.unsandboxed {
         config.dispatcher.isolation = toolshed_dispatch::Isolation::Unsandboxed;
     }
@@ -536,6 +549,84 @@ mod tests {
                 err.contains("--public-url") && err.contains(says) && !err.contains("secret"),
                 "{bad}: {err}"
             );
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_repeat_take_ranges_and_refuse_anything_else() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|c| c.serve.trusted_proxies)
+        };
+        if std::env::var_os("TOOLSHED_TRUSTED_PROXIES").is_none() {
+            assert!(parse(&[]).unwrap_or_default().is_empty(), "none by default");
+        }
+        let shown: Vec<String> = parse(&[
+            "--trusted-proxy",
+            "10.0.0.0/8",
+            "--trusted-proxy",
+            "192.0.2.7,fd00::/8",
+        ])
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(shown, ["10.0.0.0/8", "192.0.2.7/32", "fd00::/8"]);
+        let err = parse(&["--trusted-proxy", "proxy.internal"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("proxy.internal") && err.contains("CIDR"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn connection_and_body_limits_are_set_by_flag_with_their_defaults() {
+        let limits = |args: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
+            let mut limits = toolshed_server::limits::Limits::default();
+            cli.serve.limits.apply(&mut limits);
+            Ok::<_, String>(limits.connections)
+        };
+        let set = [
+            "TOOLSHED_MAX_CONNECTIONS",
+            "TOOLSHED_MAX_CONNECTIONS_PER_ADDRESS",
+            "TOOLSHED_BODY_TIMEOUT_SECONDS",
+            "TOOLSHED_MIN_BODY_BYTES_PER_SECOND",
+        ];
+        if set.iter().all(|v| std::env::var_os(v).is_none()) {
+            let c = limits(&[]).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                (c.max_connections, c.max_connections_per_address),
+                (1024, 128)
+            );
+            assert_eq!(c.body_timeout, std::time::Duration::from_secs(300));
+            assert_eq!(c.min_body_rate, 1024);
+            // One address never holds more than all of them.
+            let c = limits(&["--max-connections", "50"]).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(c.max_connections_per_address, 50);
+        }
+        let c = limits(&[
+            "--max-connections-per-address",
+            "16",
+            "--body-timeout-seconds",
+            "30",
+            "--min-body-bytes-per-second",
+            "0",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.max_connections_per_address, 16);
+        assert_eq!(c.body_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(c.min_body_rate, 0);
+        for bad in [
+            ["--max-connections-per-address", "0"],
+            ["--body-timeout-seconds", "0"],
+            ["--min-body-bytes-per-second", "-1"],
+        ] {
+            assert!(limits(&bad).is_err(), "{bad:?} was accepted");
         }
     }
 

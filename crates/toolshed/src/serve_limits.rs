@@ -1,5 +1,6 @@
-//! The flags of `toolshed serve` that limit clients: the connection cap and timeouts,
-//! the per-tenant execute rate and run quota, and the free-disk guard.
+//! The flags of `toolshed serve` that limit clients: the connection caps (in all and
+//! per client address), the header, body and idle timeouts, the minimum body rate, the
+//! per-tenant execute rate and run quota, and the free-disk guard.
 
 use std::time::Duration;
 
@@ -13,6 +14,11 @@ pub struct LimitArgs {
     /// stops accepting; further connections wait in the kernel's backlog.
     #[arg(long, env = "TOOLSHED_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+    /// The most connections one client address holds at once (default 128, and never
+    /// more than --max-connections); an IPv6 client is counted by its /64. One more is
+    /// answered 429 TOO_MANY_CONNECTIONS and closed. A --trusted-proxy is not capped so.
+    #[arg(long, env = "TOOLSHED_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_address: Option<u32>,
     /// How long a request's head (request line and headers) may take to arrive, in
     /// seconds (default 10).
     #[arg(long, env = "TOOLSHED_HEADER_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
@@ -21,6 +27,15 @@ pub struct LimitArgs {
     /// (default 60).
     #[arg(long, env = "TOOLSHED_IDLE_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout_seconds: Option<u64>,
+    /// How long a request's body may take to arrive whole, in seconds, from its head
+    /// (default 300); past it, 408 BODY_TIMEOUT and the connection closes.
+    #[arg(long, env = "TOOLSHED_BODY_TIMEOUT_SECONDS", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_seconds: Option<u64>,
+    /// The slowest a request's body may arrive on average after its first 5 seconds, in
+    /// bytes per second (default 1024; 0 for no minimum); slower is 408 BODY_TIMEOUT and
+    /// the connection closes.
+    #[arg(long, env = "TOOLSHED_MIN_BODY_BYTES_PER_SECOND", value_name = "BYTES")]
+    min_body_bytes_per_second: Option<u32>,
     /// Executes allowed per tenant: PER_SECOND on average, bursts of BURST (default:
     /// one second's worth). Off by default; over it, an execute is a 429 RATE_LIMITED
     /// with Retry-After.
@@ -78,11 +93,22 @@ impl LimitArgs {
         if let Some(n) = self.max_connections {
             c.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
         }
+        if let Some(n) = self.max_connections_per_address {
+            c.max_connections_per_address = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        // One address never holds more than all of them.
+        c.max_connections_per_address = c.max_connections_per_address.min(c.max_connections);
         if let Some(s) = self.header_timeout_seconds {
             c.header_timeout = Duration::from_secs(s);
         }
         if let Some(s) = self.idle_timeout_seconds {
             c.idle_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = self.body_timeout_seconds {
+            c.body_timeout = Duration::from_secs(s);
+        }
+        if let Some(rate) = self.min_body_bytes_per_second {
+            c.min_body_rate = rate;
         }
         if let Some(rate) = self.execute_rate {
             limits.execute_rate = Some(rate);

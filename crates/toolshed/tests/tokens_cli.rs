@@ -240,7 +240,13 @@ fn a_generated_admin_password_goes_to_the_named_file_only_and_user_passwd_replac
 
 #[test]
 fn five_hundred_concurrent_bad_logins_cost_bounded_memory_and_get_429s() {
-    let server = Server::start(Some(ADMIN_PASSWORD), &[]);
+    // Every login on a connection of its own, from one address: past the cap per
+    // address (128 by default) most would be refused before any password check, and
+    // this test is about the checks.
+    let server = Server::start(
+        Some(ADMIN_PASSWORD),
+        &["--max-connections-per-address", "1024"],
+    );
     let _ = server.announcement();
     let rt = runtime();
     let client = reqwest::Client::builder()

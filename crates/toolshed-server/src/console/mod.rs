@@ -157,7 +157,7 @@ async fn login(
             "wrong user name or password",
         ));
     };
-    let tokens = crate::routes::session::tokens_for(&state, &user, None)?;
+    let tokens = crate::routes::session::tokens_for(&state, &user, None).await?;
     Ok(session_answer(
         &headers,
         &tokens,
@@ -184,7 +184,8 @@ async fn refresh(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
     let Some(user) = state.registry().get_user(&claims.sub).await? else {
         return Err(ended());
     };
-    let tokens = crate::routes::session::tokens_for(&state, &user, claims.sid.as_deref())?;
+    // The refresh cookie is spent: sent again, it ends the session.
+    let tokens = crate::routes::session::spend_refresh(&state, &claims).await?;
     Ok(session_answer(
         &headers,
         &tokens,

@@ -19,7 +19,9 @@ use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
 
 /// Exchange a user name (as `username`, or `email`) and password for an access token
-/// and a refresh token. Limited per user name and per client address, and by the
+/// and a refresh token. Failed attempts are limited per user name from one client
+/// address, per user name, and per address by user names tried (a user's attempts from
+/// an address it logged in from before take only from the first), and checks by the
 /// server's password hashing slots: past them, 429 with `Retry-After`.
 #[utoipa::path(post, path = "/api/v1/auth/login", tag = "auth", request_body = LoginBody,
     responses(
@@ -57,7 +59,7 @@ pub async fn login(
         ));
     };
     Ok(Json(Data {
-        data: super::session::tokens_for(&state, &user, None)?,
+        data: super::session::tokens_for(&state, &user, None).await?,
     }))
 }
 

@@ -5,26 +5,38 @@
 //! generation, which ends the tokens it had: the answer to the user's own change
 //! carries new ones. A logout ends one session (the tokens of one login and its
 //! refreshes), and no other.
+//!
+//! A refresh token is good for one refresh: each session's live refresh token is
+//! recorded in the registry (`record_refresh` at login and whenever the session gets new
+//! tokens), and a refresh spends it for the next one (`spend_refresh`). A spent one
+//! presented again means two holders: the user and a thief, in some order, so the whole
+//! session ends (every token of its login and refreshes), as a logout would end it
+//! (OAuth 2.1's refresh token reuse detection).
 
 use axum::extract::{Path, State};
 use toolshed_api::requests::{ChangePasswordBody, RefreshBody, UserChangeBody};
 use toolshed_api::views::{LoggedOut, MeView, TokenView, UserView};
 use toolshed_api::{ApiCode, Data, ErrorEnvelope};
-use toolshed_auth::{Role, TokenKind};
-use toolshed_registry::{TenantScope, UserChange, UserRecord};
+use toolshed_auth::{Claims, Role, TokenKind};
+use toolshed_registry::{
+    RefreshSpent, SessionRefresh, SpendRefresh, TenantScope, UserChange, UserRecord,
+};
 
 use crate::error::ApiError;
-use crate::extract::{Auth, Body, ClientAddr};
-use crate::state::AppState;
+use crate::extract::{Auth, Body};
+use crate::login_limits::Attempt;
+use crate::state::{AppState, epoch_ms_in};
 use crate::{Json, views};
 
-/// Exchange a refresh token for a new access token (and a new refresh token). Refused
-/// once the user was removed or changed since the refresh token was issued.
+/// Exchange a refresh token for a new access token and a new refresh token. A refresh
+/// token is good for one refresh: the one sent is spent, and sending it again ends its
+/// whole session (every token of its login and refreshes: it was copied). Refused once
+/// the user was removed or changed since the refresh token was issued.
 #[utoipa::path(post, path = "/api/v1/auth/refresh", tag = "auth", request_body = RefreshBody,
     responses(
-        (status = 200, description = "New tokens", body = Data<TokenView>),
+        (status = 200, description = "New tokens; the refresh token sent is spent", body = Data<TokenView>),
         (status = 400, description = "The body is not JSON", body = ErrorEnvelope),
-        (status = 401, description = "Not a valid, current refresh token", body = ErrorEnvelope),
+        (status = 401, description = "Not a valid, current refresh token; or one spent already, which ends its session", body = ErrorEnvelope),
         (status = 422, description = "A field is missing or wrong", body = ErrorEnvelope),
     ))]
 pub async fn refresh(
@@ -39,17 +51,50 @@ pub async fn refresh(
         ));
     }
     state.check_current(&claims).await?;
+    let answer = spend_refresh(&state, &claims).await?;
+    Ok(Json(Data { data: answer }))
+}
+
+/// Spend the refresh token of `claims` (checked current by the caller) for the next
+/// tokens of its session; a refresh token spent already ends the session: 401.
+pub(crate) async fn spend_refresh(
+    state: &AppState,
+    claims: &Claims,
+) -> Result<TokenView, ApiError> {
     // The stamp matched: the role and tenant in the claims are the user's current ones.
     // The new tokens continue the refresh token's session, so a logout ends them too.
-    let answer = tokens(
-        &state,
+    let (answer, issued) = tokens(
+        state,
         &claims.sub,
         claims.role,
         claims.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT),
         claims.generation,
         claims.sid.as_deref(),
     )?;
-    Ok(Json(Data { data: answer }))
+    let spent = state
+        .registry()
+        .spend_refresh(SpendRefresh {
+            session_id: issued.session_id,
+            username: claims.sub.clone(),
+            // A refresh token without an id is older than rotation: spent already.
+            presented: claims.jti.clone().unwrap_or_default(),
+            next: issued.refresh_id,
+            expires_at_ms: epoch_ms_in(state.tokens().refresh_ttl()),
+            revoked_until_ms: state.revoked_until_ms(claims),
+        })
+        .await?;
+    match spent {
+        RefreshSpent::Rotated => Ok(answer),
+        RefreshSpent::SessionEnded => {
+            // Its tokens are refused from the next request on (elsewhere within seconds).
+            state.forget_user(&claims.sub);
+            tracing::warn!(user = %claims.sub, "a spent refresh token was sent again; its session is ended");
+            Err(ApiError::new(
+                ApiCode::Unauthenticated,
+                "this refresh token was already used: its session is ended, as a copied token's must be; log in again (POST /api/v1/auth/login)",
+            ))
+        }
+    }
 }
 
 /// End the caller's session: its access token, and every token of the same login
@@ -112,8 +157,9 @@ pub async fn me(State(state): State<AppState>, auth: Auth) -> Result<Json<Data<M
 }
 
 /// Change the caller's own password. Every token of the user ends, on every server
-/// within seconds; the answer carries new ones. The current password is checked under
-/// the login limits.
+/// within seconds; the answer carries new ones. Wrong current passwords are limited per
+/// session (5 a minute by default), never against the user's logins: a token's holder
+/// cannot lock its user out of logging in.
 #[utoipa::path(post, path = "/api/v1/auth/change-password", tag = "auth",
     request_body = ChangePasswordBody, security(("bearer" = [])),
     responses(
@@ -121,12 +167,11 @@ pub async fn me(State(state): State<AppState>, auth: Auth) -> Result<Json<Data<M
         (status = 400, description = "The body is not JSON", body = ErrorEnvelope),
         (status = 401, description = "The current password is wrong, or the token is not valid", body = ErrorEnvelope),
         (status = 422, description = "A field is missing, or the new password is too short", body = ErrorEnvelope),
-        (status = 429, description = "Too many attempts; see `Retry-After`", body = ErrorEnvelope),
+        (status = 429, description = "Too many wrong current passwords in this session, or the server is busy checking passwords; see `Retry-After`", body = ErrorEnvelope),
     ))]
 pub async fn change_password(
     State(state): State<AppState>,
     auth: Auth,
-    ClientAddr(addr): ClientAddr,
     Body(body): Body<ChangePasswordBody>,
 ) -> Result<Json<Data<TokenView>>, ApiError> {
     let current = match (body.current_password, body.old_password) {
@@ -145,7 +190,10 @@ pub async fn change_password(
         }
     };
     let username = auth.claims().sub.clone();
-    let Some(_user) = check_password(&state, &username, current, addr).await? else {
+    // `Auth` refuses a token without a session.
+    let session = auth.claims().sid.as_deref().unwrap_or_default();
+    let attempt = state.logins().admit_in_session(session).await?;
+    let Some(_user) = verify_password(&state, &username, current, attempt).await? else {
         return Err(ApiError::new(
             ApiCode::Unauthenticated,
             "the current password is wrong",
@@ -169,7 +217,7 @@ pub async fn change_password(
     state.forget_user(&username);
     tracing::info!(user = %username, "password changed; the user's earlier tokens are withdrawn");
     // The caller's session goes on with the new tokens; every other one has ended.
-    let answer = tokens_for(&state, &user, auth.claims().sid.as_deref())?;
+    let answer = tokens_for(&state, &user, auth.claims().sid.as_deref()).await?;
     Ok(Json(Data { data: answer }))
 }
 
@@ -260,6 +308,17 @@ pub(crate) async fn check_password(
     addr: Option<std::net::IpAddr>,
 ) -> Result<Option<UserRecord>, ApiError> {
     let attempt = state.logins().admit(username, addr).await?;
+    verify_password(state, username, password, attempt).await
+}
+
+/// Check `password` for `username` in an admitted attempt, which counts unless the
+/// password is right.
+async fn verify_password(
+    state: &AppState,
+    username: &str,
+    password: String,
+    attempt: Attempt,
+) -> Result<Option<UserRecord>, ApiError> {
     let user = state.registry().get_user(username).await?;
     // Verify against a fixed hash when the user is unknown, so both answers take as long.
     let hash = user.as_ref().map(|u| u.password_hash.clone());
@@ -281,8 +340,9 @@ pub(crate) async fn check_password(
 }
 
 /// A login's answer for `user`: an access and a refresh token at its current
-/// generation, in a new session (`None`) or continuing `session`.
-pub(crate) fn tokens_for(
+/// generation, in a new session (`None`) or continuing `session`; the refresh token is
+/// recorded as the session's live one.
+pub(crate) async fn tokens_for(
     state: &AppState,
     user: &UserRecord,
     session: Option<&str>,
@@ -293,14 +353,30 @@ pub(crate) fn tokens_for(
             user.token_generation,
         )
     })?;
-    tokens(
+    let (answer, issued) = tokens(
         state,
         &user.username,
         user.role,
         &user.tenant,
         generation,
         session,
-    )
+    )?;
+    state
+        .registry()
+        .record_refresh(SessionRefresh {
+            session_id: issued.session_id,
+            username: user.username.clone(),
+            refresh_id: issued.refresh_id,
+            expires_at_ms: epoch_ms_in(state.tokens().refresh_ttl()),
+        })
+        .await?;
+    Ok(answer)
+}
+
+/// The ids of tokens issued, for the session's record.
+struct Issued {
+    session_id: String,
+    refresh_id: String,
 }
 
 fn tokens(
@@ -310,10 +386,10 @@ fn tokens(
     tenant: &str,
     generation: u64,
     session: Option<&str>,
-) -> Result<TokenView, ApiError> {
+) -> Result<(TokenView, Issued), ApiError> {
     let t = state.tokens();
     let issued = t.issue_session(username, role, Some(tenant), generation, session)?;
-    Ok(TokenView {
+    let view = TokenView {
         access_token: issued.access.clone(),
         token: issued.access,
         token_type: "bearer".into(),
@@ -321,7 +397,14 @@ fn tokens(
         refresh_token: issued.refresh,
         refresh_expires_in: t.refresh_ttl().as_secs().max(1),
         role: views::role(role),
-    })
+    };
+    Ok((
+        view,
+        Issued {
+            session_id: issued.session_id,
+            refresh_id: issued.refresh_id,
+        },
+    ))
 }
 
 /// Hash a new password in a hashing slot.
