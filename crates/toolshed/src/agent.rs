@@ -152,6 +152,12 @@ impl Project {
         db.runtime_of(self.agent.toolset.clone(), config).await
     }
 
+    /// The budgets of every run of the project: agent.yaml's `limits`
+    /// (`max_attempts_per_task`, `max_wall_clock_min`, or their camelCase forms).
+    pub fn budgets(&self) -> toolshed_journal::Budgets {
+        self.agent.file.limits.into()
+    }
+
     /// A run's driver as recorded: the driver, and this project under `agent_project`.
     pub fn driver_value(&self, driver: &toolshed_runtime::Driver) -> Value {
         let mut value = serde_json::to_value(driver).unwrap_or_default();

@@ -131,7 +131,11 @@ async fn serve_agent(dir: &Path, db: &Db) -> Result<(), Failure> {
     };
     // The project's runtime: its declared env reaches handlers as `ctx.env`.
     let runtime = project.runtime(db).await?;
-    let gateway = Arc::new(LocalGateway { runtime, catalog });
+    let gateway = Arc::new(LocalGateway {
+        runtime,
+        catalog,
+        budgets: project.budgets(),
+    });
     let principal = local_principal();
     let served = serve_stdio(McpHandler::with_caller(gateway, principal)).await;
     project.shutdown().await;
@@ -174,6 +178,9 @@ async fn serve_registry(db: &Db) -> Result<(), Failure> {
 struct LocalGateway {
     runtime: Runtime,
     catalog: Catalog,
+    /// The budgets of every run it starts (agent.yaml's `limits`; none for the CLI's
+    /// own tools).
+    budgets: toolshed_journal::Budgets,
 }
 
 fn exposed(t: &toolshed_core::Tool) -> ExposedTool {
@@ -422,6 +429,7 @@ impl LocalGateway {
             .id(run_id)
             .principal(caller.clone())
             .driver(driver)
+            .budgets(self.budgets)
             .build();
         let ran = self
             .runtime

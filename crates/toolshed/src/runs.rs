@@ -374,10 +374,16 @@ async fn start_with(
             serde_json::to_value(driver).unwrap_or_default(),
         ),
     };
+    // A flag overrides agent.yaml's limit of the same name.
+    let declared = project
+        .map(crate::agent::Project::budgets)
+        .unwrap_or_default();
     let mut new = NewRunBuilder::new(args.agent_id.as_deref().unwrap_or(&agent_id))
         .budgets(Budgets {
-            max_attempts_per_task: args.max_attempts_per_task,
-            max_wall_clock_min: args.max_wall_clock_min,
+            max_attempts_per_task: args
+                .max_attempts_per_task
+                .or(declared.max_attempts_per_task),
+            max_wall_clock_min: args.max_wall_clock_min.or(declared.max_wall_clock_min),
         })
         .driver(driver_value);
     if let Some(session) = &args.session {

@@ -312,7 +312,13 @@ async fn run_tool(
             serde_json::to_value(&driver).unwrap_or_default(),
         ),
     };
-    let mut new = NewRunBuilder::new(&agent_id).driver(driver_value);
+    // agent.yaml's limits hold for every run of the project, recorded with the run so a
+    // resume holds them too.
+    let mut new = NewRunBuilder::new(&agent_id).driver(driver_value).budgets(
+        project
+            .map(crate::agent::Project::budgets)
+            .unwrap_or_default(),
+    );
     if let Some(session) = args.session {
         new = new.session_id(session);
     }

@@ -877,3 +877,126 @@ fn the_toren_tools_predicate_parks_a_large_report_until_it_is_approved_from_the_
     let o = p.run(&["runs", "resume", &run_id]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
+
+/// The fixture project with agent.yaml's `limits` (in Toren's camelCase) added.
+fn limited_project(limits: &str) -> Project {
+    let p = Project::new();
+    let yaml = std::fs::read_to_string(p.path().join("agent.yaml")).unwrap();
+    p.write("agent.yaml", &format!("{yaml}limits:\n{limits}"));
+    p
+}
+
+#[test]
+fn agent_yaml_max_attempts_ends_a_run_started_again_after_a_sigkill() {
+    let p = limited_project("  maxAttemptsPerTask: 1\n");
+    p.write("hold", "");
+    let mut child = p
+        .command(&[
+            "tools",
+            "run",
+            "ship_order",
+            "--json",
+            "--args",
+            r#"{"order_id": "ORD-000011"}"#,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut run_id = String::new();
+    wait_until("the keyed call to be started", || {
+        let o = p.run(&["runs", "list", "--json", "--status", "running"]);
+        let Some(id) = serde_json::from_slice::<Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v[0]["id"].as_str().map(str::to_owned))
+        else {
+            return false;
+        };
+        let shown: Value = serde_json::from_slice(&p.run(&["runs", "show", &id, "--json"]).stdout)
+            .unwrap_or(Value::Null);
+        run_id = id;
+        shown["calls"][0]["status"] == "started"
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(p.path().join("hold")).unwrap();
+    // The run records the project's budget.
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(
+        shown["run"]["budgets"]["max_attempts_per_task"], 1,
+        "{shown}"
+    );
+    // A second start is one more than the budget: the run fails, naming it, and the
+    // call is not executed again.
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("max_attempts_per_task is 1"), "{text}");
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["run"]["status"], "failed", "{shown}");
+    assert_eq!(shown["calls"][0]["attempts"], 1, "{shown}");
+    assert_ne!(shown["calls"][0]["status"], "completed", "{shown}");
+}
+
+#[test]
+fn agent_yaml_max_wall_clock_ends_a_parked_run_resumed_too_late_and_holds_for_plans() {
+    let p = limited_project("  maxWallClockMin: 1\n");
+    let o = p.run(&[
+        "tools",
+        "run",
+        "refund_order",
+        "--json",
+        "--args",
+        r#"{"order_id": "ORD-000012", "amount": 3}"#,
+    ]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let parked = json_of(&o);
+    let run_id = parked["run_id"].as_str().unwrap().to_owned();
+    let call_id = parked["waiting_for"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["run"]["budgets"]["max_wall_clock_min"], 1, "{shown}");
+    let o = p.run(&["approvals", "approve", &call_id, "--reason", "ok"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // Two minutes pass (the run's creation is moved back in the journal: the wall clock
+    // is the run's creation to now, parked time included).
+    let db = rusqlite::Connection::open(p.path().join("journal.db")).unwrap();
+    let moved = db
+        .execute(
+            "UPDATE runs SET created_at_ms = created_at_ms - 120000 WHERE id = ?1",
+            [&run_id],
+        )
+        .unwrap();
+    assert_eq!(moved, 1);
+    drop(db);
+    let o = p.run(&["runs", "resume", &run_id, "--json"]);
+    assert_eq!(code(&o), 1, "{}\n{}", stdout(&o), stderr(&o));
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("max_wall_clock_min is 1"), "{text}");
+    let shown = json_of(&p.run(&["runs", "show", &run_id, "--json"]));
+    assert_eq!(shown["run"]["status"], "failed", "{shown}");
+    assert_ne!(shown["calls"][0]["status"], "completed", "{shown}");
+
+    // `runs start --plan` holds the project's budgets; a flag overrides its own.
+    p.write("plan.json", r#"[{"tool": "get_current_time", "args": {}}]"#);
+    let o = p.run(&["runs", "start", "--plan", "plan.json", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let planned = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let shown = json_of(&p.run(&["runs", "show", &planned, "--json"]));
+    assert_eq!(shown["run"]["budgets"]["max_wall_clock_min"], 1, "{shown}");
+    let o = p.run(&[
+        "runs",
+        "start",
+        "--plan",
+        "plan.json",
+        "--max-wall-clock-min",
+        "5",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let planned = json_of(&o)["run_id"].as_str().unwrap().to_owned();
+    let shown = json_of(&p.run(&["runs", "show", &planned, "--json"]));
+    assert_eq!(shown["run"]["budgets"]["max_wall_clock_min"], 5, "{shown}");
+}

@@ -127,7 +127,7 @@ fn agent_project() -> tempfile::TempDir {
     std::fs::create_dir_all(p.join("tools")).unwrap();
     std::fs::write(
         p.join("agent.yaml"),
-        "name: mcp-test\ntools:\n  - ref: tools/count-up\n  - name: gated_time\n    description: The time, after an approval\n    endpoint: builtin:get_current_time\n    approval: always\n    schema: {type: object, properties: {utc_offset: {type: string}}}\n",
+        "name: mcp-test\nlimits: {max_attempts_per_task: 3, max_wall_clock_min: 10}\ntools:\n  - ref: tools/count-up\n  - name: gated_time\n    description: The time, after an approval\n    endpoint: builtin:get_current_time\n    approval: always\n    schema: {type: object, properties: {utc_offset: {type: string}}}\n",
     )
     .unwrap();
     std::fs::write(
@@ -186,6 +186,19 @@ fn an_agent_project_is_served_on_stdio_with_progress_approvals_and_prompts() {
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(
         shown.contains("via      MCP client t 1 (legacy 2025-11-25)"),
+        "{shown}"
+    );
+    // agent.yaml's limits are the run's budgets (snake_case here; camelCase elsewhere).
+    let shown = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["runs", "show", &run_id, "--json"])
+        .current_dir(dir.path())
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        shown["run"]["budgets"],
+        json!({"max_attempts_per_task": 3, "max_wall_clock_min": 10}),
         "{shown}"
     );
     // No log messages until the client asks for them; then the run's events at or
