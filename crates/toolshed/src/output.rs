@@ -3,7 +3,9 @@
 
 use std::io::Write;
 
-/// Exit code: the tool ran and returned an error result.
+/// Exit code: a call ended in an error result (the tool's, or toolshed's for it), or the
+/// run failed; for every command that drives a run (`tools run`, `runs start`,
+/// `runs resume`, `registry tool run`, `registry resume`).
 pub const EXIT_TOOL_ERROR: u8 = 1;
 /// Exit code: bad input (usage, unknown tool, invalid args or file).
 pub const EXIT_BAD_INPUT: u8 = 2;

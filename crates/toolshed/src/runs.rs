@@ -10,7 +10,7 @@ use toolshed_journal::{Budgets, CallRecord, CallStatus, Gate, RunFilter, RunReco
 use toolshed_runtime::{Driver, NewRunBuilder, RunOutcome};
 
 use crate::db::{Db, journal_failure, runtime_failure};
-use crate::output::{EXIT_PARKED, Failure, print, print_json, table};
+use crate::output::{EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table};
 
 /// `toolshed runs` subcommands.
 #[derive(Debug, Subcommand)]
@@ -448,6 +448,11 @@ pub fn report(outcome: &RunOutcome, json_out: bool) -> Result<(), Failure> {
             outcome.run.status.as_str(),
             table(&["#", "TOOL", "OUTCOME", "RESULT"], &rows, 80)
         ));
+    }
+    // One exit code for "a call failed", whichever command drove it (`tools run`,
+    // `runs start`, `runs resume`, `registry resume`).
+    if outcome.outcomes.iter().any(|o| o.result.is_err()) {
+        return Err(Failure::Reported(EXIT_TOOL_ERROR));
     }
     Ok(())
 }

@@ -267,8 +267,10 @@ fn denial_becomes_an_error_result() {
         "bob",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A call that ended in an error result exits 1, as `tools run` does (the one code
+    // every command that drives a run uses for it).
     let o = env.run(&["runs", "resume", &run_id, "--json"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
     let v = stdout_json(&o);
     assert_eq!(v["calls"][0]["error"]["code"], "APPROVAL_DENIED");
     let msg = v["calls"][0]["error"]["message"].as_str().unwrap();
