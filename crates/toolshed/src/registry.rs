@@ -485,56 +485,98 @@ fn local_file(path: &Path, inside: &str) -> Result<CodeFile, Failure> {
     })
 }
 
-/// Every file of a package folder, skipping what is never part of a tool's code:
-/// hidden entries (`.git`, `.venv`), `__pycache__`, `node_modules` and `*.pyc`. A
-/// symlink or a special file is refused, as the server would.
+/// What is never part of a tool's code, whatever the ignore files say: journals and
+/// other SQLite files (a project's `toolshed.db` and its WAL), Python's bytecode,
+/// installed packages (the server installs the declared dependencies itself).
+const NEVER_PACKED: &[&str] = &[
+    "!*.db",
+    "!*.db-wal",
+    "!*.db-shm",
+    "!*.db-journal",
+    "!*.sqlite",
+    "!*.sqlite3",
+    "!*.sqlite-wal",
+    "!*.sqlite-shm",
+    "!*.pyc",
+    "!__pycache__/",
+    "!node_modules/",
+];
+
+/// Every file of a package folder, as `git` would add them and then some: hidden
+/// entries (`.git`, `.venv`, `.env`) and what [`NEVER_PACKED`] names are left out, and
+/// so is what the folder's `.gitignore`, `.ignore` and `.toolshedignore` files exclude
+/// (read by the `ignore` crate, in or out of a git checkout; the user's global git
+/// excludes are not read: what is packed depends on the folder only). A symlink or a
+/// special file is refused, as the server would. Says on stderr what is packed.
 fn package_files(root: &Path) -> Result<Vec<CodeFile>, Failure> {
+    let mut never = ignore::overrides::OverrideBuilder::new(root);
+    for glob in NEVER_PACKED {
+        never
+            .add(glob)
+            .map_err(|e| Failure::bad_input(anyhow!("{glob}: {e}")))?;
+    }
+    let never = never
+        .build()
+        .map_err(|e| Failure::bad_input(anyhow!("{e}")))?;
+    let walk = ignore::WalkBuilder::new(root)
+        .hidden(true)
+        .parents(false)
+        .git_global(false)
+        .git_exclude(false)
+        .require_git(false)
+        .follow_links(false)
+        .add_custom_ignore_filename(".toolshedignore")
+        .overrides(never)
+        .sort_by_file_name(std::ffi::OsStr::cmp)
+        .build();
     let mut files = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = root.join(&rel);
-        let entries = std::fs::read_dir(&dir)
-            .with_context(|| format!("cannot list {}", dir.display()))
+    for entry in walk {
+        let entry = entry
+            .with_context(|| format!("cannot list {}", root.display()))
             .map_err(Failure::bad_input)?;
-        for entry in entries {
-            let entry = entry
-                .with_context(|| format!("cannot list {}", dir.display()))
-                .map_err(Failure::bad_input)?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else {
-                return Err(Failure::bad_input(anyhow!(
-                    "{}: a file name that is not UTF-8; rename it",
-                    entry.path().display()
-                )));
-            };
-            if name.starts_with('.')
-                || name == "__pycache__"
-                || name == "node_modules"
-                || name.ends_with(".pyc")
-            {
-                continue;
-            }
-            let inside = rel.join(name);
-            let kind = entry
-                .file_type()
-                .with_context(|| format!("cannot read {}", entry.path().display()))
-                .map_err(Failure::bad_input)?;
-            if kind.is_dir() {
-                stack.push(inside);
-            } else if kind.is_file() {
-                files.push(local_file(&entry.path(), &inside.to_string_lossy())?);
-            } else {
-                return Err(Failure::bad_input(anyhow!(
-                    "{} is a {}; the server takes regular files and folders only: copy the file itself there, or move it out of the package",
-                    entry.path().display(),
-                    if kind.is_symlink() {
-                        "symlink"
-                    } else {
-                        "special file"
-                    }
-                )));
-            }
+        if entry.depth() == 0 {
+            continue;
         }
+        let path = entry.path();
+        let Some(inside) = path
+            .strip_prefix(root)
+            .ok()
+            .and_then(Path::to_str)
+            .map(str::to_owned)
+        else {
+            return Err(Failure::bad_input(anyhow!(
+                "{}: a file name that is not UTF-8; rename it",
+                path.display()
+            )));
+        };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            continue;
+        } else if kind.is_file() {
+            files.push(local_file(path, &inside)?);
+        } else {
+            return Err(Failure::bad_input(anyhow!(
+                "{} is a {}; the server takes regular files and folders only: copy the file itself there, move it out of the package, or name it in .toolshedignore",
+                path.display(),
+                if kind.is_symlink() {
+                    "symlink"
+                } else {
+                    "special file"
+                }
+            )));
+        }
+    }
+    let bytes: usize = files.iter().map(|f| f.content.len()).sum();
+    eprintln!(
+        "packing {}: {} file{}, {bytes} bytes (hidden files, journals, .gitignore'd and .toolshedignore'd paths left out)",
+        root.display(),
+        files.len(),
+        if files.len() == 1 { "" } else { "s" }
+    );
+    for f in &files {
+        eprintln!("  {:>9}  {}", f.content.len(), f.path);
     }
     Ok(files)
 }

@@ -1105,11 +1105,39 @@ fn a_package_folder_with_a_manifest_and_a_pypi_dependency_is_pushed_run_and_pull
         "def label(v, ok):\n    return f\"six {v}: {ok}\"\n",
     );
     write(&pkg, "requirements.txt", "six==1.16.0\n");
-    // Never part of a package: hidden folders and caches.
+    // Never part of a package: hidden folders and caches, a journal and its WAL, and
+    // what the folder's .gitignore and .toolshedignore exclude.
     write(&pkg, ".git/config", "[core]\n");
     write(&pkg, "src/__pycache__/main.cpython-312.pyc", "junk");
+    write(&pkg, "toolshed.db", "SQLite format 3\0");
+    write(&pkg, "toolshed.db-wal", "wal");
+    write(
+        &pkg,
+        "node_modules/left-pad/index.js",
+        "module.exports = 1;\n",
+    );
+    write(&pkg, ".gitignore", "secrets.txt\n/build/\n");
+    write(&pkg, "secrets.txt", "sk-do-not-upload");
+    write(&pkg, "build/out.bin", "artifact");
+    write(&pkg, ".toolshedignore", "notes/\n");
+    write(&pkg, "notes/draft.md", "draft");
     let o = sh.run(&["registry", "tool", "push", pkg.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // It says what it uploads.
+    let said = stderr(&o);
+    assert!(said.contains("4 files,"), "{said}");
+    for f in [
+        "tool.yaml",
+        "src/main.py",
+        "src/helpers.py",
+        "requirements.txt",
+    ] {
+        assert!(said.contains(f), "{f} is not listed: {said}");
+    }
+    assert!(
+        !said.contains("toolshed.db") && !said.contains("secrets.txt"),
+        "{said}"
+    );
     let tool = sh.json(&["registry", "tool", "show", "six-kind", "--json"]);
     assert_eq!(tool["endpoint"], "python:src/main.py:kind");
     assert_eq!(tool["code"]["files"], 4);
