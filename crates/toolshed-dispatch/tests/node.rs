@@ -145,28 +145,48 @@ async fn typescript_is_transpiled_once_then_cached() {
     );
 }
 
+/// A bread or Toren tool file while toolshed's Node helper package is missing is
+/// refused, saying what to install and where; nothing is taken from the tool's folder.
 #[tokio::test]
-async fn typescript_needs_its_transpiler() {
-    let d = Dispatcher::new(toolshed_dispatch::DispatcherConfig {
-        cache_dir: tempfile::tempdir().unwrap().keep(),
-        typescript_deps: "/nonexistent/toolshed-typescript".into(),
-        ..config(Mode::OneShot)
-    });
+async fn a_compat_tool_needs_the_helper_package_and_says_what_to_install() {
+    let empty = tempfile::tempdir().unwrap();
+    // The tool's own folder has a zod: it is not used.
+    let dir = folder(&[
+        (
+            "tool.ts",
+            "import { defineTool } from '@breadai/core';
+import { z } from 'zod';
+             export default defineTool({ name: 't', description: 'd', schema: z.object({ q: z.string() }), async execute() { return 1 } });
+",
+        ),
+        ("node_modules/zod/package.json", r#"{"name": "zod", "main": "index.js"}"#),
+        ("node_modules/zod/index.js", "module.exports = { z: {} };\n"),
+    ]);
+    let d = with_helpers(empty.path());
     let err = d
-        .execute(
-            &endpoint("node", "shout.ts"),
-            Request::new("shout", json!({"text": "x"})),
-        )
+        .infer_node_schema(&dir.path().join("tool.ts"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().as_str(), "NODE_DEPS_NOT_INSTALLED", "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "npm install --prefix {} zod@4.6.7",
+            empty.path().display()
+        )),
+        "{err}"
+    );
+    // A call says the same, as the tool's error.
+    let ep = toolshed_dispatch::Endpoint::parse(&format!(
+        "node:{}",
+        dir.path().join("tool.ts").display()
+    ))
+    .unwrap();
+    let err = d
+        .execute(&ep, Request::new("t", json!({"q": "x"})))
         .await
         .result
         .unwrap_err();
-    // The fixture folder has no node_modules either, so sucrase is nowhere.
-    assert_eq!(dispatch_code(&err), "TRANSPILER_NOT_INSTALLED", "{err}");
-    assert!(
-        err.message
-            .contains("npm ci --prefix /nonexistent/toolshed-typescript"),
-        "{err}"
-    );
+    assert!(err.message.contains("npm install --prefix"), "{err}");
 }
 
 #[tokio::test]
@@ -281,7 +301,7 @@ fn helpers() -> std::path::PathBuf {
 fn with_helpers(deps: &std::path::Path) -> Dispatcher {
     Dispatcher::new(DispatcherConfig {
         cache_dir: tempfile::tempdir().unwrap().keep(),
-        typescript_deps: deps.to_path_buf(),
+        node_deps: Some(deps.to_path_buf()),
         ..config(Mode::OneShot)
     })
 }
@@ -345,8 +365,11 @@ async fn transpiling_runs_nothing_of_the_tools_folder_on_the_host() {
             let inferred = d.infer_node_schema(&path, None).await;
             assert!(!marker.exists(), "ran on the host ({})", deps.display());
             assert_eq!(inferred.unwrap().input_schema["required"], json!(["name"]));
-            let ep = toolshed_dispatch::Endpoint::parse(&format!("node:{}", path.display())).unwrap();
-            let run = d.execute(&ep, Request::new("hello", json!({"name": "ada"}))).await;
+            let ep =
+                toolshed_dispatch::Endpoint::parse(&format!("node:{}", path.display())).unwrap();
+            let run = d
+                .execute(&ep, Request::new("hello", json!({"name": "ada"})))
+                .await;
             assert_eq!(run.result.unwrap(), json!("hello ada"));
             assert!(!marker.exists(), "ran on the host ({})", deps.display());
         }
@@ -393,7 +416,8 @@ async fn a_typescript_import_leading_out_of_the_tools_folder_is_refused() {
             format!("import {{ secret }} from '{spec}';\nexport default function leak(): string {{ return secret; }}\n"),
         )
         .unwrap();
-        let ep = toolshed_dispatch::Endpoint::parse(&format!("node:{}", tool.join(file).display())).unwrap();
+        let ep = toolshed_dispatch::Endpoint::parse(&format!("node:{}", tool.join(file).display()))
+            .unwrap();
         let run = d.execute(&ep, Request::new("leak", json!({}))).await;
         let err = match run.result {
             Ok(v) => panic!("{spec}: the tool ran and answered {v}"),
@@ -436,7 +460,10 @@ async fn a_typescript_tool_imports_its_own_packages_and_files_in_the_sandbox() {
                const { lazy } = await import('./lazy.ts');\n\
                return pad(twice(mark(loud(text))) + ' ' + words.join(',') + ' ' + lazy, 1);\n}\n",
         ),
-        ("mark.ts", "export const mark = (s: string): string => s + '!';\n"),
+        (
+            "mark.ts",
+            "export const mark = (s: string): string => s + '!';\n",
+        ),
         ("lazy.ts", "export const lazy: string = 'lazy';\n"),
         ("twice.js", "export const twice = (s) => s + s;\n"),
         ("words.json", r#"["a", "b"]"#),
