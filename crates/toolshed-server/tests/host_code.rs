@@ -51,7 +51,7 @@ fn helpers() -> PathBuf {
 /// A server whose Node helper folder is `deps`.
 async fn server(deps: &Path) -> TestServer {
     let deps = deps.to_path_buf();
-    TestServer::start_with(move |c| c.dispatcher.typescript_deps = deps).await
+    TestServer::start_with(move |c| c.dispatcher.node_deps = Some(deps)).await
 }
 
 /// A host path no test writes but a payload that ran on the host.
@@ -176,7 +176,10 @@ async fn a_typescript_tool_imports_a_package_of_its_own_node_modules_in_the_sand
             "import { loud } from 'loudly';\nimport { mark } from './mark.ts';\n\
              export function shout(input: { text: string }): string {\n  return mark(loud(input.text));\n}\n",
         ),
-        ("mark.ts", "export const mark = (s: string): string => s + '!';\n"),
+        (
+            "mark.ts",
+            "export const mark = (s: string): string => s + '!';\n",
+        ),
         (
             "node_modules/loudly/package.json",
             r#"{"name": "loudly", "type": "module", "exports": "./index.js"}"#,
@@ -207,5 +210,43 @@ async fn a_typescript_tool_imports_a_package_of_its_own_node_modules_in_the_sand
     assert_eq!(status, 200, "{answer}");
     assert!(answer["data"]["error"].is_null(), "{answer}");
     assert_eq!(answer["data"]["output"], json!("HEY!"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_typescript_tool_imports_a_dependency_the_server_installed() {
+    let s = server(&helpers()).await;
+    let bytes = archive(&[
+        (
+            "pad.ts",
+            "import leftPad from 'left-pad';\n\
+             export function pad(input: { text: string }): string {\n  return leftPad(input.text, 5, '*');\n}\n",
+        ),
+        (
+            "package.json",
+            r#"{"name": "pad", "dependencies": {"left-pad": "1.3.0"}}"#,
+        ),
+    ]);
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.deployer),
+            Some(json!({"name": "pad", "description": "pads", "endpoint": "node:pad.ts:pad", "code": code(&bytes),
+                   "schema_definition": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools/pad/execute",
+            Some(&s.deployer),
+            Some(json!({"args": {"text": "ab"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["data"]["error"].is_null(), "{answer}");
+    assert_eq!(answer["data"]["output"], json!("***ab"));
     s.stop().await;
 }

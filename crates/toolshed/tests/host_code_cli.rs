@@ -72,7 +72,6 @@ fn toolshed(dir: &Path, deps: &Path, args: &[&str]) -> Output {
         .env("TOOLSHED_OUTPUT_DIR", dir.join("output"))
         .env("TOOLSHED_CACHE_DIR", dir.join("cache"))
         .env("TOOLSHED_NODE_DEPS", deps)
-        .env("TOOLSHED_TYPESCRIPT_DEPS", deps)
         .env_remove("TOOLSHED_URL")
         .env_remove("TOOLSHED_API_TOKEN")
         .output()
@@ -94,7 +93,11 @@ fn list_and_run(files: &[(&str, &str)], deps: &Path, marker: &Path) {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
-        listed.as_array().unwrap().iter().any(|t| t["name"] == "hello"),
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "hello"),
         "hello is not listed: {listed}"
     );
     let o = toolshed(
