@@ -104,6 +104,10 @@ pub(crate) async fn python(
         return Err(fail("the file does not exist".into()));
     }
     let assets = launcher.assets().await?;
+    let cache = python_cache_file(launcher, &assets.version, path, function).await;
+    if let Some(tool) = cache.as_deref().and_then(read_cached) {
+        return Ok(tool);
+    }
     let tool = function.map_or_else(|| file_stem(path), str::to_owned);
     // The file is only parsed, but by the interpreter: in the sandbox like a call.
     let mut view = launcher.view();
@@ -159,7 +163,63 @@ pub(crate) async fn python(
             "infer.py answered an input schema that is not an object".into(),
         ));
     }
+    if let (Some(file), Ok(bytes)) = (&cache, serde_json::to_vec(&tool)) {
+        // A failure to keep it only costs the next command an inference.
+        let _ = crate::assets::write_atomically(file, &bytes);
+    }
     Ok(tool)
+}
+
+/// Where a Python file's inference is kept (`<cache_dir>/schemas/`): inference parses
+/// that one file and imports nothing, so the file's text (with the path, the function,
+/// the runners' version and the configured interpreter) is the whole key, and an agent
+/// project's unchanged Python tools start no sandbox on the next command. Only
+/// successes are kept. `None` when the file cannot be read whole (then inference says
+/// why).
+async fn python_cache_file(
+    launcher: &Launcher,
+    version: &str,
+    path: &Path,
+    function: Option<&str>,
+) -> Option<std::path::PathBuf> {
+    let file = path.to_path_buf();
+    let text = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&file)
+            .ok()?
+            .take(CACHE_MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        (bytes.len() as u64 <= CACHE_MAX_BYTES).then_some(bytes)
+    })
+    .await
+    .ok()??;
+    let mut key = Vec::new();
+    for part in [
+        version.as_bytes(),
+        b"python",
+        launcher.config.python.as_os_str().as_encoded_bytes(),
+        path.as_os_str().as_encoded_bytes(),
+        function.unwrap_or_default().as_bytes(),
+        crate::assets::sha256_hex(&text).as_bytes(),
+    ] {
+        key.extend_from_slice(part);
+        key.push(0);
+    }
+    let name = &crate::assets::sha256_hex(&key)[..32];
+    Some(
+        launcher
+            .config
+            .cache_dir
+            .join("schemas")
+            .join(format!("py-{name}.json")),
+    )
+}
+
+/// A kept inference, if it is there and readable.
+fn read_cached(file: &Path) -> Option<InferredTool> {
+    serde_json::from_slice(&std::fs::read(file).ok()?).ok()
 }
 
 pub(crate) async fn node(
