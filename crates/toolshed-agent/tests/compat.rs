@@ -31,6 +31,10 @@ fn project(agent_yaml: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
 fn implementations(cache: &std::path::Path, project: &std::path::Path) -> DispatchImplementations {
     DispatchImplementations::new(Dispatcher::new(DispatcherConfig {
         cache_dir: cache.to_path_buf(),
+        // toolshed's Node helper package (zod 4), as scripts/test installs it.
+        node_deps: Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-dispatch/node"),
+        ),
         ..Default::default()
     }))
     .with_project(project)

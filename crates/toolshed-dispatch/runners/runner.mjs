@@ -18,9 +18,12 @@
 // with `args`, `result`, `error`, `attempt`) and answers {"result": {"decision", …}}.
 // Tool files written for bread (`@breadai/core`) or Toren (`@toren-run/core`) get our
 // compatibility modules (bread.mjs, toren.mjs) and zod 4 from TOOLSHED_NODE_DEPS,
-// through resolve-hooks.mjs, registered only when the file imports one of them.
+// through resolve-hooks.mjs, registered only when the file imports one of them. A
+// transpiled TypeScript module gets the same hooks when TOOLSHED_MODULE_SOURCES maps
+// the transpiled files to their sources (JSON, paths as this process sees them): what
+// they import is then resolved as if imported from the source, here in the sandbox.
 
-import { readFileSync, writeSync } from 'node:fs';
+import { readFileSync, realpathSync, writeSync } from 'node:fs';
 import { register } from 'node:module';
 import { pathToFileURL } from 'node:url';
 
@@ -80,16 +83,42 @@ function isCompat(value) {
 // registered only for a module that names one of them.
 const COMPAT_IMPORT = /(['"])(?:@breadai\/core|@toren-run\/core|zod)(?:\/[^'"]*)?\1/;
 
-function registerCompat(modulePath) {
-  let text;
-  try {
-    text = readFileSync(modulePath, 'utf8');
-  } catch {
-    return; // load() reports the unreadable module
+// Transpiled module URL -> source file URL, from TOOLSHED_MODULE_SOURCES. Node names a
+// module by its real path, so the transpiled side is resolved through symlinks.
+function moduleSources() {
+  const given = process.env.TOOLSHED_MODULE_SOURCES;
+  if (!given) return undefined;
+  const sources = {};
+  for (const [output, source] of Object.entries(JSON.parse(given))) {
+    let real = output;
+    try {
+      real = realpathSync(output);
+    } catch {
+      // load() reports a missing module
+    }
+    sources[pathToFileURL(real).href] = pathToFileURL(source).href;
   }
-  if (!COMPAT_IMPORT.test(text)) return;
+  return sources;
+}
+
+function registerHooks(modulePath) {
+  const sources = moduleSources();
+  if (!sources) {
+    let text;
+    try {
+      text = readFileSync(modulePath, 'utf8');
+    } catch {
+      return; // load() reports the unreadable module
+    }
+    if (!COMPAT_IMPORT.test(text)) return;
+  }
   register(new URL('./resolve-hooks.mjs', import.meta.url), {
-    data: { deps: process.env.TOOLSHED_NODE_DEPS || undefined },
+    data: {
+      deps: process.env.TOOLSHED_NODE_DEPS || undefined,
+      missing: process.env.TOOLSHED_NODE_DEPS_MISSING || undefined,
+      sources,
+      libraries: (process.env.NODE_PATH || '').split(':').filter(Boolean),
+    },
   });
 }
 
@@ -119,8 +148,10 @@ async function load(modulePath, exportName, stem) {
     mod = await import(pathToFileURL(modulePath).href);
   } catch (err) {
     process.stderr.write(`${err?.stack ?? describe(err)}\n`);
-    // A bread or Toren definition we cannot map keeps its own code.
-    const code = err?.code === 'COMPAT_UNMAPPABLE' ? err.code : 'LoadError';
+    // A bread or Toren definition we cannot map, or one whose zod is missing, keeps
+    // its own code.
+    const code =
+      err?.code === 'COMPAT_UNMAPPABLE' || err?.code === 'NODE_DEPS_NOT_INSTALLED' ? err.code : 'LoadError';
     return { error: { message: `cannot load ${modulePath}: ${describe(err)}`, code } };
   }
   const [name, fn] = pick(mod, exportName, stem);
@@ -482,7 +513,7 @@ async function main() {
     process.exit(2);
   }
   const [modulePath, exportName, stem] = argv;
-  registerCompat(modulePath);
+  registerHooks(modulePath);
   if (mode === '--once') {
     oneShot = true;
     // A one-shot call: the request is written and stdin closed at once, so read it

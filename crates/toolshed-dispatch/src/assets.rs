@@ -15,8 +15,6 @@ pub(crate) const CONVERT_PY: &str = include_str!("../runners/convert.py");
 pub(crate) const RUNNER_MJS: &str = include_str!("../runners/runner.mjs");
 /// Python schema inference.
 pub(crate) const INFER_PY: &str = include_str!("../runners/infer.py");
-/// The TypeScript transpile step.
-pub(crate) const TRANSPILE_MJS: &str = include_str!("../runners/transpile.mjs");
 /// What the bread and Toren compatibility modules share (imported by the Node runner).
 pub(crate) const COMPAT_MJS: &str = include_str!("../runners/compat.mjs");
 /// `@breadai/core` as the Node runner resolves it.
@@ -31,7 +29,6 @@ const FILES: &[(&str, &str)] = &[
     ("convert.py", CONVERT_PY),
     ("runner.mjs", RUNNER_MJS),
     ("infer.py", INFER_PY),
-    ("transpile.mjs", TRANSPILE_MJS),
     ("compat.mjs", COMPAT_MJS),
     ("bread.mjs", BREAD_MJS),
     ("toren.mjs", TOREN_MJS),
@@ -55,9 +52,6 @@ impl Assets {
     }
     pub fn infer_py(&self) -> PathBuf {
         self.dir.join("infer.py")
-    }
-    pub fn transpile_mjs(&self) -> PathBuf {
-        self.dir.join("transpile.mjs")
     }
 
     /// Write the runners below `cache_dir` unless they are there already.

@@ -199,9 +199,12 @@ pub struct DispatcherConfig {
     pub node: PathBuf,
     /// Where the embedded runners and transpiled TypeScript are written.
     pub cache_dir: PathBuf,
-    /// The folder holding the npm packages that run TypeScript tools (`sucrase`,
-    /// `es-module-lexer`), installed by `npm ci --prefix <folder>`.
-    pub typescript_deps: PathBuf,
+    /// The folder of toolshed's Node helper package: the zod 4 (`node_modules/zod`)
+    /// that bread and Toren tool files import, shown read-only to their processes. Never
+    /// the tool's own folder, and never loaded on the host. See [`default_node_deps`];
+    /// `None` when no folder is known. A tool that needs it while it is missing is
+    /// refused with what to install and where ([`node_deps_install_hint`]).
+    pub node_deps: Option<PathBuf>,
     /// How Python and Node tools run unless a call says otherwise.
     pub mode: Mode,
     /// How `exec:` tools run unless a call says otherwise. One-shot by default: a script
@@ -240,7 +243,7 @@ impl Default for DispatcherConfig {
             python: "python3".into(),
             node: "node".into(),
             cache_dir: default_cache_dir(),
-            typescript_deps: default_typescript_deps(),
+            node_deps: default_node_deps(),
             mode: Mode::Pool,
             exec_mode: Mode::OneShot,
             pool: PoolConfig::default(),
@@ -274,14 +277,73 @@ pub fn default_cache_dir() -> PathBuf {
     std::env::temp_dir().join("toolshed").join("dispatch")
 }
 
-/// `$TOOLSHED_TYPESCRIPT_DEPS`, else this crate's own `node/` folder.
-pub fn default_typescript_deps() -> PathBuf {
-    match non_empty_env("TOOLSHED_TYPESCRIPT_DEPS") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/node")),
+/// The zod version toolshed's Node helper package pins (its `node/package.json`).
+pub const NODE_HELPER_ZOD: &str = "4.6.7";
+
+/// Where toolshed's Node helper package is looked for: `$TOOLSHED_NODE_DEPS`, else
+/// `lib/toolshed/node` under the parent of the running binary's folder (for
+/// `/usr/local/bin/toolshed`, `/usr/local/lib/toolshed/node`). Never a folder the binary
+/// was built in, never a tool's folder. `None` when the binary's location is unknown.
+pub fn default_node_deps() -> Option<PathBuf> {
+    if let Some(dir) = non_empty_env("TOOLSHED_NODE_DEPS") {
+        let dir = PathBuf::from(dir);
+        return Some(std::path::absolute(&dir).unwrap_or(dir));
+    }
+    let exe = std::env::current_exe().ok()?;
+    Some(
+        exe.parent()?
+            .parent()?
+            .join("lib")
+            .join("toolshed")
+            .join("node"),
+    )
+}
+
+/// What to install, and where, when toolshed's Node helper package is missing from
+/// `dir` (see [`DispatcherConfig::node_deps`]).
+pub fn node_deps_install_hint(dir: Option<&std::path::Path>) -> String {
+    let why = "bread and Toren tool files import zod 4 from toolshed's Node helper package, never from the tool's own folder";
+    match dir {
+        Some(dir) => format!(
+            "toolshed's Node helper package is not installed in {dir}: {why}; install it with `npm install --prefix {dir} zod@{NODE_HELPER_ZOD}` (or set TOOLSHED_NODE_DEPS to a folder holding node_modules/zod)",
+            dir = dir.display()
+        ),
+        None => format!(
+            "toolshed's Node helper package cannot be found (the location of the toolshed binary is unknown): {why}; install it with `npm install --prefix DIR zod@{NODE_HELPER_ZOD}` and set TOOLSHED_NODE_DEPS=DIR"
+        ),
     }
 }
 
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pinned_zod_is_the_helper_packages() {
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/node/package.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(manifest["dependencies"]["zod"], NODE_HELPER_ZOD);
+        assert_eq!(
+            manifest["dependencies"].as_object().unwrap().len(),
+            1,
+            "the helper package holds zod alone: {manifest}"
+        );
+    }
+
+    #[test]
+    fn the_helper_package_is_looked_for_beside_the_binary() {
+        let hint = node_deps_install_hint(Some(std::path::Path::new("/opt/t/lib/toolshed/node")));
+        assert!(
+            hint.contains("npm install --prefix /opt/t/lib/toolshed/node zod@4.6.7"),
+            "{hint}"
+        );
+        assert!(node_deps_install_hint(None).contains("TOOLSHED_NODE_DEPS"));
+    }
 }

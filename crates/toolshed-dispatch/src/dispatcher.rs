@@ -289,7 +289,7 @@ impl Dispatcher {
     }
 
     /// The JavaScript module this dispatcher runs for a TypeScript file: transpiled
-    /// once (sucrase), cached by content under the cache folder.
+    /// once, in this process, cached by content under the cache folder.
     pub async fn typescript_output(&self, source: &Path) -> Result<PathBuf, DispatchError> {
         self.launcher.typescript(source).await
     }

@@ -170,12 +170,15 @@ impl Endpoint {
     /// once before it runs.
     pub fn is_typescript(&self) -> bool {
         match self {
-            Endpoint::Node { path, .. } => {
-                matches!(extension(path).as_str(), "ts" | "mts")
-            }
+            Endpoint::Node { path, .. } => is_typescript_path(path),
             _ => false,
         }
     }
+}
+
+/// Whether a Node tool file is TypeScript (`.ts`, `.mts`).
+pub(crate) fn is_typescript_path(path: &Path) -> bool {
+    matches!(extension(path).as_str(), "ts" | "mts")
 }
 
 impl fmt::Display for Endpoint {

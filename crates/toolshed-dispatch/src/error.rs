@@ -189,9 +189,10 @@ pub enum DispatchError {
         /// The `Location` it named (an excerpt).
         location: String,
     },
-    /// The npm packages that run TypeScript tools are missing.
+    /// toolshed's Node helper package (zod 4, for bread and Toren tool files) is not
+    /// installed where the dispatcher looks for it.
     #[error("{message}")]
-    TranspilerNotInstalled {
+    NodeDepsNotInstalled {
         /// What to install, and where.
         message: String,
     },
@@ -264,7 +265,7 @@ impl DispatchError {
             DispatchError::HttpTooLarge { .. } => DispatchCode::HttpResponseTooLarge,
             DispatchError::HttpAddressRefused { .. } => DispatchCode::HttpAddressRefused,
             DispatchError::HttpRedirect { .. } => DispatchCode::HttpRedirectRefused,
-            DispatchError::TranspilerNotInstalled { .. } => DispatchCode::TranspilerNotInstalled,
+            DispatchError::NodeDepsNotInstalled { .. } => DispatchCode::NodeDepsNotInstalled,
             DispatchError::Transpile { .. } => DispatchCode::TranspileFailed,
             DispatchError::Inference { .. } => DispatchCode::SchemaInferenceFailed,
             DispatchError::SchemaNotFound { .. } => DispatchCode::SchemaNotFound,
@@ -369,8 +370,8 @@ toolshed_core::wire_enum! {
         HttpAddressRefused,
         /// An HTTP endpoint answered a redirect, which is not followed.
         HttpRedirectRefused,
-        /// The TypeScript transpiler is not installed.
-        TranspilerNotInstalled,
+        /// toolshed's Node helper package (zod 4) is not installed.
+        NodeDepsNotInstalled,
         /// A TypeScript source could not be transpiled.
         TranspileFailed,
         /// A Python schema could not be inferred.

@@ -1,8 +1,9 @@
 //! Schema inference for the registry's `push` and the tools folder: a Python function's
 //! schema from its signature, the dataclasses, `TypedDict`s and pydantic models of its
-//! file, a module-level `SCHEMA` and its Google-style docstring (parsed, never imported,
-//! on the host), and a Node module's schema from what it exports beside the function
-//! (imported, so in the sandbox like a call, unless the dispatcher is unsandboxed).
+//! file, a module-level `SCHEMA` and its Google-style docstring (parsed with `ast`,
+//! never imported), and a Node module's schema from what it exports beside the function
+//! (imported). Both run in the sandbox like a call, unless the dispatcher is
+//! unsandboxed (then Python runs isolated, `-I -S`, outside the tool's folder).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -103,34 +104,57 @@ pub(crate) async fn python(
         return Err(fail("the file does not exist".into()));
     }
     let assets = launcher.assets().await?;
-    let program = launcher.config.python.clone();
+    let cache = python_cache_file(launcher, &assets.version, path, function).await;
+    if let Some(tool) = cache.as_deref().and_then(read_cached) {
+        return Ok(tool);
+    }
+    let tool = function.map_or_else(|| file_stem(path), str::to_owned);
+    // The file is only parsed, but by the interpreter: in the sandbox like a call.
+    let mut view = launcher.view();
+    let program = launcher.python_in(&tool, &mut view).await?;
+    let shown = view.file_in_folder(path, false);
     let mut args: Vec<OsString> = vec![
+        "-I".into(),
         "-S".into(),
-        "-E".into(),
-        assets.infer_py().into(),
-        path.into(),
+        view.file_in_folder(&assets.infer_py(), false).into(),
+        shown.clone().into(),
     ];
     if let Some(function) = function {
         args.push(function.into());
     }
+    // The tool's path as the helper saw it is the host's in what it says.
+    let host_path = |message: String| {
+        if shown == path {
+            message
+        } else {
+            message.replace(&shown.display().to_string(), &path.display().to_string())
+        }
+    };
     let value = launcher
-        .run_helper(&program, &args, path.parent())
+        .run_tool_helper(
+            &tool,
+            view,
+            program.clone(),
+            args,
+            Vec::new(),
+            Some(&assets.dir),
+        )
         .await
         .map_err(|e| match e {
             HelperError::Spawn(source) => DispatchError::Spawn {
-                tool: function.map_or_else(|| file_stem(path), str::to_owned),
+                tool: tool.clone(),
                 program: program.display().to_string(),
                 source,
             },
-            HelperError::Failed(message) => fail(message),
+            HelperError::Failed(message) => fail(host_path(message)),
         })?;
     if let Some(err) = value.get("error") {
-        return Err(fail(
+        return Err(fail(host_path(
             err["message"]
                 .as_str()
                 .unwrap_or("inference failed")
                 .to_owned(),
-        ));
+        )));
     }
     let tool: InferredTool = serde_json::from_value(value)
         .map_err(|e| fail(format!("unexpected answer from infer.py: {e}")))?;
@@ -139,7 +163,63 @@ pub(crate) async fn python(
             "infer.py answered an input schema that is not an object".into(),
         ));
     }
+    if let (Some(file), Ok(bytes)) = (&cache, serde_json::to_vec(&tool)) {
+        // A failure to keep it only costs the next command an inference.
+        let _ = crate::assets::write_atomically(file, &bytes);
+    }
     Ok(tool)
+}
+
+/// Where a Python file's inference is kept (`<cache_dir>/schemas/`): inference parses
+/// that one file and imports nothing, so the file's text (with the path, the function,
+/// the runners' version and the configured interpreter) is the whole key, and an agent
+/// project's unchanged Python tools start no sandbox on the next command. Only
+/// successes are kept. `None` when the file cannot be read whole (then inference says
+/// why).
+async fn python_cache_file(
+    launcher: &Launcher,
+    version: &str,
+    path: &Path,
+    function: Option<&str>,
+) -> Option<std::path::PathBuf> {
+    let file = path.to_path_buf();
+    let text = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(&file)
+            .ok()?
+            .take(CACHE_MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        (bytes.len() as u64 <= CACHE_MAX_BYTES).then_some(bytes)
+    })
+    .await
+    .ok()??;
+    let mut key = Vec::new();
+    for part in [
+        version.as_bytes(),
+        b"python",
+        launcher.config.python.as_os_str().as_encoded_bytes(),
+        path.as_os_str().as_encoded_bytes(),
+        function.unwrap_or_default().as_bytes(),
+        crate::assets::sha256_hex(&text).as_bytes(),
+    ] {
+        key.extend_from_slice(part);
+        key.push(0);
+    }
+    let name = &crate::assets::sha256_hex(&key)[..32];
+    Some(
+        launcher
+            .config
+            .cache_dir
+            .join("schemas")
+            .join(format!("py-{name}.json")),
+    )
+}
+
+/// A kept inference, if it is there and readable.
+fn read_cached(file: &Path) -> Option<InferredTool> {
+    serde_json::from_slice(&std::fs::read(file).ok()?).ok()
 }
 
 pub(crate) async fn node(
@@ -165,11 +245,6 @@ pub(crate) async fn node(
     if let Some(tool) = cache.as_ref().and_then(NodeSchemaCache::get) {
         return Ok(tool);
     }
-    let module = if is_ts {
-        launcher.typescript(path).await?
-    } else {
-        path.to_path_buf()
-    };
     let assets = launcher.assets().await?;
     let runner = assets.runner_mjs();
     let node = launcher.node().await.to_path_buf();
@@ -177,19 +252,20 @@ pub(crate) async fn node(
     // Importing the module runs its top-level code: in the sandbox, like a call.
     let mut view = launcher.view();
     let program = launcher.node_in(&mut view).await;
+    let runner = view.file_in_folder(&runner, false);
+    let mut extra_env = Vec::new();
+    let module = launcher
+        .node_module_in(path, &mut view, &mut extra_env)
+        .await?;
     let args: Vec<OsString> = vec![
-        view.file_in_folder(&runner, false).into(),
+        runner.into(),
         "--schema".into(),
-        view.file_in_folder(&module, false).into(),
+        module.into(),
         export.unwrap_or_default().into(),
         stem.clone().into(),
     ];
-    let mut extra_env = Vec::new();
-    if let Some(deps) = launcher.node_deps_in(&mut view) {
-        extra_env.push(("TOOLSHED_NODE_DEPS".into(), deps.into_os_string()));
-    }
     let value = launcher
-        .run_tool_helper(&stem, view, program, args, extra_env)
+        .run_tool_helper(&stem, view, program, args, extra_env, None)
         .await
         .map_err(|e| match e {
             HelperError::Spawn(source) => DispatchError::Spawn {
@@ -207,6 +283,13 @@ pub(crate) async fn node(
         } else {
             message
         };
+        if err["code"] == "NODE_DEPS_NOT_INSTALLED" {
+            return Err(DispatchError::NodeDepsNotInstalled {
+                message: crate::config::node_deps_install_hint(
+                    launcher.config.node_deps.as_deref(),
+                ),
+            });
+        }
         if err["code"] == "COMPAT_UNMAPPABLE" {
             return Err(DispatchError::CompatUnmappable {
                 path: path.to_path_buf(),
@@ -262,8 +345,9 @@ impl NodeSchemaCache {
         let assets = launcher.assets().await.ok()?;
         let deps_lock = launcher
             .config
-            .typescript_deps
-            .join("node_modules/.package-lock.json");
+            .node_deps
+            .as_ref()
+            .map(|d| d.join("node_modules/.package-lock.json"));
         let folder = path.parent()?.to_path_buf();
         let tool_path = path.to_path_buf();
         let path = path.to_path_buf();
@@ -271,8 +355,8 @@ impl NodeSchemaCache {
             let mut files = Vec::new();
             collect_scripts(&folder, 0, &mut files)?;
             files.push(path);
-            if deps_lock.is_file() {
-                files.push(deps_lock);
+            if let Some(lock) = deps_lock.filter(|l| l.is_file()) {
+                files.push(lock);
             }
             files.sort();
             files.dedup();

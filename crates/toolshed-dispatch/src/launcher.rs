@@ -1,12 +1,12 @@
 //! How each kind of endpoint is started: the command line of the Python and Node
-//! runners, the interpreter probe, the child environment, the TypeScript transpile
-//! cache, and short helper processes that print one JSON line (probe, inference).
+//! runners, the interpreter probe, the child environment, the TypeScript cache (filled
+//! in-process, see [`crate::typescript`]), and short helper processes that print one
+//! JSON line (probe, inference).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -17,8 +17,9 @@ use crate::config::{ChildEnv, DispatcherConfig, Isolation, Mode, SandboxPolicy};
 use crate::endpoint::{Endpoint, file_stem};
 use crate::error::{DispatchError, excerpt, tail};
 use crate::process::{LineRead, Proc, SpawnSpec, describe_status};
+use crate::typescript::{self, Transpiled};
 
-/// How long a helper (probe, inference, transpile) may run.
+/// How long a helper (probe, inference) may run.
 const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How much a helper may print.
 const HELPER_CAP: usize = 8 * 1024 * 1024;
@@ -141,6 +142,18 @@ impl Launcher {
             .await
     }
 
+    /// The resolved Python executable as `view` shows it (its prefixes bound when it
+    /// is not under `/usr`).
+    pub async fn python_in(&self, tool: &str, view: &mut View) -> Result<PathBuf, DispatchError> {
+        let python = self.python(tool).await?;
+        if view.sandboxed && !View::visible(&python.executable) {
+            for prefix in &python.prefixes {
+                view.folder(prefix, true);
+            }
+        }
+        Ok(view.path(&python.executable))
+    }
+
     /// The resolved Python executable (for benchmarks and diagnostics).
     pub async fn python_executable(&self, tool: &str) -> Result<PathBuf, DispatchError> {
         Ok(self.python(tool).await?.executable.clone())
@@ -224,16 +237,11 @@ impl Launcher {
             .collect();
         match endpoint {
             Endpoint::Python { path, function } => {
+                spec.program = self.python_in(tool, &mut view).await?;
                 let python = self.python(tool).await?;
                 let assets = self.assets().await?;
-                if sandboxed && !View::visible(&python.executable) {
-                    for prefix in &python.prefixes {
-                        view.folder(prefix, true);
-                    }
-                }
                 let runner = view.file_in_folder(&assets.runner_py(), false);
                 let module = view.file_in_folder(path, false);
-                spec.program = view.path(&python.executable);
                 spec.args = vec![
                     "-S".into(),
                     "-E".into(),
@@ -251,11 +259,6 @@ impl Launcher {
                     .push(("TOOLSHED_SYS_PATH".into(), sys_path.into()));
             }
             Endpoint::Node { path, export } => {
-                let module = if endpoint.is_typescript() {
-                    self.typescript(path).await?
-                } else {
-                    path.clone()
-                };
                 let assets = self.assets().await?;
                 spec.program = self.node_in(&mut view).await;
                 spec.args = vec![view.file_in_folder(&assets.runner_mjs(), false).into()];
@@ -267,12 +270,11 @@ impl Launcher {
                 {
                     spec.extra_env.push(("NODE_PATH".into(), node_path));
                 }
-                if let Some(deps) = self.node_deps_in(&mut view) {
-                    spec.extra_env
-                        .push(("TOOLSHED_NODE_DEPS".into(), deps.into_os_string()));
-                }
+                let module = self
+                    .node_module_in(path, &mut view, &mut spec.extra_env)
+                    .await?;
                 spec.args.extend([
-                    view.file_in_folder(&module, false).into(),
+                    module.into(),
                     export.clone().unwrap_or_default().into(),
                     file_stem(path).into(),
                 ]);
@@ -337,90 +339,110 @@ impl Launcher {
         .map_err(spawn_failed)
     }
 
-    /// The transpiled entry of a TypeScript tool: from the cache when every source it
-    /// was built from is unchanged, else transpiled now.
+    /// The transpiled entry of a TypeScript tool (see [`Launcher::typescript_modules`]).
     pub async fn typescript(&self, source: &Path) -> Result<PathBuf, DispatchError> {
-        let text = tokio::fs::read(source)
+        Ok(self.typescript_modules(source).await?.entry)
+    }
+
+    /// The transpiled modules of a TypeScript tool: from the cache when every source
+    /// they were made from is unchanged, else transpiled now, in this process
+    /// ([`crate::typescript`]; nothing is run).
+    pub async fn typescript_modules(&self, source: &Path) -> Result<Transpiled, DispatchError> {
+        let assets = self.assets().await?;
+        let entry = source.to_path_buf();
+        let text = tokio::task::spawn_blocking(move || typescript::entry_text(&entry))
             .await
             .map_err(|e| DispatchError::Io {
-                what: format!("cannot read {}", source.display()),
-                source: e,
-            })?;
-        let assets = self.assets().await?;
+                what: "cannot read a TypeScript source".into(),
+                source: std::io::Error::other(e.to_string()),
+            })??;
         let mut keyed = Vec::with_capacity(text.len() + 256);
-        keyed.extend_from_slice(assets.version.as_bytes());
-        keyed.push(0);
-        keyed.extend_from_slice(source.as_os_str().as_encoded_bytes());
-        keyed.push(0);
-        keyed.extend_from_slice(&text);
+        for part in [
+            assets.version.as_bytes(),
+            typescript::TRANSPILER_VERSION.as_bytes(),
+            source.as_os_str().as_encoded_bytes(),
+        ] {
+            keyed.extend_from_slice(part);
+            keyed.push(0);
+        }
+        keyed.extend_from_slice(text.as_bytes());
         let key = &sha256_hex(&keyed)[..32];
         let dir = self.config.cache_dir.join("typescript").join(key);
-        if let Some(entry) = cached_entry(&dir).await {
-            return Ok(entry);
+        if let Some(cached) = cached_modules(&dir).await {
+            return Ok(cached);
         }
         // One transpile at a time in this process; the files are written atomically, so
         // another process transpiling the same source at once does no harm.
         let _guard = self.typescript.lock().await;
-        if let Some(entry) = cached_entry(&dir).await {
-            return Ok(entry);
+        if let Some(cached) = cached_modules(&dir).await {
+            return Ok(cached);
         }
-        let args = vec![
-            OsString::from("--experimental-import-meta-resolve"),
-            OsString::from("--no-warnings"),
-            assets.transpile_mjs().into(),
-            self.config.typescript_deps.clone().into(),
-            source.into(),
-            dir.clone().into(),
-        ];
-        let value = self
-            .run_helper(&self.config.node, &args, source.parent())
-            .await
-            .map_err(|e| match e {
-                HelperError::Spawn(err) => DispatchError::Spawn {
-                    tool: file_stem(source),
-                    program: self.config.node.display().to_string(),
-                    source: err,
-                },
-                HelperError::Failed(message) => DispatchError::Transpile {
-                    path: source.to_path_buf(),
-                    message,
-                },
-            })?;
-        if let Some(err) = value.get("error") {
-            let message = err["message"]
-                .as_str()
-                .unwrap_or("unknown error")
-                .to_owned();
-            return Err(if err["code"] == "TranspilerNotInstalled" {
-                DispatchError::TranspilerNotInstalled { message }
-            } else {
-                DispatchError::Transpile {
-                    path: source.to_path_buf(),
-                    message,
+        let entry = source.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let transpiled = typescript::transpile(&entry, &dir)?;
+            let bytes = serde_json::to_vec(&transpiled).unwrap_or_default();
+            write_atomically(&dir.join("manifest.json"), &bytes).map_err(|e| {
+                DispatchError::Io {
+                    what: "cannot write the TypeScript cache manifest".into(),
+                    source: e,
                 }
-            });
+            })?;
+            Ok(transpiled)
+        })
+        .await
+        .map_err(|e| DispatchError::Io {
+            what: "cannot transpile a TypeScript source".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+    }
+
+    /// The module a Node process loads for the tool file `path`, as `view` shows it,
+    /// with what the runner needs beside it in `env`: for TypeScript, the transpiled
+    /// entry, its source's folder bound too, and (when a module leaves specifiers for
+    /// the runner) the output → source map `TOOLSHED_MODULE_SOURCES` the runner resolves
+    /// them with, as if imported from the source; and toolshed's Node helper package
+    /// (`TOOLSHED_NODE_DEPS`), or what to install when it is missing
+    /// (`TOOLSHED_NODE_DEPS_MISSING`).
+    pub async fn node_module_in(
+        &self,
+        path: &Path,
+        view: &mut View,
+        env: &mut Vec<(OsString, OsString)>,
+    ) -> Result<PathBuf, DispatchError> {
+        let module = if crate::endpoint::is_typescript_path(path) {
+            let transpiled = self.typescript_modules(path).await?;
+            if let Some(folder) = path.parent() {
+                view.folder(folder, false);
+            }
+            let module = view.file_in_folder(&transpiled.entry, false);
+            if transpiled.resolves {
+                let map: serde_json::Map<String, Value> = transpiled
+                    .modules
+                    .iter()
+                    .map(|m| {
+                        (
+                            view.path(&m.output).display().to_string(),
+                            Value::String(view.path(&m.source).display().to_string()),
+                        )
+                    })
+                    .collect();
+                env.push((
+                    "TOOLSHED_MODULE_SOURCES".into(),
+                    Value::Object(map).to_string().into(),
+                ));
+            }
+            module
+        } else {
+            view.file_in_folder(path, false)
+        };
+        match self.node_deps_in(view) {
+            Some(deps) => env.push(("TOOLSHED_NODE_DEPS".into(), deps.into_os_string())),
+            None => env.push((
+                "TOOLSHED_NODE_DEPS_MISSING".into(),
+                crate::config::node_deps_install_hint(self.config.node_deps.as_deref()).into(),
+            )),
         }
-        let manifest: Manifest =
-            serde_json::from_value(value).map_err(|e| DispatchError::Transpile {
-                path: source.to_path_buf(),
-                message: format!("unexpected answer from the transpile step: {e}"),
-            })?;
-        let entry = manifest.entry.clone();
-        let bytes = serde_json::to_vec(&serde_json::json!({
-            "entry": manifest.entry,
-            "sources": manifest.sources.iter().map(|s| serde_json::json!({"path": s.path, "sha256": s.sha256})).collect::<Vec<_>>(),
-        }))
-        .unwrap_or_default();
-        let manifest_path = dir.join("manifest.json");
-        tokio::task::spawn_blocking(move || write_atomically(&manifest_path, &bytes))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r)
-            .map_err(|e| DispatchError::Io {
-                what: "cannot write the TypeScript cache manifest".into(),
-                source: e,
-            })?;
-        Ok(entry)
+        Ok(module)
     }
 
     /// What a helper running a tool's own code sees (see [`Launcher::run_tool_helper`]).
@@ -428,9 +450,10 @@ impl Launcher {
         View::new(self.config.isolation.is_sandboxed(), &[])
     }
 
-    /// Run a short helper that runs a tool's own code (reading a Node module's declared
-    /// schema imports it) and prints one JSON line: in the sandbox unless unsandboxed,
-    /// with what `view` binds (the program and arguments are named through it).
+    /// Run a short helper over a tool's own files (reading a Node module's declared
+    /// schema imports it; Python inference parses it) that prints one JSON line: in the
+    /// sandbox unless unsandboxed, with what `view` binds (the program and arguments are
+    /// named through it). Unsandboxed, it runs in `host_cwd`.
     pub async fn run_tool_helper(
         &self,
         tool: &str,
@@ -438,6 +461,7 @@ impl Launcher {
         program: PathBuf,
         args: Vec<OsString>,
         extra_env: Vec<(OsString, OsString)>,
+        host_cwd: Option<&Path>,
     ) -> Result<Value, HelperError> {
         let sandbox = self
             .sandbox(tool)
@@ -445,7 +469,7 @@ impl Launcher {
             .map_err(|e| HelperError::Failed(e.message()))?;
         let Some(sandbox) = sandbox else {
             return self
-                .run_helper_with_env(&program, &args, None, extra_env)
+                .run_helper_with_env(&program, &args, host_cwd, extra_env)
                 .await;
         };
         let mut run = RunSpec::new(program.clone(), args);
@@ -496,12 +520,12 @@ impl Launcher {
         view.path(&node)
     }
 
-    /// toolshed-dispatch's own `node/` folder ([`DispatcherConfig::typescript_deps`]),
-    /// shown read-only in `view`, and where it appears there: the zod 4 that bread and
-    /// Toren tool files import comes from it (see runners/resolve-hooks.mjs). `None`
-    /// when zod is not installed there (`npm ci --prefix crates/toolshed-dispatch/node`).
+    /// toolshed's Node helper package ([`DispatcherConfig::node_deps`]), shown
+    /// read-only in `view`, and where it appears there: the zod 4 that bread and Toren
+    /// tool files import comes from it (see runners/resolve-hooks.mjs). `None` when zod
+    /// is not installed there.
     pub fn node_deps_in(&self, view: &mut View) -> Option<PathBuf> {
-        let deps = std::fs::canonicalize(&self.config.typescript_deps).ok()?;
+        let deps = std::fs::canonicalize(self.config.node_deps.as_ref()?).ok()?;
         if !deps.join("node_modules/zod/package.json").is_file() {
             return None;
         }
@@ -769,33 +793,13 @@ fn find_program(program: &Path) -> Option<PathBuf> {
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
 
-#[derive(Debug, Deserialize)]
-struct Manifest {
-    entry: PathBuf,
-    sources: Vec<ManifestSource>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ManifestSource {
-    path: PathBuf,
-    sha256: String,
-}
-
-/// The cached entry when the manifest exists and every source still hashes the same.
-async fn cached_entry(dir: &Path) -> Option<PathBuf> {
+/// The cached modules when the manifest exists and every source still hashes the same.
+async fn cached_modules(dir: &Path) -> Option<Transpiled> {
     let bytes = tokio::fs::read(dir.join("manifest.json")).await.ok()?;
-    let manifest: Manifest = serde_json::from_slice(&bytes).ok()?;
-    for source in &manifest.sources {
-        let text = tokio::fs::read(&source.path).await.ok()?;
-        if sha256_hex(&text) != source.sha256 {
-            return None;
-        }
-    }
-    tokio::fs::metadata(&manifest.entry)
+    let transpiled: Transpiled = serde_json::from_slice(&bytes).ok()?;
+    tokio::task::spawn_blocking(move || typescript::unchanged(&transpiled).then_some(transpiled))
         .await
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|_| manifest.entry)
+        .ok()?
 }
 
 #[cfg(test)]

@@ -38,12 +38,13 @@
 //! - **Node**: an exported function (the default export, else the export named like
 //!   the file), called as `fn(args, ctx)`; sync, async, generator and async generator
 //!   functions work the same way. `console.log` and `process.stdout` go to stderr.
-//!   TypeScript is transpiled with sucrase once per source version (npm packages in
-//!   [`DispatcherConfig::typescript_deps`]), relative imports of other `.ts` files
-//!   included, then runs like `.mjs`.
+//!   TypeScript is stripped of its types in this process (oxc) once per source
+//!   version, relative imports of other `.ts` files inside the tool's folder included,
+//!   then runs like `.mjs`; what it imports resolves as from the source, in the sandbox.
 //! - **bread and Toren tool files**, unchanged: `import { defineTool } from
 //!   '@breadai/core'` (or `defineHumanTool`) and `'@toren-run/core'` resolve to
-//!   toolshed's compatibility modules, `zod` to toolshed's zod 4, whose schemas become
+//!   toolshed's compatibility modules, `zod` to toolshed's zod 4 (its Node helper
+//!   package, [`DispatcherConfig::node_deps`]), whose schemas become
 //!   JSON Schema; [`Dispatcher::tool_from_inferred`] maps the rest of the definition
 //!   ([`CompatSpec`]) onto the tool. See `docs/compat.md`.
 //! - **exec**: anything that reads request lines on stdin and writes protocol lines
@@ -93,6 +94,7 @@ mod launcher;
 mod pool;
 mod process;
 pub mod protocol;
+mod typescript;
 
 pub use compat::{CompatSpec, Framework};
 pub use config::{ChildEnv, DispatcherConfig, Isolation, Mode, PoolConfig, SandboxPolicy};

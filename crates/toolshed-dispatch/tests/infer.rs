@@ -668,3 +668,46 @@ async fn plain_signatures_are_unchanged() {
         Value::from(vec!["order_id"])
     );
 }
+
+/// Python inference runs in the sandbox (the file is parsed there, never imported), and
+/// what it found is kept while the file's text is unchanged: the next dispatcher over
+/// the same cache (the next CLI command) reads it back without inferring, and a changed
+/// file is inferred again.
+#[tokio::test]
+async fn a_python_inference_is_kept_while_the_file_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "add.py",
+        "def add(a: int, b: int = 1) -> int:\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n",
+    );
+    let d = || {
+        Dispatcher::new(toolshed_dispatch::DispatcherConfig {
+            cache_dir: cache.path().to_path_buf(),
+            ..config(Mode::OneShot)
+        })
+    };
+    let first = d().infer_python_file(&file, None).await.unwrap();
+    assert_eq!(first.description, "Add two numbers.");
+    assert_eq!(first.input_schema["required"], json!(["a"]));
+    let kept: Vec<_> = std::fs::read_dir(cache.path().join("schemas"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    // What is kept is what is answered: mark it, and a new dispatcher answers the mark.
+    let mut marked = first.clone();
+    marked.description = "read from the cache".into();
+    std::fs::write(&kept[0], serde_json::to_vec(&marked).unwrap()).unwrap();
+    assert_eq!(d().infer_python_file(&file, None).await.unwrap(), marked);
+    // A changed file is inferred again.
+    std::fs::write(
+        &file,
+        "def add(a: int, b: int) -> int:\n    \"\"\"Add both numbers.\"\"\"\n    return a + b\n",
+    )
+    .unwrap();
+    let changed = d().infer_python_file(&file, None).await.unwrap();
+    assert_eq!(changed.description, "Add both numbers.");
+    assert_eq!(changed.input_schema["required"], json!(["a", "b"]));
+}

@@ -145,28 +145,48 @@ async fn typescript_is_transpiled_once_then_cached() {
     );
 }
 
+/// A bread or Toren tool file while toolshed's Node helper package is missing is
+/// refused, saying what to install and where; nothing is taken from the tool's folder.
 #[tokio::test]
-async fn typescript_needs_its_transpiler() {
-    let d = Dispatcher::new(toolshed_dispatch::DispatcherConfig {
-        cache_dir: tempfile::tempdir().unwrap().keep(),
-        typescript_deps: "/nonexistent/toolshed-typescript".into(),
-        ..config(Mode::OneShot)
-    });
+async fn a_compat_tool_needs_the_helper_package_and_says_what_to_install() {
+    let empty = tempfile::tempdir().unwrap();
+    // The tool's own folder has a zod: it is not used.
+    let dir = folder(&[
+        (
+            "tool.ts",
+            "import { defineTool } from '@breadai/core';
+import { z } from 'zod';
+             export default defineTool({ name: 't', description: 'd', schema: z.object({ q: z.string() }), async execute() { return 1 } });
+",
+        ),
+        ("node_modules/zod/package.json", r#"{"name": "zod", "main": "index.js"}"#),
+        ("node_modules/zod/index.js", "module.exports = { z: {} };\n"),
+    ]);
+    let d = with_helpers(empty.path());
     let err = d
-        .execute(
-            &endpoint("node", "shout.ts"),
-            Request::new("shout", json!({"text": "x"})),
-        )
+        .infer_node_schema(&dir.path().join("tool.ts"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().as_str(), "NODE_DEPS_NOT_INSTALLED", "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "npm install --prefix {} zod@4.6.7",
+            empty.path().display()
+        )),
+        "{err}"
+    );
+    // A call says the same, as the tool's error.
+    let ep = toolshed_dispatch::Endpoint::parse(&format!(
+        "node:{}",
+        dir.path().join("tool.ts").display()
+    ))
+    .unwrap();
+    let err = d
+        .execute(&ep, Request::new("t", json!({"q": "x"})))
         .await
         .result
         .unwrap_err();
-    // The fixture folder has no node_modules either, so sucrase is nowhere.
-    assert_eq!(dispatch_code(&err), "TRANSPILER_NOT_INSTALLED", "{err}");
-    assert!(
-        err.message
-            .contains("npm ci --prefix /nonexistent/toolshed-typescript"),
-        "{err}"
-    );
+    assert!(err.message.contains("npm install --prefix"), "{err}");
 }
 
 #[tokio::test]
@@ -265,4 +285,213 @@ async fn a_node_schema_is_inferred_again_only_when_its_folder_changed() {
         changed.input_schema["properties"]["text"]["description"],
         "What to shout"
     );
+}
+
+/// toolshed-dispatch's own Node helper folder, installed by scripts/test (`npm ci`).
+fn helpers() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node");
+    assert!(
+        dir.join("node_modules/zod/package.json").is_file(),
+        "run `npm ci --prefix crates/toolshed-dispatch/node` first"
+    );
+    dir
+}
+
+/// A dispatcher with a fresh cache and `deps` as its Node helper folder.
+fn with_helpers(deps: &std::path::Path) -> Dispatcher {
+    Dispatcher::new(DispatcherConfig {
+        cache_dir: tempfile::tempdir().unwrap().keep(),
+        node_deps: Some(deps.to_path_buf()),
+        ..config(Mode::OneShot)
+    })
+}
+
+/// A folder holding these files.
+fn folder(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+const HELLO_TS: &str = "interface Args { name: string }\n\
+export const description = 'Say hello.';\n\
+export const schema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };\n\
+export default function hello({ name }: Args): string {\n  const greeting: string = `hello ${name}`;\n  return greeting;\n}\n";
+
+/// Transpiling a tool reads its `.ts` files and nothing else of its folder runs: a
+/// package named like a transpiler in its `node_modules`, or its own `package.json`
+/// naming it so (Node's package self-reference), with the helper package absent and
+/// present. Each payload writes a host marker file if it ever runs on the host.
+#[tokio::test]
+async fn transpiling_runs_nothing_of_the_tools_folder_on_the_host() {
+    let empty = tempfile::tempdir().unwrap();
+    for deps in [empty.path().to_path_buf(), helpers()] {
+        let marker = std::env::temp_dir().join(format!(
+            "toolshed-host-marker-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let payload = format!(
+            "require('node:fs').writeFileSync({:?}, 'ran on the host as uid ' + process.getuid());\nmodule.exports = {{}};\n",
+            marker.display().to_string()
+        );
+        let bundled = folder(&[
+            ("hello.ts", HELLO_TS),
+            (
+                "node_modules/sucrase/package.json",
+                r#"{"name": "sucrase", "main": "index.js"}"#,
+            ),
+            ("node_modules/sucrase/index.js", &payload),
+            (
+                "node_modules/es-module-lexer/package.json",
+                r#"{"name": "es-module-lexer", "main": "index.js"}"#,
+            ),
+            ("node_modules/es-module-lexer/index.js", &payload),
+        ]);
+        let self_reference = folder(&[
+            ("hello.ts", HELLO_TS),
+            (
+                "package.json",
+                r#"{"name": "sucrase", "exports": {".": "./lib.js"}}"#,
+            ),
+            ("lib.js", &payload),
+        ]);
+        for dir in [&bundled, &self_reference] {
+            let d = with_helpers(&deps);
+            let path = dir.path().join("hello.ts");
+            let inferred = d.infer_node_schema(&path, None).await;
+            assert!(!marker.exists(), "ran on the host ({})", deps.display());
+            assert_eq!(inferred.unwrap().input_schema["required"], json!(["name"]));
+            let ep =
+                toolshed_dispatch::Endpoint::parse(&format!("node:{}", path.display())).unwrap();
+            let run = d
+                .execute(&ep, Request::new("hello", json!({"name": "ada"})))
+                .await;
+            assert_eq!(run.result.unwrap(), json!("hello ada"));
+            assert!(!marker.exists(), "ran on the host ({})", deps.display());
+        }
+    }
+}
+
+/// A relative import of a TypeScript tool reaches only regular files inside the tool's
+/// folder: one leading out through a symlink (to a file or a folder) or `..` is refused
+/// naming the import, and nothing of the file outside reaches the cache.
+#[tokio::test]
+async fn a_typescript_import_leading_out_of_the_tools_folder_is_refused() {
+    let parent = tempfile::tempdir().unwrap();
+    let outside = parent.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(
+        outside.join("secret.ts"),
+        "export const secret = 'host secret 7f3a';\n",
+    )
+    .unwrap();
+    std::fs::write(
+        outside.join("index.ts"),
+        "export const secret = 'host secret 7f3a';\n",
+    )
+    .unwrap();
+    let tool = parent.path().join("tool");
+    std::fs::create_dir(&tool).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.ts"), tool.join("linked.ts")).unwrap();
+    std::os::unix::fs::symlink(&outside, tool.join("linked_dir")).unwrap();
+    let cases = [
+        ("file_link.ts", "./linked.ts"),
+        ("file_link_js.ts", "./linked.js"),
+        ("dir_link.ts", "./linked_dir"),
+        ("dir_link_file.ts", "./linked_dir/secret.ts"),
+        ("dot_dot.ts", "../outside/secret.ts"),
+    ];
+    let cache = tempfile::tempdir().unwrap();
+    let d = Dispatcher::new(DispatcherConfig {
+        cache_dir: cache.path().to_path_buf(),
+        ..config(Mode::OneShot)
+    });
+    for (file, spec) in cases {
+        std::fs::write(
+            tool.join(file),
+            format!("import {{ secret }} from '{spec}';\nexport default function leak(): string {{ return secret; }}\n"),
+        )
+        .unwrap();
+        let ep = toolshed_dispatch::Endpoint::parse(&format!("node:{}", tool.join(file).display()))
+            .unwrap();
+        let run = d.execute(&ep, Request::new("leak", json!({}))).await;
+        let err = match run.result {
+            Ok(v) => panic!("{spec}: the tool ran and answered {v}"),
+            Err(e) => e,
+        };
+        assert_eq!(dispatch_code(&err), "TRANSPILE_FAILED", "{spec}: {err}");
+        assert!(err.message.contains(spec), "{spec}: {err}");
+        assert!(err.message.contains("outside"), "{spec}: {err}");
+        assert!(!err.message.contains("7f3a"), "{spec}: {err}");
+    }
+    let mut stack = vec![cache.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            } else {
+                let text = std::fs::read(entry.path()).unwrap();
+                assert!(
+                    !String::from_utf8_lossy(&text).contains("7f3a"),
+                    "{} holds the outside file's text",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+}
+
+/// Bare imports of a transpiled module are resolved in the sandbox as if imported from
+/// its source: a package of the tool's own `node_modules` (ES module and CommonJS), and
+/// plain `.js` / `.json` files beside it, in a folder the sandbox shows elsewhere
+/// (`/tmp/x` as `/host/tmp/x`).
+#[tokio::test]
+async fn a_typescript_tool_imports_its_own_packages_and_files_in_the_sandbox() {
+    let dir = folder(&[
+        (
+            "shout.ts",
+            "import { loud } from 'loudly';\nimport pad from 'padder';\nimport { mark } from './mark';\n\
+             import { twice } from './twice.js';\nimport words from './words.json' with { type: 'json' };\n\
+             export default async function shout({ text }: { text: string }): Promise<string> {\n\
+               const { lazy } = await import('./lazy.ts');\n\
+               return pad(twice(mark(loud(text))) + ' ' + words.join(',') + ' ' + lazy, 1);\n}\n",
+        ),
+        (
+            "mark.ts",
+            "export const mark = (s: string): string => s + '!';\n",
+        ),
+        ("lazy.ts", "export const lazy: string = 'lazy';\n"),
+        ("twice.js", "export const twice = (s) => s + s;\n"),
+        ("words.json", r#"["a", "b"]"#),
+        (
+            "node_modules/loudly/package.json",
+            r#"{"name": "loudly", "type": "module", "exports": "./index.js"}"#,
+        ),
+        (
+            "node_modules/loudly/index.js",
+            "export const loud = (s) => s.toUpperCase();\n",
+        ),
+        (
+            "node_modules/padder/package.json",
+            r#"{"name": "padder", "main": "pad.js"}"#,
+        ),
+        (
+            "node_modules/padder/pad.js",
+            "module.exports = (s, n) => '*'.repeat(n) + s;\n",
+        ),
+    ]);
+    let d = dispatcher(Mode::OneShot);
+    let ep = toolshed_dispatch::Endpoint::parse(&format!(
+        "node:{}",
+        dir.path().join("shout.ts").display()
+    ))
+    .unwrap();
+    let run = d
+        .execute(&ep, Request::new("shout", json!({"text": "hey"})))
+        .await;
+    assert_eq!(run.result.unwrap(), json!("*HEY!HEY! a,b lazy"));
 }

@@ -78,6 +78,11 @@ impl Project {
             .env("ORDER_API_BASE", "https://orders.example.test")
             .env("SEARCH_API_KEY", SEARCH_API_KEY)
             .env("TOOLSHED_TEST_UNDECLARED", "must-not-leak")
+            // toolshed's Node helper package (zod 4), as scripts/test installs it.
+            .env(
+                "TOOLSHED_NODE_DEPS",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-dispatch/node"),
+            )
             .env_remove("TOOLSHED_URL")
             .env_remove("TOOLSHED_API_TOKEN")
             .env_remove("TOOLSHED_MCP_UNSANDBOXED");

@@ -31,12 +31,14 @@ pub fn cache_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The test configuration: a private cache and the given mode, tools sandboxed (the
-/// default), and loopback allowlisted for HTTP endpoints explicitly (the tests' HTTP
+/// The test configuration: a private cache and the given mode, toolshed's Node helper
+/// package from this crate's `node/` folder, tools sandboxed (the default), and loopback allowlisted for HTTP endpoints explicitly (the tests' HTTP
 /// servers listen on 127.0.0.1, which the default policy refuses).
 pub fn config(mode: Mode) -> DispatcherConfig {
     DispatcherConfig {
         cache_dir: cache_dir(),
+        // The helper package scripts/test installs (`npm ci --prefix …/node`).
+        node_deps: Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("node")),
         mode,
         exec_mode: mode,
         http: toolshed_dispatch::HttpPolicy::default().with_loopback(),

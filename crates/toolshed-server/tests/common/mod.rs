@@ -37,6 +37,10 @@ impl TestServer {
         config.jwt_secret = Some(SECRET.into());
         config.admin_password = Some(ADMIN_PASSWORD.into());
         config.dispatcher.cache_dir = dir.path().join("cache");
+        // toolshed's Node helper package (zod 4), as scripts/test installs it.
+        config.dispatcher.node_deps = Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-dispatch/node"),
+        );
         // Tests that register host paths (as an admin) write them here.
         config.code.tool_roots = vec![dir.path().to_path_buf()];
         adjust(&mut config);
