@@ -242,6 +242,25 @@ pub fn scrub(text: &str, secrets: &[Secret]) -> Option<String> {
     out
 }
 
+/// Replace each `(path, alias)` of `aliases` (longest first) in `text`.
+pub fn alias_paths(text: &mut String, aliases: &[(String, String)]) {
+    for (path, alias) in aliases {
+        if !path.is_empty() && text.contains(path.as_str()) {
+            *text = text.replace(path.as_str(), alias);
+        }
+    }
+}
+
+/// [`alias_paths`] in every string of a JSON value.
+pub fn alias_paths_in(value: &mut Value, aliases: &[(String, String)]) {
+    match value {
+        Value::String(s) => alias_paths(s, aliases),
+        Value::Array(items) => items.iter_mut().for_each(|v| alias_paths_in(v, aliases)),
+        Value::Object(map) => map.values_mut().for_each(|v| alias_paths_in(v, aliases)),
+        _ => {}
+    }
+}
+
 /// [`scrub`] every string inside a JSON value, keys included.
 pub fn scrub_value(value: &mut Value, secrets: &[Secret]) {
     if secrets.is_empty() {

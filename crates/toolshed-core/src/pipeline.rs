@@ -113,6 +113,11 @@ pub struct PipelineConfig {
     /// (see [`crate::budget`]). Handlers read it from
     /// [`crate::ToolContext::output_budget`]. 1 MiB by default.
     pub max_output_bytes: usize,
+    /// Host paths callers see by another name, longest first (e.g. a server's cache
+    /// folder as `<cache>`): replaced in every call's stdout, stderr and error before
+    /// anyone sees them, so a stack trace does not show where the server keeps its
+    /// files. Empty by default (the CLI's user sees their own paths).
+    pub path_aliases: Vec<(String, String)>,
 }
 
 impl Default for PipelineConfig {
@@ -122,6 +127,7 @@ impl Default for PipelineConfig {
             hook_timeout: Duration::from_secs(30),
             max_diagnostic_bytes: 64 * 1024,
             max_output_bytes: crate::budget::DEFAULT_OUTPUT_BYTES,
+            path_aliases: Vec::new(),
         }
     }
 }
@@ -909,6 +915,20 @@ impl Pipeline {
             }
             if let Some(d) = &mut diagnostics {
                 d.scrub(secrets);
+            }
+        }
+        let aliases = &self.inner.config.path_aliases;
+        if !aliases.is_empty() {
+            if let Some(d) = &mut diagnostics {
+                for text in [&mut d.stdout, &mut d.stderr] {
+                    crate::credentials::alias_paths(text, aliases);
+                }
+            }
+            if let Err(e) = &mut result {
+                crate::credentials::alias_paths(&mut e.message, aliases);
+                if let Some(details) = &mut e.details {
+                    crate::credentials::alias_paths_in(details, aliases);
+                }
             }
         }
         // Scrubbed before it is cut, so a cut cannot leave half a secret unrecognised.

@@ -409,6 +409,11 @@ impl CodeCache {
         swept
     }
 
+    /// The cache folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// [`CodeCache::sweep`] with the code every current tool of the registry runs (every
     /// tenant's), and the configured grace. A registry that cannot be listed sweeps
     /// nothing.

@@ -482,8 +482,43 @@ fn name_forms(name: &str) -> Vec<String> {
 pub fn build_runtime(state: &AppState, tool: Tool) -> Result<Runtime, ApiError> {
     let set =
         ToolSet::from_tools([tool]).map_err(|e| ApiError::internal("cannot build a toolset", e))?;
-    let pipeline = Pipeline::builder(set).build();
+    let pipeline = Pipeline::builder(set)
+        .config(pipeline_config(state))
+        .build();
     Runtime::new(pipeline, state.journal().clone(), runtime_config(state)).map_err(ApiError::from)
+}
+
+/// The pipeline settings of every runtime executing registry tools: the server's own
+/// folders (the dispatcher's cache, where runners and transpiled code live; the code
+/// cache; the tool roots) are shown to callers by name only (`<cache>`, `<code>`,
+/// `<tool-root>`), never as paths on the server.
+pub fn pipeline_config(state: &AppState) -> toolshed_core::PipelineConfig {
+    let config = state.config();
+    let mut aliases: Vec<(String, String)> = Vec::new();
+    let mut alias = |path: &std::path::Path, name: &str| {
+        for p in [Some(path.to_path_buf()), std::fs::canonicalize(path).ok()]
+            .into_iter()
+            .flatten()
+        {
+            let text = p.to_string_lossy().trim_end_matches('/').to_owned();
+            if text.len() > 1 && !aliases.iter().any(|(t, _)| *t == text) {
+                aliases.push((text, name.to_owned()));
+            }
+        }
+    };
+    if let Ok(code) = state.code() {
+        alias(code.dir(), "<code>");
+    }
+    alias(&config.dispatcher.cache_dir, "<cache>");
+    for root in &config.code.tool_roots {
+        alias(root, "<tool-root>");
+    }
+    // Longest first: the code cache is inside the dispatcher's cache by default.
+    aliases.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
+    toolshed_core::PipelineConfig {
+        path_aliases: aliases,
+        ..toolshed_core::PipelineConfig::default()
+    }
 }
 
 /// The settings of every runtime executing registry tools: credentials come from the

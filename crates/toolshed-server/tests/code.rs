@@ -734,3 +734,71 @@ async fn an_uploaded_typescript_tool_is_tested_in_the_sandbox_by_id() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_failing_tools_stack_trace_shows_no_path_of_the_server() {
+    let s = TestServer::start().await;
+    let cache = s.dir.path().join("cache");
+    let cache = cache.canonicalize().unwrap_or(cache);
+    for (name, file, endpoint, text) in [
+        (
+            "boom-js",
+            "boom.mjs",
+            "node:boom.mjs:boom",
+            "export function boom(input) {\n  throw new Error('boom in js');\n}\n",
+        ),
+        (
+            "boom-py",
+            "boom.py",
+            "python:boom.py:boom",
+            "def boom(x: int = 1) -> int:\n    \"\"\"Fail.\"\"\"\n    raise RuntimeError('boom in py')\n",
+        ),
+    ] {
+        let bytes = archive(&[(file, text)]);
+        let (status, answer) = register(
+            &s,
+            &s.deployer,
+            json!({"name": name, "description": "fails", "endpoint": endpoint, "code": code(&bytes),
+                   "input_schema": {"type": "object"}}),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+        let (status, answer) = s
+            .call(
+                "POST",
+                &format!("/api/v1/registry/tools/{name}/execute"),
+                Some(&s.deployer),
+                Some(json!({"args": {}})),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        let error = answer["data"]["error"].to_string();
+        assert!(error.contains("boom in"), "{answer}");
+        let text = answer.to_string();
+        assert!(
+            !text.contains(&*cache.to_string_lossy())
+                && !text.contains(&*s.dir.path().to_string_lossy()),
+            "{name}: the answer shows the server's folders: {text}"
+        );
+        // The trace still names the file, under its alias.
+        assert!(
+            text.contains("<code>/") || text.contains("<cache>/"),
+            "{text}"
+        );
+        // The journal keeps the same.
+        let run_id = answer["data"]["run_id"].as_str().unwrap();
+        let (_, run) = s
+            .call(
+                "GET",
+                &format!("/api/v1/runs/{run_id}"),
+                Some(&s.deployer),
+                None,
+            )
+            .await;
+        assert!(
+            !run.to_string().contains(&*s.dir.path().to_string_lossy()),
+            "{run}"
+        );
+    }
+    s.stop().await;
+}

@@ -246,7 +246,9 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
     let set = toolshed_core::ToolSet::from_tools(tools)
         .map_err(|e| ApiError::internal("cannot build a toolset", e))?;
     Runtime::new(
-        toolshed_core::Pipeline::builder(set).build(),
+        toolshed_core::Pipeline::builder(set)
+            .config(crate::tools::pipeline_config(state))
+            .build(),
         state.journal().clone(),
         crate::tools::runtime_config(state),
     )
