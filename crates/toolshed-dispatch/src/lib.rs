@@ -93,6 +93,7 @@ mod launcher;
 mod pool;
 mod process;
 pub mod protocol;
+pub mod special_purpose;
 
 pub use compat::{CompatSpec, Framework};
 pub use config::{ChildEnv, DispatcherConfig, Isolation, Mode, PoolConfig, SandboxPolicy};
