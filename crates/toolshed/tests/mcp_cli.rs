@@ -388,15 +388,6 @@ fn a_literal_stored_before_is_warned_of_at_start_and_masked_in_every_view() {
             store.create_mcp_server(entry).await.unwrap().id
         });
     let s = Server::start_in(dir);
-    let log = std::fs::read_to_string(s.dir.path().join("server.log")).unwrap();
-    assert_no_secret(&log);
-    for key in ["env.OPENAI_API_KEY", "env.SLACK_BOT_TOKEN"] {
-        let line = log
-            .lines()
-            .find(|l| l.contains("WARN") && l.contains(key))
-            .unwrap_or_else(|| panic!("no start-up warning naming {key}:\n{log}"));
-        assert!(line.contains(&id) && line.contains("leaky"), "{line}");
-    }
     s.ok(&["login", "--username", "admin", "--password", ADMIN_PASSWORD]);
     for args in [
         &["registry", "mcp", "show", "leaky"][..],
@@ -415,6 +406,16 @@ fn a_literal_stored_before_is_warned_of_at_start_and_masked_in_every_view() {
         "{}",
         stderr(&o)
     );
+    // And the server named each key when it started.
+    let log = std::fs::read_to_string(s.dir.path().join("server.log")).unwrap();
+    assert_no_secret(&log);
+    for key in ["env.OPENAI_API_KEY", "env.SLACK_BOT_TOKEN"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains(key))
+            .unwrap_or_else(|| panic!("no start-up warning naming {key}:\n{log}"));
+        assert!(line.contains(&id) && line.contains("leaky"), "{line}");
+    }
 }
 
 fn poison_js() -> PathBuf {

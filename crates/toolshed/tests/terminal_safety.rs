@@ -39,12 +39,15 @@ fn code(o: &Output) -> i32 {
 #[track_caller]
 fn assert_safe(text: &str) {
     for c in text.chars() {
-        assert!(
-            !(c.is_control() && c != '\n' && c != '\t')
-                && !matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{e0000}'..='\u{e007f}'),
-            "a raw U+{:04X} in:\n{text}",
-            u32::from(c)
-        );
+        let hidden = (c.is_control() && c != '\n' && c != '\t')
+            || matches!(
+                c,
+                '\u{200b}'..='\u{200f}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2066}'..='\u{2069}'
+                    | '\u{e0000}'..='\u{e007f}'
+            );
+        assert!(!hidden, "a raw U+{:04X} in:\n{text}", u32::from(c));
     }
 }
 
