@@ -306,14 +306,16 @@ pub struct McpServerBody {
     /// The program's arguments, each as is.
     #[serde(default)]
     pub args: Option<Vec<String>>,
-    /// A stdio server's whole environment; values may name credentials as `${NAME}`.
+    /// A stdio server's whole environment. Values name credentials as `${NAME}`
+    /// (`"OPENAI_API_KEY": "${OPENAI_API_KEY}"`, the name in `credentials`); a literal
+    /// value is refused (422 naming the key), so no secret is stored in clear.
     #[serde(default)]
     pub env: Option<std::collections::BTreeMap<String, String>>,
     /// A Streamable HTTP server's URL (`http://` or `https://`).
     #[serde(default)]
     pub url: Option<String>,
-    /// Headers sent to a Streamable HTTP server; values may name credentials as
-    /// `${NAME}` (`Authorization: Bearer ${GITHUB_TOKEN}`).
+    /// Headers sent to a Streamable HTTP server. Values name credentials as `${NAME}`
+    /// (`Authorization: Bearer ${GITHUB_TOKEN}`); a literal value is refused.
     #[serde(default)]
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     /// The credentials `env` and `headers` name; each must be in the server's
@@ -324,6 +326,11 @@ pub struct McpServerBody {
     /// such as `npx` and `uvx`, which download on first start; off otherwise).
     #[serde(default)]
     pub network: Option<bool>,
+    /// Whether a discover that finds a tool's definition changed makes it active at
+    /// once (default false: the change waits until an admin accepts it). Turning it on
+    /// needs the admin role.
+    #[serde(default)]
+    pub auto_accept: Option<bool>,
     /// How long one MCP request may take, 1 to 3600 seconds (default 30).
     #[serde(default)]
     #[schema(minimum = 1, maximum = 3600)]
@@ -355,6 +362,16 @@ pub struct McpServerBody {
     /// and discovers).
     #[serde(default)]
     pub status: Option<String>,
+}
+
+/// Which held-back MCP tool changes to accept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpAcceptBody {
+    /// The tools, as the server names them or by registry name; every tool with a
+    /// change waiting when left out.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 /// The registry owner's choice for one MCP tool; a field left out keeps the default its

@@ -47,6 +47,25 @@ pub struct ToolSummary {
     pub created_at: String,
     /// When this revision was written.
     pub updated_at: String,
+    /// Characters in its description, title or schemas that a reader does not see or
+    /// that act on a terminal (zero-width, tag, bidirectional, control, escape): what a
+    /// model reads but a person reviewing the tool would miss. Empty for most tools.
+    /// Human surfaces (the CLI, the console) show such characters escaped.
+    #[serde(default)]
+    pub hidden_characters: Vec<HiddenCharactersView>,
+}
+
+/// Characters of one kind a reader does not see, found in one field of a tool's
+/// definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HiddenCharactersView {
+    /// Where: `description`, `title`, or a JSON pointer into a schema, e.g.
+    /// `input_schema/properties/path/description`.
+    pub field: String,
+    /// `zero_width`, `tag`, `bidi`, `control` or `escape`.
+    pub kind: String,
+    /// How many.
+    pub count: usize,
 }
 
 /// A registered tool with its schemas and whole definition.
@@ -824,12 +843,18 @@ pub struct McpServerView {
     pub command: Option<String>,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Its environment (values name credentials as `${NAME}`, never hold them).
+    /// Its environment: values name credentials as `${NAME}`. A literal value (stored
+    /// before literals were refused) is never shown: it reads `***` and its key is in
+    /// `literal_values`.
     pub env: std::collections::BTreeMap<String, String>,
     /// A Streamable HTTP server's URL.
     pub url: Option<String>,
-    /// Its headers (values name credentials as `${NAME}`).
+    /// Its headers: values name credentials as `${NAME}`; a literal one reads `***`.
     pub headers: std::collections::BTreeMap<String, String>,
+    /// The `env`/`headers` entries holding a literal value, as `env.KEY` or
+    /// `headers.KEY` (their values are masked): replace each with a `${NAME}` reference.
+    #[serde(default)]
+    pub literal_values: Vec<String>,
     /// The credentials `env` and `headers` name.
     pub credentials: Vec<String>,
     /// Whether a stdio server may reach the network (null: its kind's default).
@@ -841,6 +866,14 @@ pub struct McpServerView {
     pub overrides: Value,
     /// Who registered or last changed it.
     pub created_by: String,
+    /// Whether a discover that finds a tool's definition changed makes it active at
+    /// once. False by default: the change waits until an admin accepts it
+    /// (`GET …/pending`, `POST …/accept`).
+    #[serde(default)]
+    pub auto_accept: bool,
+    /// How many of its tools have a changed definition waiting for an admin.
+    #[serde(default)]
+    pub pending_changes: u32,
 }
 
 /// A successful connection test: AgentBreeder's `McpServerTestResult` and what the
@@ -881,6 +914,53 @@ pub struct McpDiscoveredTool {
     pub effects: String,
     /// Whether a call waits for an approval: `never`, `always`, or `{"when": "<CEL>"}`.
     pub approval: Value,
+    /// Characters of its definition a reader does not see (see `ToolSummary`).
+    #[serde(default)]
+    pub hidden_characters: Vec<HiddenCharactersView>,
+}
+
+/// A tool whose MCP server changed its definition: the change waits for an admin, and
+/// every client (REST, `/mcp`) keeps getting the accepted revision meanwhile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpPendingView {
+    /// The tool's name as the server names it.
+    pub name: String,
+    /// The registry tool's name, `<server>__<tool>`.
+    pub registry_name: String,
+    /// The registry tool's id.
+    pub tool_id: String,
+    /// The accepted (active) revision.
+    pub revision: u32,
+    /// The accepted description.
+    pub description: String,
+    /// The accepted input JSON Schema.
+    #[schema(value_type = Object)]
+    pub schema_definition: Value,
+    /// The description the server sends now.
+    pub pending_description: String,
+    /// The input JSON Schema the server sends now.
+    #[schema(value_type = Object)]
+    pub pending_schema_definition: Value,
+    /// The output JSON Schema the server sends now, if any.
+    #[schema(value_type = Option<Object>, nullable)]
+    pub pending_output_schema: Option<Value>,
+    /// The behaviour hints the server sends now (`read_only`, `destructive`,
+    /// `idempotent`, `open_world`, `title`).
+    #[schema(value_type = Object)]
+    pub pending_hints: Value,
+    /// When a discover first found this change.
+    pub since: String,
+    /// Characters of the changed definition a reader does not see.
+    pub hidden_characters: Vec<HiddenCharactersView>,
+}
+
+/// What an accept made active.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct McpAcceptView {
+    /// Registry names whose change is now the active revision.
+    pub accepted: Vec<String>,
+    /// Those tools, as registered now.
+    pub tools: Vec<McpDiscoveredTool>,
 }
 
 /// What a discover found and registered (AgentBreeder's `McpServerDiscoverResult` plus
@@ -897,6 +977,10 @@ pub struct McpDiscoverView {
     pub changed: Vec<String>,
     /// Registry names deleted (the server no longer lists them).
     pub removed: Vec<String>,
+    /// Registry names whose server changed their definition: the change waits for an
+    /// admin (`GET …/pending`, `POST …/accept`) and `tools` shows the accepted one.
+    #[serde(default)]
+    pub pending: Vec<String>,
 }
 
 /// A deleted MCP server entry (AgentBreeder answers `{"deleted": true}`).

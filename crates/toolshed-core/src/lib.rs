@@ -44,6 +44,7 @@ pub mod hooks;
 pub mod pipeline;
 pub mod schema;
 pub mod spec;
+pub mod text;
 pub mod tool;
 pub mod toolset;
 

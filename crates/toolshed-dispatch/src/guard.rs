@@ -177,76 +177,44 @@ fn in_range(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
     }
 }
 
-/// What kind of non-public address `ip` is, if it is one.
+/// What kind of non-public address `ip` is, if it is one: the cloud metadata
+/// addresses by name, then the most specific block of the IANA special-purpose
+/// registries ([`crate::special_purpose`]) that is not globally reachable. An IPv6
+/// address carrying an IPv4 address (IPv4-compatible, NAT64, 6to4) is judged by that
+/// IPv4 address.
 fn refused_kind(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => refused_v4(v4),
-        IpAddr::V6(v6) => refused_v6(v6),
-    }
-}
-
-fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, ..] = ip.octets();
-    Some(if ip == Ipv4Addr::new(169, 254, 169, 254) {
-        "a cloud metadata address"
-    } else if ip.is_loopback() {
-        "a loopback address"
-    } else if ip.is_unspecified() || a == 0 {
-        "an unspecified address"
-    } else if ip.is_private() {
-        "a private address"
-    } else if ip.is_link_local() {
-        "a link-local address"
-    } else if a == 100 && (64..128).contains(&b) {
-        "a carrier-grade NAT address"
-    } else if ip.is_multicast() || ip.is_broadcast() || a >= 240 {
-        "a multicast, broadcast or reserved address"
-    } else if (a == 192 && b == 0 && ip.octets()[2] == 0) || (a == 198 && (18..20).contains(&b)) {
-        "a reserved address"
-    } else {
-        return None;
-    })
-}
-
-fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
+    const METADATA_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
     // AWS's IPv6 instance metadata service.
-    if ip == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254) {
-        return Some("a cloud metadata address");
+    const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+    match ip {
+        IpAddr::V4(v4) if v4 == METADATA_V4 => return Some("a cloud metadata address"),
+        IpAddr::V6(v6) if v6 == METADATA_V6 => return Some("a cloud metadata address"),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = embedded_v4(v6) {
+                return refused_kind(IpAddr::V4(v4));
+            }
+        }
+        IpAddr::V4(_) => {}
     }
-    // IPv4-compatible (`::a.b.c.d`, deprecated), NAT64 (`64:ff9b::/96`) and 6to4
-    // (`2002::/16`) addresses carry an IPv4 address a gateway may reach.
-    let embedded = if ip.segments()[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
+    crate::special_purpose::classify(ip)
+        .filter(|block| !block.globally_reachable)
+        .map(|block| block.says)
+}
+
+/// The IPv4 address an IPv6 address carries for a gateway to reach: IPv4-compatible
+/// (`::a.b.c.d`, deprecated), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`).
+/// (IPv4-mapped addresses were made IPv4 by [`canonical`] already.)
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    if s[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
         ip.to_ipv4()
-    } else if ip.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let [.., c, d] = ip.segments();
-        Some(Ipv4Addr::from((u32::from(c) << 16) | u32::from(d)))
-    } else if first == 0x2002 {
-        let [_, b, c, ..] = ip.segments();
-        Some(Ipv4Addr::from((u32::from(b) << 16) | u32::from(c)))
+    } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        Some(Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7])))
+    } else if s[0] == 0x2002 {
+        Some(Ipv4Addr::from((u32::from(s[1]) << 16) | u32::from(s[2])))
     } else {
         None
-    };
-    if let Some(v4) = embedded {
-        return refused_v4(v4);
     }
-    Some(if ip.is_loopback() {
-        "a loopback address"
-    } else if ip.is_unspecified() {
-        "an unspecified address"
-    } else if first & 0xfe00 == 0xfc00 {
-        "a private (unique local) address"
-    } else if first & 0xffc0 == 0xfe80 || first & 0xffc0 == 0xfec0 {
-        "a link-local address"
-    } else if ip.is_multicast() {
-        "a multicast address"
-    } else if first == 0x2001 && ip.segments()[1] == 0x0db8 {
-        "a documentation address"
-    } else if first == 0x0100 && ip.segments()[1..4] == [0, 0, 0] {
-        "a discard-only address"
-    } else {
-        return None;
-    })
 }
 
 /// The guarded resolver for another crate's reqwest client (the MCP client's
@@ -343,6 +311,68 @@ mod tests {
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "100.128.0.1"] {
             assert!(!refused(ip), "{ip} was refused");
+        }
+    }
+
+    #[test]
+    fn documentation_benchmarking_and_shared_ranges_are_refused_in_every_form() {
+        let kind = |ip: &str| {
+            HttpPolicy::default()
+                .check("h", ip.parse().expect("an address"))
+                .expect_err(ip)
+        };
+        for (ip, says) in [
+            ("192.0.2.1", "Documentation (TEST-NET-1)"),
+            ("198.51.100.1", "Documentation (TEST-NET-2)"),
+            ("203.0.113.1", "Documentation (TEST-NET-3)"),
+            ("198.18.0.1", "Benchmarking"),
+            ("100.64.0.1", "Shared Address Space"),
+            ("2001:db8::1", "Documentation"),
+        ] {
+            assert!(kind(ip).contains(says), "{ip}: {}", kind(ip));
+            if let Ok(std::net::IpAddr::V4(v4)) = ip.parse::<IpAddr>() {
+                // The IPv4-mapped, IPv4-compatible, NAT64 and 6to4 forms carry it too.
+                let [a, b, c, d] = v4.octets();
+                for form in [
+                    format!("::ffff:{ip}"),
+                    format!("::{ip}"),
+                    format!("64:ff9b::{ip}"),
+                    format!("2002:{a:02x}{b:02x}:{c:02x}{d:02x}::1"),
+                ] {
+                    assert!(kind(&form).contains(says), "{form}: {}", kind(&form));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_special_purpose_block_is_judged_as_the_registry_says() {
+        use crate::special_purpose::{IPV4, IPV6, last};
+        let policy = HttpPolicy::default();
+        for block in IPV4.iter().chain(IPV6) {
+            for ip in [block.net, last(block)] {
+                // Addresses that carry an IPv4 address are judged by it instead.
+                let carries_v4 = match ip {
+                    IpAddr::V6(v6) => canonical(ip).is_ipv4() || embedded_v4(v6).is_some(),
+                    IpAddr::V4(_) => false,
+                };
+                if carries_v4 {
+                    continue;
+                }
+                // The most specific block holding it decides (e.g. 0.0.0.0 is "This
+                // host on this network", inside "This network").
+                let decides = crate::special_purpose::classify(ip).unwrap_or(block);
+                let verdict = policy.check("h", ip);
+                if decides.globally_reachable {
+                    assert!(verdict.is_ok(), "{ip} ({}) was refused", decides.name);
+                } else {
+                    let says = verdict.expect_err(decides.name);
+                    assert!(
+                        says.contains(decides.name) || says == "a cloud metadata address",
+                        "{ip}: {says}"
+                    );
+                }
+            }
         }
     }
 

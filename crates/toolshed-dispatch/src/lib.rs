@@ -94,6 +94,7 @@ mod launcher;
 mod pool;
 mod process;
 pub mod protocol;
+pub mod special_purpose;
 mod typescript;
 
 pub use compat::{CompatSpec, Framework};

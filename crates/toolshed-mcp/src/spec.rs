@@ -8,6 +8,11 @@
 //! credentials as `${NAME}`; the client resolves them through the call's credential
 //! provider (under the server's credentials policy) when it connects, and only names in
 //! [`McpServerSpec::credentials`] may be named.
+//!
+//! A value in `env` or `headers` that is not in that reference form
+//! ([`is_reference_form`]) is a *literal*: registries refuse to store one
+//! ([`McpServerSpec::literal_values`], [`LiteralValue::fix`]) and show one stored before
+//! that rule only masked ([`McpServerSpec::masked`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -150,6 +155,158 @@ impl McpServerSpec {
     }
 }
 
+/// What a masked value reads: a value that is not a reference is never shown.
+pub const MASK: &str = "***";
+
+/// The longest scheme word a reference may follow (`Bearer `, `Basic `, `Token `).
+const MAX_SCHEME_PREFIX: usize = 16;
+
+/// Whether an `env` or `headers` value names its secret instead of holding it: one or
+/// more `${NAME}` references with nothing between or after them, after at most a short
+/// scheme word of letters and spaces (`${GITHUB_TOKEN}`, `Bearer ${GITHUB_TOKEN}`,
+/// `${USER}${PASS}`). An empty value holds nothing and counts as a reference. We cannot
+/// tell a secret from other text, so anything else is a literal, e.g. `sk-live-…`,
+/// `production`, or `Bearer sk-… ${X}`.
+pub fn is_reference_form(value: &str) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    let Some(start) = value.find("${") else {
+        return false;
+    };
+    let prefix = &value[..start];
+    if prefix.len() > MAX_SCHEME_PREFIX
+        || !prefix.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
+    {
+        return false;
+    }
+    let mut rest = &value[start..];
+    while !rest.is_empty() {
+        let Some(after) = rest.strip_prefix("${") else {
+            return false;
+        };
+        let Some(end) = after.find('}') else {
+            return false;
+        };
+        let name = &after[..end];
+        if name.is_empty() || name.contains("${") {
+            return false;
+        }
+        rest = &after[end + 1..];
+    }
+    true
+}
+
+/// An `env` or `headers` entry whose value is a literal (not [`is_reference_form`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiteralValue {
+    /// `env` or `headers`.
+    pub field: &'static str,
+    /// The variable or header name (never the value).
+    pub key: String,
+    /// The scheme word the value starts with (`Bearer`, `Basic`, `Token`), kept in the
+    /// suggested fix; never any other part of the value.
+    scheme: Option<&'static str>,
+}
+
+impl LiteralValue {
+    /// `env.KEY` or `headers.KEY`.
+    pub fn path(&self) -> String {
+        format!("{}.{}", self.field, self.key)
+    }
+
+    /// The credential name the fix suggests: the key in upper case, every character
+    /// outside `[A-Z0-9_]` made `_`, starting with a letter.
+    pub fn credential(&self) -> String {
+        let mut name: String = self
+            .key
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            name.insert_str(0, "MCP_");
+        }
+        name
+    }
+
+    /// The value to write instead: `${NAME}`, or `Bearer ${NAME}` for a bearer header.
+    pub fn reference(&self) -> String {
+        match self.scheme {
+            Some(scheme) => format!("{scheme} ${{{}}}", self.credential()),
+            None => format!("${{{}}}", self.credential()),
+        }
+    }
+
+    /// Why it is refused and what to write instead (names the key, never the value).
+    pub fn fix(&self) -> String {
+        format!(
+            "holds a literal value, which would be stored in clear and shown to everyone who can read the entry; write `{}: \"{}\"`, add `{}` to `credentials`, and have the operator's credentials policy serve it (`{}: {{provider: env}}` or `{{provider: vault}}`)",
+            self.key,
+            self.reference(),
+            self.credential(),
+            self.credential(),
+        )
+    }
+}
+
+impl std::fmt::Display for LiteralValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.field, self.key)
+    }
+}
+
+/// The scheme word a literal header value starts with, if it is one of the usual ones.
+fn scheme_of(value: &str) -> Option<&'static str> {
+    let word = value.split(' ').next().unwrap_or_default();
+    ["Bearer", "Basic", "Token"]
+        .into_iter()
+        .find(|s| s.eq_ignore_ascii_case(word) && value.len() > word.len())
+}
+
+impl McpServerSpec {
+    /// The `env` and `headers` entries holding literal values, by key.
+    pub fn literal_values(&self) -> Vec<LiteralValue> {
+        let (field, map) = match &self.launch {
+            Launch::Stdio(l) => ("env", &l.env),
+            Launch::Http(h) => ("headers", &h.headers),
+        };
+        map.iter()
+            .filter(|(_, v)| !is_reference_form(v))
+            .map(|(k, v)| LiteralValue {
+                field,
+                key: k.clone(),
+                scheme: if field == "headers" {
+                    scheme_of(v)
+                } else {
+                    None
+                },
+            })
+            .collect()
+    }
+
+    /// The spec with every literal `env` and `headers` value replaced by [`MASK`]: the
+    /// only form in which a spec is shown.
+    pub fn masked(&self) -> McpServerSpec {
+        let mut out = self.clone();
+        let map = match &mut out.launch {
+            Launch::Stdio(l) => &mut l.env,
+            Launch::Http(h) => &mut h.headers,
+        };
+        for v in map.values_mut() {
+            if !is_reference_form(v) {
+                MASK.clone_into(v);
+            }
+        }
+        out
+    }
+}
+
 fn url_scheme(url: &str) -> Option<&str> {
     let (scheme, rest) = url.split_once("://")?;
     (!rest.is_empty()).then_some(scheme)
@@ -182,4 +339,84 @@ pub fn check_server_name(name: &str) -> Result<(), McpError> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_references_are_reference_form() {
+        for ok in ["${TOKEN}", "Bearer ${TOKEN}", "Basic ${USER}${PASS}", ""] {
+            assert!(is_reference_form(ok), "{ok}");
+        }
+        for literal in [
+            "sk-live-123",
+            "production",
+            "Bearer sk-live-123",
+            "sk-live-123${TOKEN}",
+            "${TOKEN}sk-live-123",
+            "${A}:${B}",
+            "Bearer sk-1 ${TOKEN}",
+            "${}",
+            "${unclosed",
+            "$${ESCAPED}",
+            "averyveryverylongprefix ${T}",
+        ] {
+            assert!(!is_reference_form(literal), "{literal}");
+        }
+    }
+
+    fn stdio(env: &[(&str, &str)]) -> McpServerSpec {
+        McpServerSpec {
+            name: "s".into(),
+            launch: Launch::Stdio(StdioLaunch {
+                command: "npx".into(),
+                args: vec![],
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                network: None,
+            }),
+            timeout: DEFAULT_TIMEOUT,
+            credentials: vec![],
+        }
+    }
+
+    #[test]
+    fn literal_values_are_named_and_masked_never_quoted() {
+        let spec = stdio(&[
+            ("OPENAI_API_KEY", "sk-proj-abc123"),
+            ("SLACK_BOT_TOKEN", "xoxb-1-2-3"),
+            ("GITHUB", "${GITHUB_TOKEN}"),
+        ]);
+        let literals = spec.literal_values();
+        let paths: Vec<String> = literals.iter().map(LiteralValue::path).collect();
+        assert_eq!(paths, ["env.OPENAI_API_KEY", "env.SLACK_BOT_TOKEN"]);
+        let fix = literals[0].fix();
+        assert!(
+            fix.contains("${OPENAI_API_KEY}") && !fix.contains("sk-proj"),
+            "{fix}"
+        );
+        let masked = serde_json::to_string(&spec.masked()).unwrap_or_default();
+        assert!(
+            !masked.contains("sk-proj") && !masked.contains("xoxb"),
+            "{masked}"
+        );
+        assert!(masked.contains("${GITHUB_TOKEN}"), "{masked}");
+
+        let http = McpServerSpec {
+            launch: Launch::Http(HttpLaunch {
+                url: "https://a.example/mcp".into(),
+                headers: [("Authorization".to_owned(), "Bearer ghp_x".to_owned())].into(),
+            }),
+            ..stdio(&[])
+        };
+        let fix = http.literal_values()[0].fix();
+        assert!(
+            fix.contains("Bearer ${AUTHORIZATION}") && !fix.contains("ghp_"),
+            "{fix}"
+        );
+    }
 }

@@ -398,6 +398,14 @@ async fn stdio_without_a_sandbox_is_refused_and_metadata_urls_are_refused() {
         "http://[::ffff:169.254.169.254]/mcp",
         "http://localhost:9/mcp",
         "http://10.0.0.1/mcp",
+        // Documentation, benchmarking and shared ranges (IANA special-purpose).
+        "http://192.0.2.1/mcp",
+        "http://198.51.100.1/mcp",
+        "http://203.0.113.1/mcp",
+        "http://198.18.0.1/mcp",
+        "http://100.64.0.1/mcp",
+        "http://[2001:db8::1]/mcp",
+        "http://[::ffff:203.0.113.1]/mcp",
     ] {
         let e = server(&hub, &http("meta", url))
             .connect()

@@ -355,15 +355,34 @@ pub trait RegistryStore: Send + Sync + fmt::Debug {
     /// Returns the entry as it was.
     async fn delete_mcp_server(&self, id: &str, scope: &TenantScope) -> Result<McpServerRecord>;
 
-    /// Make an entry's registry tools exactly `tools` in one transaction (added, changed
-    /// and removed ones); a name another tool holds is a `Conflict` naming both
-    /// sources, and then nothing changes.
+    /// Make an entry's registry tools what its discover found, in one transaction: new
+    /// names registered, names no longer listed deleted, and a tool whose definition
+    /// changed given a new revision when its server sent what was accepted before (the
+    /// owner's overrides changed) or the entry takes changes at once (`auto_accept`);
+    /// otherwise the change is held back as pending and the accepted revision stays
+    /// active. A name another tool holds is a `Conflict` naming both sources, and then
+    /// nothing changes.
     async fn sync_mcp_tools(
         &self,
         id: &str,
         scope: &TenantScope,
         tools: McpTools,
     ) -> Result<McpSync>;
+
+    /// The entry's tools whose changed definitions wait for an admin, by name.
+    async fn mcp_pending(&self, id: &str, scope: &TenantScope) -> Result<Vec<McpPending>>;
+
+    /// Accept held-back changes, in one transaction: each tool's definition becomes its
+    /// active revision and what its server sent the accepted one. Each `sent` must be
+    /// the change waiting for that tool (a tool with none, or whose server changed it
+    /// again since it was read, is a `Conflict`, and then nothing changes). Returns the
+    /// tools as they are after.
+    async fn accept_mcp_tools(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        tools: McpTools,
+    ) -> Result<Vec<ToolRecord>>;
 }
 
 /// Open the registry named by a database URL, creating and migrating its tables:

@@ -1,9 +1,10 @@
 //! The registry's MCP server entries: what is stored and what callers pass in.
 //!
-//! The store does not know MCP: the spec (a `toolshed_mcp::McpServerSpec`) and the
-//! per-tool overrides are JSON the server checked; the store keeps them per tenant,
-//! links the entry to the registry tools its discover wrote, and synchronises those in
-//! one transaction.
+//! The store does not know MCP: the spec (a `toolshed_mcp::McpServerSpec`), the
+//! per-tool overrides and what a server sent for each tool are JSON the server checked;
+//! the store keeps them per tenant, links the entry to the registry tools its discover
+//! wrote, synchronises those in one transaction, and holds a tool's changed definition
+//! back until an admin accepts it (unless the entry takes changes at once).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -52,6 +53,10 @@ pub struct NewMcpServer {
     pub overrides: Value,
     /// Who registered (or last changed) it.
     pub created_by: String,
+    /// Whether a discover that finds a tool's definition changed makes it the active
+    /// revision at once. Off by default: the change waits until an admin accepts it.
+    #[serde(default)]
+    pub auto_accept: bool,
 }
 
 /// An MCP server entry as stored.
@@ -72,6 +77,8 @@ pub struct McpServerRecord {
     pub last_error: Option<String>,
     /// 1 when registered, +1 on every update.
     pub revision: u32,
+    /// How many of its tools have a changed definition waiting for an admin.
+    pub pending_changes: u32,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: i64,
     /// Milliseconds since the Unix epoch.
@@ -99,8 +106,36 @@ pub struct McpSync {
     pub changed: Vec<String>,
     /// Names of tools deleted (the server no longer lists them).
     pub removed: Vec<String>,
+    /// Names of tools whose server changed their definition: the change waits for an
+    /// admin ([`crate::RegistryStore::accept_mcp_tools`]); the accepted revision stays
+    /// active.
+    pub pending: Vec<String>,
 }
 
-/// The tools a discover found, as registry tools to write: each one's `name` is the
-/// qualified `<server>__<tool>`, its `tenant` the server's.
-pub type McpTools = Vec<NewTool>;
+/// One tool a discover found (or an admin accepts): the registry tool to write and what
+/// its server sent for it, which is compared with what was last accepted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpFound {
+    /// The registry tool: its `name` is the qualified `<server>__<tool>`, its `tenant`
+    /// the server's.
+    pub tool: NewTool,
+    /// What the server sent for it (a `toolshed_mcp::McpTool` as JSON).
+    pub sent: Value,
+}
+
+/// The tools a discover found.
+pub type McpTools = Vec<McpFound>;
+
+/// A tool whose server changed its definition, waiting for an admin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct McpPending {
+    /// The registry tool as accepted (its active revision, what every client gets).
+    pub tool: ToolRecord,
+    /// What the server sent when it was last accepted (`None` for a tool linked before
+    /// changes were held back).
+    pub accepted: Option<Value>,
+    /// What the server sends now.
+    pub sent: Value,
+    /// When a discover first found this change (milliseconds since the Unix epoch).
+    pub since_ms: i64,
+}

@@ -1,6 +1,7 @@
 //! The rules of MCP server entries, written once over an [`Executor`] like `rules.rs`:
-//! names unique per tenant, reads and writes scoped to the caller's tenant, and the
-//! synchronisation of a server's registry tools in one transaction.
+//! names unique per tenant, reads and writes scoped to the caller's tenant, the
+//! synchronisation of a server's registry tools in one transaction, and the changes a
+//! server made to a tool held back until an admin accepts them.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +11,8 @@ use toolshed_store::{Executor, Param, Row};
 use crate::rules::{self, Paging};
 use crate::sql;
 use crate::{
-    McpPing, McpServerRecord, McpServerStatus, McpSync, NewMcpServer, NewTool, Page, RegistryError,
-    Result, TenantScope, ToolRecord,
+    McpFound, McpPending, McpPing, McpServerRecord, McpServerStatus, McpSync, NewMcpServer,
+    NewTool, Page, RegistryError, Result, TenantScope, ToolRecord,
 };
 
 fn not_found(id: &str) -> RegistryError {
@@ -55,6 +56,7 @@ pub(crate) async fn create(db: &mut dyn Executor, new: NewMcpServer) -> Result<M
         last_ping_at_ms: None,
         last_error: None,
         revision: 1,
+        pending_changes: 0,
         created_at_ms: now,
         updated_at_ms: now,
     };
@@ -83,6 +85,7 @@ pub(crate) async fn create(db: &mut dyn Executor, new: NewMcpServer) -> Result<M
                 (&s.created_by).into(),
                 now.into(),
                 now.into(),
+                bool_param(s.auto_accept),
             ],
         )
         .await?;
@@ -151,7 +154,7 @@ pub(crate) async fn list(
     let mut total = 0;
     let mut items = Vec::with_capacity(rows.len());
     for row in &rows {
-        total = row.get(20)?;
+        total = row.get(sql::MCP_PENDING_COUNT + 1)?;
         if row.get::<Option<String>>(0)?.is_some() {
             items.push(server_from_row(row)?);
         }
@@ -188,7 +191,7 @@ pub(crate) async fn update(
         if let Some(holder) = by_name(db, &new.tenant, &new.name).await? {
             return Err(name_taken(&new.name, &new.tenant, &holder.id));
         }
-        for tool in linked_tools(db, id).await? {
+        for (tool, _) in linked_tools(db, id).await? {
             remove_tool(db, id, &tool).await?;
         }
         db.run(&sql::MCP_SERVER_TOOL_COUNT, &[id.into(), 0i64.into()])
@@ -213,6 +216,7 @@ pub(crate) async fn update(
             (&new.created_by).into(),
             now.into(),
             revision.into(),
+            bool_param(new.auto_accept),
         ],
     )
     .await
@@ -253,7 +257,7 @@ pub(crate) async fn delete(
     scope: &TenantScope,
 ) -> Result<McpServerRecord> {
     let current = locked(db, id, scope).await?;
-    for tool in linked_tools(db, id).await? {
+    for (tool, _) in linked_tools(db, id).await? {
         remove_tool(db, id, &tool).await?;
     }
     // Links to tools deleted elsewhere (through the tools route) go too.
@@ -266,24 +270,40 @@ pub(crate) async fn delete(
     Ok(current)
 }
 
-/// The active registry tools linked to a server; links to tools deleted meanwhile
-/// (through the tools route) are dropped.
-async fn linked_tools(db: &mut dyn Executor, server_id: &str) -> Result<Vec<ToolRecord>> {
+/// A tool's link to its server: what the server sent when it was last accepted, and a
+/// change waiting for an admin.
+#[derive(Debug, Clone, Default)]
+struct Link {
+    accepted: Option<serde_json::Value>,
+    pending: Option<serde_json::Value>,
+    pending_at_ms: Option<i64>,
+}
+
+/// The active registry tools linked to a server, by name, with their links; links to
+/// tools deleted meanwhile (through the tools route) are dropped.
+async fn linked_tools(db: &mut dyn Executor, server_id: &str) -> Result<Vec<(ToolRecord, Link)>> {
     let rows = db
-        .rows(&sql::MCP_SERVER_TOOL_IDS, &[server_id.into()])
+        .rows(&sql::MCP_SERVER_TOOL_LINKS, &[server_id.into()])
         .await?;
     let mut tools = Vec::with_capacity(rows.len());
     for row in &rows {
         let tool_id: String = row.get(0)?;
         match rules::active_tool(db, &tool_id).await? {
-            Some(t) => tools.push(t),
+            Some(t) => tools.push((
+                t,
+                Link {
+                    accepted: row.get(1)?,
+                    pending: row.get(2)?,
+                    pending_at_ms: row.get(3)?,
+                },
+            )),
             None => {
                 db.run(&sql::UNLINK_MCP_TOOL, &[server_id.into(), tool_id.into()])
                     .await?;
             }
         }
     }
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    tools.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(tools)
 }
 
@@ -299,29 +319,38 @@ async fn remove_tool(db: &mut dyn Executor, server_id: &str, tool: &ToolRecord) 
 }
 
 /// Make a server's registry tools what its discover found, in this one transaction:
-/// new names registered and linked, changed definitions given a new revision, names no
-/// longer listed deleted. A name held by a tool that is not this server's is a conflict
-/// naming both sources, and nothing is written.
+/// new names registered and linked (what their server sent accepted), names no longer
+/// listed deleted, and for each other tool:
+/// - its server sent what was accepted (or the entry takes changes at once): a changed
+///   definition (the owner's overrides changed) is a new revision, and a change held
+///   back before is dropped;
+/// - otherwise its server changed it: the change is held back as pending, the accepted
+///   revision stays active. A link from before changes were held back has nothing
+///   accepted: its tool counts as changed when the definition it gives differs.
+///
+/// A name held by a tool that is not this server's is a conflict naming both sources,
+/// and nothing is written.
 pub(crate) async fn sync_tools(
     db: &mut dyn Executor,
     id: &str,
     scope: &TenantScope,
-    tools: Vec<NewTool>,
+    found: Vec<McpFound>,
 ) -> Result<McpSync> {
     let server = locked(db, id, scope).await?;
-    let mut current: BTreeMap<String, ToolRecord> = linked_tools(db, id)
+    let mut current: BTreeMap<String, (ToolRecord, Link)> = linked_tools(db, id)
         .await?
         .into_iter()
-        .map(|t| (t.name.clone(), t))
+        .map(|(t, link)| (t.name.clone(), (t, link)))
         .collect();
     let mut seen = std::collections::BTreeSet::new();
     let mut sync = McpSync {
-        tools: Vec::with_capacity(tools.len()),
+        tools: Vec::with_capacity(found.len()),
         added: Vec::new(),
         changed: Vec::new(),
         removed: Vec::new(),
+        pending: Vec::new(),
     };
-    for mut tool in tools {
+    for McpFound { mut tool, sent } in found {
         tool.tenant = server.server.tenant.clone();
         if !seen.insert(tool.name.clone()) {
             return Err(RegistryError::Conflict(format!(
@@ -330,19 +359,44 @@ pub(crate) async fn sync_tools(
             )));
         }
         match current.remove(&tool.name) {
-            Some(existing)
-                if existing.definition == tool.definition
-                    && existing.description == tool.description
-                    && existing.endpoint == tool.endpoint =>
-            {
-                sync.tools.push(existing);
-            }
-            Some(existing) => {
+            Some((existing, link)) => {
+                let same = same_definition(&existing, &tool);
+                let server_changed = match &link.accepted {
+                    Some(accepted) => *accepted != sent,
+                    None => !same,
+                };
+                if server_changed && !server.server.auto_accept {
+                    if link.pending.as_ref() != Some(&sent) {
+                        db.run(
+                            &sql::HOLD_MCP_TOOL,
+                            &[
+                                id.into(),
+                                existing.id.as_str().into(),
+                                (&sent).into(),
+                                now_ms().into(),
+                            ],
+                        )
+                        .await?;
+                    }
+                    sync.pending.push(tool.name.clone());
+                    sync.tools.push(existing);
+                    continue;
+                }
                 let name = tool.name.clone();
-                let updated =
-                    rules::update_tool(db, &existing.id, tool, None, &TenantScope::All).await?;
-                sync.changed.push(name);
-                sync.tools.push(updated);
+                let kept = if same {
+                    existing
+                } else {
+                    sync.changed.push(name);
+                    rules::update_tool(db, &existing.id, tool, None, &TenantScope::All).await?
+                };
+                if link.accepted.as_ref() != Some(&sent) || link.pending.is_some() {
+                    db.run(
+                        &sql::ACCEPT_MCP_TOOL,
+                        &[id.into(), kept.id.as_str().into(), (&sent).into()],
+                    )
+                    .await?;
+                }
+                sync.tools.push(kept);
             }
             None => {
                 if let Some(holder) = rules::active_tool_by_name(db, &tool.name).await? {
@@ -352,7 +406,7 @@ pub(crate) async fn sync_tools(
                 let created = rules::create_tool(db, tool).await?;
                 db.run(
                     &sql::LINK_MCP_TOOL,
-                    &[id.into(), created.id.as_str().into()],
+                    &[id.into(), created.id.as_str().into(), (&sent).into()],
                 )
                 .await?;
                 sync.added.push(name);
@@ -360,7 +414,7 @@ pub(crate) async fn sync_tools(
             }
         }
     }
-    for (name, gone) in current {
+    for (name, (gone, _)) in current {
         remove_tool(db, id, &gone).await?;
         sync.removed.push(name);
     }
@@ -369,6 +423,90 @@ pub(crate) async fn sync_tools(
     db.run(&sql::MCP_SERVER_TOOL_COUNT, &[id.into(), count.into()])
         .await?;
     Ok(sync)
+}
+
+/// Whether a stored tool already is what `tool` would write.
+fn same_definition(existing: &ToolRecord, tool: &NewTool) -> bool {
+    existing.definition == tool.definition
+        && existing.description == tool.description
+        && existing.endpoint == tool.endpoint
+}
+
+/// The server's tools with a change waiting, by name.
+pub(crate) async fn pending(
+    db: &mut dyn Executor,
+    id: &str,
+    scope: &TenantScope,
+) -> Result<Vec<McpPending>> {
+    get(db, id, scope).await?;
+    Ok(linked_tools(db, id)
+        .await?
+        .into_iter()
+        .filter_map(|(tool, link)| {
+            let sent = link.pending?;
+            Some(McpPending {
+                tool,
+                accepted: link.accepted,
+                sent,
+                since_ms: link.pending_at_ms.unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
+/// Accept the changes waiting for `found`'s tools: each definition becomes the active
+/// revision (when it differs) and what its server sent the accepted one. A tool with no
+/// change waiting, or whose waiting change is not `sent` (the server changed it again
+/// since it was read), is a conflict, and nothing is written.
+pub(crate) async fn accept_tools(
+    db: &mut dyn Executor,
+    id: &str,
+    scope: &TenantScope,
+    found: Vec<McpFound>,
+) -> Result<Vec<ToolRecord>> {
+    let server = locked(db, id, scope).await?;
+    let mut current: BTreeMap<String, (ToolRecord, Link)> = linked_tools(db, id)
+        .await?
+        .into_iter()
+        .map(|(t, link)| (t.name.clone(), (t, link)))
+        .collect();
+    let mut out = Vec::with_capacity(found.len());
+    for McpFound { mut tool, sent } in found {
+        tool.tenant = server.server.tenant.clone();
+        let Some((existing, link)) = current.remove(&tool.name) else {
+            return Err(RegistryError::Conflict(format!(
+                "MCP server `{}` has no tool `{}` (or it was named twice); discover it again",
+                server.server.name, tool.name
+            )));
+        };
+        match &link.pending {
+            Some(pending) if *pending == sent => {}
+            Some(_) => {
+                return Err(RegistryError::Conflict(format!(
+                    "tool `{}` of MCP server `{}` changed again since it was read; review the change again",
+                    tool.name, server.server.name
+                )));
+            }
+            None => {
+                return Err(RegistryError::Conflict(format!(
+                    "tool `{}` of MCP server `{}` has no change waiting",
+                    tool.name, server.server.name
+                )));
+            }
+        }
+        let kept = if same_definition(&existing, &tool) {
+            existing
+        } else {
+            rules::update_tool(db, &existing.id, tool, None, &TenantScope::All).await?
+        };
+        db.run(
+            &sql::ACCEPT_MCP_TOOL,
+            &[id.into(), kept.id.as_str().into(), (&sent).into()],
+        )
+        .await?;
+        out.push(kept);
+    }
+    Ok(out)
 }
 
 /// A discovered tool whose name another tool holds: both sources named.
@@ -401,6 +539,7 @@ fn server_from_row(row: &Row) -> Result<McpServerRecord> {
         .map_err(|_| corrupt("status", &status))?;
     let tool_count: i64 = row.get(13)?;
     let revision: i64 = row.get(16)?;
+    let pending: i64 = row.get(sql::MCP_PENDING_COUNT)?;
     Ok(McpServerRecord {
         server: NewMcpServer {
             tenant: row.get(1)?,
@@ -415,12 +554,14 @@ fn server_from_row(row: &Row) -> Result<McpServerRecord> {
             source: row.get(10)?,
             overrides: row.get(11).map_err(|e| corrupt("overrides", &e))?,
             created_by: row.get(17)?,
+            auto_accept: row.get::<i64>(20)? != 0,
         },
         status,
         tool_count: u32::try_from(tool_count).unwrap_or(u32::MAX),
         last_ping_at_ms: row.get(14)?,
         last_error: row.get(15)?,
         revision: u32::try_from(revision).unwrap_or(u32::MAX),
+        pending_changes: u32::try_from(pending).unwrap_or(u32::MAX),
         created_at_ms: row.get(18)?,
         updated_at_ms: row.get(19)?,
         id,

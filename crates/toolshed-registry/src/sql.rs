@@ -411,28 +411,44 @@ pub(crate) const CODE_ARCHIVE: Sql =
 
 // ---- MCP servers ----
 
-/// An MCP server row's columns, in the order `mcp_rules::server_from_row` reads them.
+/// An MCP server row's stored columns, in the order `mcp_rules::server_from_row` reads
+/// them (then [`MCP_PENDING_COUNT`]).
 macro_rules! mcp_columns {
     () => {
         "id, tenant, name, spec, transport, endpoint, description, tags, team, enabled, \
          source, overrides, status, tool_count, last_ping_at_ms, last_error, revision, \
-         created_by, created_at_ms, updated_at_ms"
+         created_by, created_at_ms, updated_at_ms, auto_accept"
     };
 }
 
-/// Register a server; nothing when its tenant has one of the name. ?1..?20 in the order
+/// The columns a read selects: the stored ones and how many of the server's tools have
+/// a change waiting.
+macro_rules! mcp_select {
+    () => {
+        concat!(
+            mcp_columns!(),
+            ", (SELECT COUNT(*) FROM registry_mcp_server_tools p \
+             WHERE p.server_id = registry_mcp_servers.id AND p.pending IS NOT NULL) AS pending_count"
+        )
+    };
+}
+
+/// Where a row's pending count is (after the stored columns).
+pub(crate) const MCP_PENDING_COUNT: usize = 21;
+
+/// Register a server; nothing when its tenant has one of the name. ?1..?21 in the order
 /// of `mcp_columns!`.
 pub(crate) const INSERT_MCP_SERVER: Sql = Sql::same(concat!(
     "INSERT INTO registry_mcp_servers (",
     mcp_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-     ?18, ?19, ?20) ON CONFLICT (tenant, name) DO NOTHING"
+     ?18, ?19, ?20, ?21) ON CONFLICT (tenant, name) DO NOTHING"
 ));
 
 /// A server by id, in scope. ?1 id, ?2 tenant, ?3 every tenant (1) or not (0).
 pub(crate) const MCP_SERVER: Sql = Sql::same(concat!(
     "SELECT ",
-    mcp_columns!(),
+    mcp_select!(),
     " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1)"
 ));
 
@@ -440,12 +456,12 @@ pub(crate) const MCP_SERVER: Sql = Sql::same(concat!(
 pub(crate) const MCP_SERVER_FOR_UPDATE: Sql = Sql::per_dialect(
     concat!(
         "SELECT ",
-        mcp_columns!(),
+        mcp_select!(),
         " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1)"
     ),
     concat!(
         "SELECT ",
-        mcp_columns!(),
+        mcp_select!(),
         " FROM registry_mcp_servers WHERE id = ?1 AND (tenant = ?2 OR ?3 = 1) FOR UPDATE"
     ),
 );
@@ -453,7 +469,7 @@ pub(crate) const MCP_SERVER_FOR_UPDATE: Sql = Sql::per_dialect(
 /// A tenant's server by name. ?1 tenant, ?2 name.
 pub(crate) const MCP_SERVER_BY_NAME: Sql = Sql::same(concat!(
     "SELECT ",
-    mcp_columns!(),
+    mcp_select!(),
     " FROM registry_mcp_servers WHERE tenant = ?1 AND name = ?2"
 ));
 
@@ -464,7 +480,7 @@ pub(crate) const LIST_MCP_SERVERS: Sql = Sql::same(concat!(
     "SELECT s.*, t.total FROM \
      (SELECT COUNT(*) AS total FROM registry_mcp_servers WHERE tenant = ?1 OR ?2 = 1) t \
      LEFT JOIN (SELECT ",
-    mcp_columns!(),
+    mcp_select!(),
     " FROM registry_mcp_servers WHERE tenant = ?1 OR ?2 = 1 \
      ORDER BY name, tenant LIMIT ?3 OFFSET ?4) s ON TRUE \
      ORDER BY s.name, s.tenant"
@@ -472,11 +488,12 @@ pub(crate) const LIST_MCP_SERVERS: Sql = Sql::same(concat!(
 
 /// Replace a server's registration (its tenant, status and counts are kept).
 /// ?1 id, ?2 name, ?3 spec, ?4 transport, ?5 endpoint, ?6 description, ?7 tags, ?8 team,
-/// ?9 enabled, ?10 source, ?11 overrides, ?12 created_by, ?13 now, ?14 revision.
+/// ?9 enabled, ?10 source, ?11 overrides, ?12 created_by, ?13 now, ?14 revision,
+/// ?15 auto_accept.
 pub(crate) const UPDATE_MCP_SERVER: Sql = Sql::same(
     "UPDATE registry_mcp_servers SET name = ?2, spec = ?3, transport = ?4, endpoint = ?5, \
      description = ?6, tags = ?7, team = ?8, enabled = ?9, source = ?10, overrides = ?11, \
-     created_by = ?12, updated_at_ms = ?13, revision = ?14 WHERE id = ?1",
+     created_by = ?12, updated_at_ms = ?13, revision = ?14, auto_accept = ?15 WHERE id = ?1",
 );
 
 /// What a test or discover saw. ?1 id, ?2 status, ?3 last error, ?4 ping time (NULL
@@ -499,10 +516,32 @@ pub(crate) const MCP_SERVER_TOOL_IDS: Sql = Sql::same(
     "SELECT tool_id FROM registry_mcp_server_tools WHERE server_id = ?1 ORDER BY tool_id",
 );
 
-/// Link a tool to a server. ?1 server id, ?2 tool id.
+/// The links of a server's tools: tool id, what its server sent when last accepted,
+/// the change waiting (if any) and since when. ?1 server id.
+pub(crate) const MCP_SERVER_TOOL_LINKS: Sql = Sql::same(
+    "SELECT tool_id, accepted, pending, pending_at_ms FROM registry_mcp_server_tools \
+     WHERE server_id = ?1 ORDER BY tool_id",
+);
+
+/// Link a tool to a server, accepting what its server sent. ?1 server id, ?2 tool id,
+/// ?3 what the server sent.
 pub(crate) const LINK_MCP_TOOL: Sql = Sql::same(
-    "INSERT INTO registry_mcp_server_tools (server_id, tool_id) VALUES (?1, ?2) \
+    "INSERT INTO registry_mcp_server_tools (server_id, tool_id, accepted) VALUES (?1, ?2, ?3) \
      ON CONFLICT (server_id, tool_id) DO NOTHING",
+);
+
+/// Accept what a tool's server sent: no change waits any more. ?1 server id, ?2 tool
+/// id, ?3 what the server sent.
+pub(crate) const ACCEPT_MCP_TOOL: Sql = Sql::same(
+    "UPDATE registry_mcp_server_tools SET accepted = ?3, pending = NULL, pending_at_ms = NULL \
+     WHERE server_id = ?1 AND tool_id = ?2",
+);
+
+/// Hold a changed definition back until an admin accepts it. ?1 server id, ?2 tool id,
+/// ?3 what the server sent now, ?4 since when.
+pub(crate) const HOLD_MCP_TOOL: Sql = Sql::same(
+    "UPDATE registry_mcp_server_tools SET pending = ?3, pending_at_ms = ?4 \
+     WHERE server_id = ?1 AND tool_id = ?2",
 );
 
 /// Unlink a tool from a server. ?1 server id, ?2 tool id.

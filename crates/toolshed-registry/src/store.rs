@@ -10,7 +10,9 @@ use crate::{
     RegistryStore, Result, RevokedSession, SandboxExecutionRecord, SessionRefresh, SpendRefresh,
     TenantRecord, TenantScope, ToolFilter, ToolRecord, ToolUsage, UserChange, UserRecord,
 };
-use crate::{McpPing, McpServerRecord, McpSync, McpTools, NewMcpServer, mcp_rules, rules};
+use crate::{
+    McpPending, McpPing, McpServerRecord, McpSync, McpTools, NewMcpServer, mcp_rules, rules,
+};
 
 /// The registry's migrations: its tables beside the journal's, its version under
 /// `registry_schema_version` in the shared `toolshed_meta`.
@@ -59,6 +61,11 @@ static MIGRATIONS: Migrations = Migrations {
             version: 8,
             sqlite: include_str!("../migrations/sqlite/0008_sessions.sql"),
             postgres: include_str!("../migrations/postgres/0008_sessions.sql"),
+        },
+        Migration {
+            version: 9,
+            sqlite: include_str!("../migrations/sqlite/0009_mcp_trust.sql"),
+            postgres: include_str!("../migrations/postgres/0009_mcp_trust.sql"),
         },
     ],
 };
@@ -437,6 +444,27 @@ impl RegistryStore for SqlRegistry {
         self.db
             .write(move |db| {
                 Box::pin(async move { mcp_rules::sync_tools(db, &id, &scope, tools).await })
+            })
+            .await
+    }
+
+    async fn mcp_pending(&self, id: &str, scope: &TenantScope) -> Result<Vec<McpPending>> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .read(move |db| Box::pin(async move { mcp_rules::pending(db, &id, &scope).await }))
+            .await
+    }
+
+    async fn accept_mcp_tools(
+        &self,
+        id: &str,
+        scope: &TenantScope,
+        tools: McpTools,
+    ) -> Result<Vec<ToolRecord>> {
+        let (id, scope) = (id.to_owned(), scope.clone());
+        self.db
+            .write(move |db| {
+                Box::pin(async move { mcp_rules::accept_tools(db, &id, &scope, tools).await })
             })
             .await
     }

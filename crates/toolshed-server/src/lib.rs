@@ -305,6 +305,7 @@ pub struct Server {
     state: AppState,
     listener: tokio::net::TcpListener,
     seeded: Seeded,
+    literals: Vec<mcp::StoredLiteral>,
 }
 
 impl Server {
@@ -380,10 +381,12 @@ impl Server {
             .with_attachments((Arc::new(attachments), Arc::new(blobs)))
             .with_storage(storage);
         let seeded = seed(&state).await?;
+        let literals = warn_of_stored_literals(&state).await?;
         Ok(Server {
             state,
             listener,
             seeded,
+            literals,
         })
     }
 
@@ -397,6 +400,12 @@ impl Server {
     /// What was seeded on this start.
     pub fn seeded(&self) -> &Seeded {
         &self.seeded
+    }
+
+    /// The MCP server entries found holding literal `env`/`headers` values on this
+    /// start (each logged as a warning, by id, name and key, never the value).
+    pub fn stored_literals(&self) -> &[mcp::StoredLiteral] {
+        &self.literals
     }
 
     /// The shared state (tests use it to issue tokens).
@@ -478,6 +487,26 @@ fn storage_guard(config: &ServerConfig) -> Option<Arc<storage::StorageGuard>> {
         "new runs are refused with 503 STORAGE_FULL below this much free space"
     );
     Some(guard)
+}
+
+/// Warn of every MCP server entry holding a literal `env`/`headers` value (stored
+/// before they were refused): one warning per key naming the entry's id, name and
+/// tenant and the key, never the value, which every view masks.
+async fn warn_of_stored_literals(state: &AppState) -> Result<Vec<mcp::StoredLiteral>, ServerError> {
+    let literals = mcp::stored_literals(state.registry().as_ref())
+        .await
+        .map_err(ServerError::Registry)?;
+    for l in &literals {
+        tracing::warn!(
+            mcp_server_id = %l.id,
+            mcp_server = %l.name,
+            tenant = %l.tenant,
+            key = %l.key,
+            "MCP server `{}` (id {}) holds a literal value in `{}`, stored in clear before literals were refused; it is masked in every view: replace it with a ${{NAME}} credential reference (PUT /api/v1/mcp-servers/{})",
+            l.name, l.id, l.key, l.id
+        );
+    }
+    Ok(literals)
 }
 
 /// Check the sandbox settings, and keep a sandboxed run inside its request: a timeout

@@ -10,14 +10,17 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use toolshed_api::ApiCode;
 use toolshed_api::requests::{McpServerBody, McpToolOverride};
-use toolshed_api::views::{McpDiscoveredTool, McpServerView};
+use toolshed_api::views::{McpDiscoveredTool, McpPendingView, McpServerView};
 use toolshed_auth::{Claims, Role};
 use toolshed_core::file::ToolFile;
 use toolshed_core::{
     Chunk, Handler, HandlerFuture, McpCall, Principal, Reply, Tool, ToolContext, ToolOutput,
 };
 use toolshed_mcp::{HttpLaunch, Launch, McpServer, McpServerSpec, McpTool, StdioLaunch};
-use toolshed_registry::{McpServerRecord, NewMcpServer, NewTool, ToolRecord};
+use toolshed_registry::{
+    McpFound, McpPending, McpServerRecord, NewMcpServer, NewTool, RegistryStore, TenantScope,
+    ToolRecord,
+};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -51,7 +54,9 @@ pub struct Entry {
 
 /// Check a body and merge it over `current` (an update; `None` registers), for `claims`.
 /// Every field problem is a 422 naming the field; a credential outside the policy a 422
-/// `CREDENTIAL_NOT_ALLOWED`; a URL the SSRF guard refuses a 422 naming `url`.
+/// `CREDENTIAL_NOT_ALLOWED`; a URL the SSRF guard refuses a 422 naming `url`; a literal
+/// `env`/`headers` value the body brings (not a `${NAME}` reference) a 422 naming its
+/// key, with the reference to write instead.
 pub fn entry(
     state: &AppState,
     claims: &Claims,
@@ -129,6 +134,7 @@ pub fn entry(
         }
         other => ApiError::invalid_body(other.to_string()),
     })?;
+    check_literals(&spec, old_spec.as_ref())?;
     check_named_credentials(&spec)?;
     state
         .credentials()
@@ -179,6 +185,16 @@ pub fn entry(
             ),
         ));
     }
+    let was_auto = current.map(|c| c.server.auto_accept);
+    let auto_accept = body.auto_accept.or(was_auto).unwrap_or(false);
+    if auto_accept && was_auto != Some(true) && claims.role < Role::Admin {
+        return Err(ApiError::new(
+            ApiCode::Forbidden,
+            format!(
+                "`auto_accept` makes every change MCP server `{name}` makes to its tools active without review, which needs the admin role"
+            ),
+        ));
+    }
     let source = match (&body.source, current) {
         (Some(s), _) => check_source(s)?,
         (None, Some(c)) => c.server.source.clone(),
@@ -210,9 +226,90 @@ pub fn entry(
             source,
             overrides,
             created_by: claims.sub.clone(),
+            auto_accept,
         },
         spec,
     })
+}
+
+/// Refuse the literal `env`/`headers` values a body brings: every one of `spec`'s that
+/// `old` (the stored entry) did not already hold under the same key. A literal stored
+/// before literals were refused may stay while its key is untouched (it is masked in
+/// every view and named at start-up), so such an entry can still be disabled.
+fn check_literals(spec: &McpServerSpec, old: Option<&McpServerSpec>) -> Result<(), ApiError> {
+    let value = |s: &McpServerSpec, key: &str| match &s.launch {
+        Launch::Stdio(l) => l.env.get(key).cloned(),
+        Launch::Http(h) => h.headers.get(key).cloned(),
+    };
+    let problems: Vec<toolshed_api::FieldProblem> = spec
+        .literal_values()
+        .into_iter()
+        .filter(|l| {
+            old.is_none_or(|o| {
+                o.literal_values().iter().all(|ol| ol.path() != l.path())
+                    || value(o, &l.key) != value(spec, &l.key)
+            })
+        })
+        .map(|l| toolshed_api::FieldProblem::new(l.path(), l.fix()))
+        .collect();
+    match problems.as_slice() {
+        [] => Ok(()),
+        [one] => Err(ApiError::field(&one.field, one.message.clone())),
+        many => Err(ApiError::invalid_body(format!(
+            "{} hold literal values, which are never stored (every reader of the entry would see them): {}",
+            many.iter()
+                .map(|p| format!("`{}`", p.field))
+                .collect::<Vec<_>>()
+                .join(", "),
+            many.iter()
+                .map(|p| format!("field `{}`: {}", p.field, p.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+        .with_fields(many.to_vec())),
+    }
+}
+
+/// An MCP server entry holding a literal `env`/`headers` value, stored before literals
+/// were refused: named at start-up (never its value) so the operator replaces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLiteral {
+    /// The entry's id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The entry: `env.KEY` or `headers.KEY`.
+    pub key: String,
+}
+
+/// Every entry of every tenant holding literal values, one per key.
+pub async fn stored_literals(
+    registry: &dyn RegistryStore,
+) -> Result<Vec<StoredLiteral>, toolshed_registry::RegistryError> {
+    let mut out = Vec::new();
+    let mut page = 1;
+    loop {
+        let got = registry
+            .list_mcp_servers(&TenantScope::All, page, toolshed_registry::MAX_PER_PAGE)
+            .await?;
+        for record in &got.items {
+            let Ok(spec) = spec_of(record) else { continue };
+            for literal in spec.literal_values() {
+                out.push(StoredLiteral {
+                    id: record.id.clone(),
+                    name: record.server.name.clone(),
+                    tenant: record.server.tenant.clone(),
+                    key: literal.path(),
+                });
+            }
+        }
+        if got.items.is_empty() || u64::from(page) * u64::from(got.per_page) >= got.total {
+            return Ok(out);
+        }
+        page += 1;
+    }
 }
 
 fn reason(e: toolshed_mcp::McpError) -> String {
@@ -587,9 +684,20 @@ pub fn spec_of(record: &McpServerRecord) -> Result<McpServerSpec, ApiError> {
     })
 }
 
-/// The entry as the API shows it.
+/// The entry as the API shows it: literal `env`/`headers` values masked and named.
 pub fn view(record: &McpServerRecord) -> McpServerView {
-    let spec = spec_of(record).ok();
+    let stored = spec_of(record).ok();
+    let literal_values = stored
+        .as_ref()
+        .map(|s| {
+            s.literal_values()
+                .iter()
+                .map(toolshed_mcp::spec::LiteralValue::path)
+                .collect()
+        })
+        .unwrap_or_default();
+    // A literal value is never shown, to any role.
+    let spec = stored.map(|s| s.masked());
     let (command, args, env, url, headers, network) = match spec.as_ref().map(|s| &s.launch) {
         Some(Launch::Stdio(s)) => (
             Some(s.command.clone()),
@@ -645,10 +753,13 @@ pub fn view(record: &McpServerRecord) -> McpServerView {
         url,
         headers,
         credentials: spec.map(|s| s.credentials).unwrap_or_default(),
+        literal_values,
         network,
         last_error: record.last_error.clone(),
         overrides: s.overrides.clone(),
         created_by: s.created_by.clone(),
+        auto_accept: s.auto_accept,
+        pending_changes: record.pending_changes,
     }
 }
 
@@ -728,13 +839,14 @@ pub fn unreachable(
 }
 
 /// The registry tools of a discover: each tool's default spec from its hints, the
-/// owner's overrides over it, the entry's timeout.
+/// owner's overrides over it, the entry's timeout; each with what its server sent (the
+/// sanitised `McpTool`), which the store compares with what was accepted.
 pub fn registry_tools(
     record: &McpServerRecord,
     spec: &McpServerSpec,
     tools: &[McpTool],
     created_by: &str,
-) -> Result<Vec<NewTool>, ApiError> {
+) -> Result<Vec<McpFound>, ApiError> {
     let overrides: BTreeMap<String, McpToolOverride> =
         serde_json::from_value(record.server.overrides.clone()).unwrap_or_default();
     let mut out = Vec::with_capacity(tools.len());
@@ -766,17 +878,22 @@ pub fn registry_tools(
         })?;
         let definition = serde_json::to_value(&file)
             .map_err(|e| ApiError::internal("cannot serialize a tool definition", e))?;
-        out.push(NewTool {
-            name: tool.qualified_name.clone(),
-            description: tool.description.clone(),
-            tool_type: MCP_TOOL_TYPE.to_owned(),
-            source: MCP_TOOL_TYPE.to_owned(),
-            endpoint: Some(tool.endpoint()),
-            version: None,
-            definition,
-            created_by: created_by.to_owned(),
-            tenant: record.server.tenant.clone(),
-            code: None,
+        let sent = serde_json::to_value(tool)
+            .map_err(|e| ApiError::internal("cannot serialize an MCP tool", e))?;
+        out.push(McpFound {
+            tool: NewTool {
+                name: tool.qualified_name.clone(),
+                description: tool.description.clone(),
+                tool_type: MCP_TOOL_TYPE.to_owned(),
+                source: MCP_TOOL_TYPE.to_owned(),
+                endpoint: Some(tool.endpoint()),
+                version: None,
+                definition,
+                created_by: created_by.to_owned(),
+                tenant: record.server.tenant.clone(),
+                code: None,
+            },
+            sent,
         });
     }
     Ok(out)
@@ -830,7 +947,46 @@ pub fn discovered(record: &ToolRecord) -> McpDiscoveredTool {
         approval: file
             .and_then(|f| f.approval)
             .unwrap_or_else(|| Value::String("never".into())),
+        hidden_characters: crate::views::hidden_characters(&record.description, &record.definition),
     }
+}
+
+/// A held-back change as the API shows it: the accepted definition beside what the
+/// server sends now. `None` when what was stored is not an MCP tool this server reads.
+pub fn pending_view(p: &McpPending) -> Option<McpPendingView> {
+    let sent: McpTool = serde_json::from_value(p.sent.clone()).ok()?;
+    let accepted = discovered(&p.tool);
+    let mut hidden = Vec::new();
+    toolshed_core::text::hidden_in_text("description", &sent.description, &mut hidden);
+    toolshed_core::text::hidden_in_json("input_schema", &sent.input_schema, &mut hidden);
+    if let Some(o) = &sent.output_schema {
+        toolshed_core::text::hidden_in_json("output_schema", o, &mut hidden);
+    }
+    if let Some(t) = &sent.hints.title {
+        toolshed_core::text::hidden_in_text("title", t, &mut hidden);
+    }
+    hidden.truncate(64);
+    Some(McpPendingView {
+        name: sent.name.clone(),
+        registry_name: p.tool.name.clone(),
+        tool_id: p.tool.id.clone(),
+        revision: p.tool.revision,
+        description: accepted.description,
+        schema_definition: accepted.schema_definition,
+        pending_description: sent.description.clone(),
+        pending_schema_definition: sent.input_schema.clone(),
+        pending_output_schema: sent.output_schema.clone(),
+        pending_hints: serde_json::to_value(&sent.hints).unwrap_or_else(|_| json!({})),
+        since: crate::views::time(p.since_ms),
+        hidden_characters: hidden
+            .into_iter()
+            .map(|h| toolshed_api::views::HiddenCharactersView {
+                field: h.field,
+                kind: h.kind.as_str().to_owned(),
+                count: h.count,
+            })
+            .collect(),
+    })
 }
 
 /// A registry tool of endpoint `mcp:<server>/<tool>` as the pipeline tool that calls

@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 use toolshed_api::views::{
-    AgentView, Budgets, CallStatus, CallView, Decision, Gate, HumanAnswer, RunStatus, RunView,
-    TenantView, ToolDetail, ToolStatus, ToolSummary, UsageView, UserView,
+    AgentView, Budgets, CallStatus, CallView, Decision, Gate, HiddenCharactersView, HumanAnswer,
+    RunStatus, RunView, TenantView, ToolDetail, ToolStatus, ToolSummary, UsageView, UserView,
 };
 use toolshed_api::{PageMeta, Paged};
 use toolshed_journal as journal;
@@ -47,7 +47,32 @@ pub fn tool_summary(t: &ToolRecord) -> ToolSummary {
         tenant: t.tenant.clone(),
         created_at: time(t.created_at_ms),
         updated_at: time(t.updated_at_ms),
+        hidden_characters: hidden_characters(&t.description, &t.definition),
     }
+}
+
+/// The most places [`hidden_characters`] lists (a schema could have thousands).
+const MAX_HIDDEN_PLACES: usize = 64;
+
+/// What a tool's description and schemas hide from a person reading them (zero-width,
+/// tag, bidirectional, control and escape characters), per field and kind.
+pub fn hidden_characters(description: &str, definition: &Value) -> Vec<HiddenCharactersView> {
+    let mut found = Vec::new();
+    toolshed_core::text::hidden_in_text("description", description, &mut found);
+    for key in ["input_schema", "output_schema"] {
+        if let Some(schema) = definition.get(key) {
+            toolshed_core::text::hidden_in_json(key, schema, &mut found);
+        }
+    }
+    found.truncate(MAX_HIDDEN_PLACES);
+    found
+        .into_iter()
+        .map(|h| HiddenCharactersView {
+            field: h.field,
+            kind: h.kind.as_str().to_owned(),
+            count: h.count,
+        })
+        .collect()
 }
 
 /// A registered tool with its schemas and definition.

@@ -193,7 +193,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Reported(code)) => ExitCode::from(code),
         Err(Failure::Error { code, error }) => {
-            eprintln!("error: {error:#}");
+            // The chain may quote a server or a tool: shown safely.
+            output::eprint(&format!("error: {error:#}"));
             ExitCode::from(code)
         }
     }

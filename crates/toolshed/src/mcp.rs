@@ -31,7 +31,7 @@ use toolshed_mcp::server::{
 use toolshed_runtime::{CallStep, Driver, NewRunBuilder, Runtime};
 
 use crate::db::Db;
-use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print};
+use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print_raw};
 
 /// `toolshed mcp` subcommands.
 #[derive(Debug, Subcommand)]
@@ -725,6 +725,6 @@ fn config(args: &ConfigArgs, db: &Db) -> Result<(), Failure> {
         }
     };
     eprintln!("# add to {file}");
-    print(&serde_json::to_string_pretty(&snippet).unwrap_or_default());
+    print_raw(&serde_json::to_string_pretty(&snippet).unwrap_or_default());
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! `toolshed registry mcp …`: the MCP server entries of the caller's tenant in a
 //! registry server (`/api/v1/mcp-servers`): add, list, show, remove, test, discover,
-//! enable and disable. Entries are named by their name (or id); a stdio server is
-//! `add NAME -- COMMAND ARGS…` (the words as given, never through a shell), an HTTP one
-//! `add NAME --url URL [--header K=V]`.
+//! enable and disable, and the changes a server made to its tools: pending, accept.
+//! Entries are named by their name (or id); a stdio server is `add NAME -- COMMAND
+//! ARGS…` (the words as given, never through a shell), an HTTP one `add NAME --url URL
+//! [--header K=V]`. A literal `--env`/`--header` value is refused here, before anything
+//! is sent: values name credentials as `${NAME}`.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +12,10 @@ use anyhow::anyhow;
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::Value;
-use toolshed_api::requests::McpServerBody;
-use toolshed_api::views::{McpDeletedView, McpDiscoverView, McpServerView, McpTestView};
+use toolshed_api::requests::{McpAcceptBody, McpServerBody};
+use toolshed_api::views::{
+    McpAcceptView, McpDeletedView, McpDiscoverView, McpPendingView, McpServerView, McpTestView,
+};
 use toolshed_api::{Data, Paged};
 
 use crate::client::{Answer, Client};
@@ -62,6 +66,22 @@ pub enum McpCommand {
         /// Its name or id.
         name: String,
     },
+    /// Show the changes an MCP server made to its tools since they were accepted: the
+    /// accepted definition (what every client gets) beside the new one.
+    Pending {
+        /// Its name or id.
+        name: String,
+    },
+    /// Accept an MCP server's changes to its tools (admin): each becomes the active
+    /// revision, served to every client.
+    Accept {
+        /// Its name or id.
+        name: String,
+        /// Only this tool (as the server names it, or its registry name); repeatable.
+        /// Every change waiting when left out.
+        #[arg(long = "tool", value_name = "TOOL")]
+        tools: Vec<String>,
+    },
 }
 
 /// Arguments of `toolshed registry mcp add`.
@@ -72,12 +92,13 @@ pub struct AddArgs {
     /// A Streamable HTTP server's URL (instead of a command).
     #[arg(long, conflicts_with = "command")]
     url: Option<String>,
-    /// A header sent to an HTTP server, `K=V` (repeatable); the value may name a
-    /// credential as `${NAME}`.
+    /// A header sent to an HTTP server, `K=V` (repeatable); the value names credentials
+    /// as `${NAME}` (`Authorization='Bearer ${GITHUB_TOKEN}'`): a literal is refused.
     #[arg(long = "header", value_name = "K=V", requires = "url")]
     headers: Vec<String>,
-    /// A variable of a stdio server's environment, `K=V` (repeatable); the value may
-    /// name a credential as `${NAME}`.
+    /// A variable of a stdio server's environment, `K=V` (repeatable); the value names
+    /// a credential as `${NAME}` (`OPENAI_API_KEY='${OPENAI_API_KEY}'`): a literal is
+    /// refused.
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
     /// A credential the env or headers name as `${NAME}` (repeatable); it must be in the
@@ -97,6 +118,10 @@ pub struct AddArgs {
     /// Register it disabled (an admin enables it later).
     #[arg(long)]
     disabled: bool,
+    /// Make a tool change a discover finds active at once, unreviewed (admin). By
+    /// default a change waits until an admin accepts it (`registry mcp accept`).
+    #[arg(long)]
+    auto_accept: bool,
     /// The stdio server's command and its arguments, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -118,7 +143,46 @@ pub async fn run(cmd: McpCommand, json_out: bool) -> Result<(), Failure> {
         McpCommand::Discover { name } => discover(&client, &name, json_out).await,
         McpCommand::Enable { name } => set_enabled(&client, &name, true, json_out).await,
         McpCommand::Disable { name } => set_enabled(&client, &name, false, json_out).await,
+        McpCommand::Pending { name } => pending(&client, &name, json_out).await,
+        McpCommand::Accept { name, tools } => accept(&client, &name, tools, json_out).await,
     }
+}
+
+/// Refuse literal `env`/`headers` values before anything leaves this machine: each key
+/// named with the reference to write instead, never its value.
+fn refuse_literals(name: &str, launch: toolshed_mcp::Launch) -> Result<(), Failure> {
+    let spec = toolshed_mcp::McpServerSpec {
+        name: name.to_owned(),
+        launch,
+        timeout: toolshed_mcp::spec::DEFAULT_TIMEOUT,
+        credentials: Vec::new(),
+    };
+    let literals = spec.literal_values();
+    if literals.is_empty() {
+        return Ok(());
+    }
+    let flag = |l: &toolshed_mcp::spec::LiteralValue| {
+        if l.field == "env" {
+            "--env"
+        } else {
+            "--header"
+        }
+    };
+    let lines: Vec<String> = literals
+        .iter()
+        .map(|l| format!("{} {}: {}", flag(l), l.key, l.fix()))
+        .collect();
+    Err(Failure::bad_input(anyhow!(
+        "{} literal value{} refused, nothing was registered (the registry would keep {} in clear for every reader of the entry):\n  {}\n  e.g. --{} {}='{}' --credential {}",
+        literals.len(),
+        if literals.len() == 1 { " is" } else { "s are" },
+        if literals.len() == 1 { "it" } else { "them" },
+        lines.join("\n  "),
+        flag(&literals[0]).trim_start_matches("--"),
+        literals[0].key,
+        literals[0].reference(),
+        literals[0].credential(),
+    )))
 }
 
 const SERVERS: [&str; 3] = ["api", "v1", "mcp-servers"];
@@ -151,6 +215,7 @@ async fn add(client: &Client, args: AddArgs, json_out: bool) -> Result<(), Failu
         timeout_seconds: args.timeout_seconds,
         credentials: (!args.credentials.is_empty()).then_some(args.credentials),
         enabled: args.disabled.then_some(false),
+        auto_accept: args.auto_accept.then_some(true),
         source: Some("cli".to_owned()),
         ..McpServerBody::default()
     };
@@ -161,17 +226,33 @@ async fn add(client: &Client, args: AddArgs, json_out: bool) -> Result<(), Failu
                     "--env is for stdio servers; an HTTP server takes --header"
                 )));
             }
+            let headers = pairs("header", &args.headers)?;
+            refuse_literals(
+                &args.name,
+                toolshed_mcp::Launch::Http(toolshed_mcp::HttpLaunch {
+                    url: url.clone(),
+                    headers: headers.clone(),
+                }),
+            )?;
             body.transport = Some("streamable_http".to_owned());
             body.url = Some(url);
-            body.headers = Some(pairs("header", &args.headers)?);
+            body.headers = Some(headers);
         }
         (None, Some((command, rest))) => {
             body.transport = Some("stdio".to_owned());
             body.command = Some(command.clone());
             body.args = Some(rest.to_vec());
-            body.env = (!args.env.is_empty())
-                .then(|| pairs("env", &args.env))
-                .transpose()?;
+            let env = pairs("env", &args.env)?;
+            refuse_literals(
+                &args.name,
+                toolshed_mcp::Launch::Stdio(toolshed_mcp::StdioLaunch {
+                    command: command.clone(),
+                    args: rest.to_vec(),
+                    env: env.clone(),
+                    network: args.network,
+                }),
+            )?;
+            body.env = (!env.is_empty()).then_some(env);
             body.network = args.network;
         }
         (None, None) => {
@@ -311,7 +392,23 @@ fn show(s: &McpServerView, json_out: bool) {
         ),
         format!("tenant:      {}", s.tenant),
         format!("revision:    {}", s.revision),
+        format!(
+            "changes:     {}",
+            if s.auto_accept {
+                "taken at once (auto_accept)"
+            } else {
+                "wait for an admin (`toolshed registry mcp pending`)"
+            }
+        ),
     ];
+    if s.pending_changes > 0 {
+        lines.push(format!(
+            "waiting:     {} tool change{}: `toolshed registry mcp pending {}`",
+            s.pending_changes,
+            if s.pending_changes == 1 { "" } else { "s" },
+            s.name
+        ));
+    }
     if !s.description.is_empty() {
         lines.push(format!("description: {}", s.description));
     }
@@ -322,6 +419,11 @@ fn show(s: &McpServerView, json_out: bool) {
         lines.push(format!("  {k}={v}"));
     }
     print(&lines.join("\n"));
+    for key in &s.literal_values {
+        crate::output::eprint(&format!(
+            "warning: {key} holds a literal value stored before literals were refused (shown as ***); replace it with a ${{NAME}} credential reference"
+        ));
+    }
 }
 
 async fn remove(client: &Client, name: &str, json_out: bool) -> Result<(), Failure> {
@@ -392,14 +494,116 @@ async fn discover(client: &Client, name: &str, json_out: bool) -> Result<(), Fai
         .collect();
     let mut text = table(&["TOOL", "EFFECTS", "APPROVAL", "DESCRIPTION"], &rows, 60);
     text.push_str(&format!(
-        "\n{} tool{} ({} added, {} changed, {} removed)",
+        "\n{} tool{} ({} added, {} changed, {} removed, {} waiting for an admin)",
         d.total,
         if d.total == 1 { "" } else { "s" },
         d.added.len(),
         d.changed.len(),
-        d.removed.len()
+        d.removed.len(),
+        d.pending.len()
     ));
     print(&text);
+    for t in d.tools.iter().filter(|t| !t.hidden_characters.is_empty()) {
+        crate::output::eprint(&format!(
+            "warning: {} hides characters a reader does not see ({}); shown escaped",
+            t.registry_name,
+            t.hidden_characters
+                .iter()
+                .map(|h| format!("{}: {} {}", h.field, h.count, h.kind))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !d.pending.is_empty() {
+        crate::output::eprint(&format!(
+            "warning: {} changed {} since {} accepted; every client keeps the accepted definition: review with `toolshed registry mcp pending {}`, then `toolshed registry mcp accept {}` (admin)",
+            entry.name,
+            d.pending.join(", "),
+            if d.pending.len() == 1 {
+                "it was"
+            } else {
+                "they were"
+            },
+            entry.name,
+            entry.name
+        ));
+    }
+    Ok(())
+}
+
+async fn pending(client: &Client, name: &str, json_out: bool) -> Result<(), Failure> {
+    let entry = resolve(client, name).await?;
+    let answer: Answer<Data<Vec<McpPendingView>>> =
+        client.get(&path(&entry.id, &["pending"])).await?;
+    if json_out {
+        print_json(answer.data_json());
+        return Ok(());
+    }
+    let changes = &answer.body.data;
+    if changes.is_empty() {
+        print(&format!("{}: no tool change waits", entry.name));
+        return Ok(());
+    }
+    let mut out = String::new();
+    for p in changes {
+        out.push_str(&format!(
+            "{} (revision {} in force; changed {})\n  accepted:  {}\n  now:       {}\n",
+            p.registry_name,
+            p.revision,
+            p.since,
+            p.description.replace('\n', "\n             "),
+            p.pending_description.replace('\n', "\n             "),
+        ));
+        if p.schema_definition != p.pending_schema_definition {
+            out.push_str(&format!(
+                "  input schema accepted:\n    {}\n  input schema now:\n    {}\n",
+                serde_json::to_string(&p.schema_definition).unwrap_or_default(),
+                serde_json::to_string(&p.pending_schema_definition).unwrap_or_default(),
+            ));
+        }
+        for h in &p.hidden_characters {
+            out.push_str(&format!(
+                "  hidden: {}: {} {} character{} (shown as \\u{{…}})\n",
+                h.field,
+                h.count,
+                h.kind.replace('_', "-"),
+                if h.count == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\naccept with `toolshed registry mcp accept {}` (all) or `--tool NAME` (admin)",
+        entry.name
+    ));
+    print(&out);
+    Ok(())
+}
+
+async fn accept(
+    client: &Client,
+    name: &str,
+    tools: Vec<String>,
+    json_out: bool,
+) -> Result<(), Failure> {
+    let entry = resolve(client, name).await?;
+    let body = McpAcceptBody {
+        tools: (!tools.is_empty()).then_some(tools),
+    };
+    let answer: Answer<Data<McpAcceptView>> =
+        client.post(&path(&entry.id, &["accept"]), &body).await?;
+    if json_out {
+        print_json(answer.data_json());
+        return Ok(());
+    }
+    let a = &answer.body.data;
+    print(&if a.accepted.is_empty() {
+        format!("{}: no tool change waited", entry.name)
+    } else {
+        format!(
+            "accepted: {} (now served to every client)",
+            a.accepted.join(", ")
+        )
+    });
     Ok(())
 }
 

@@ -315,7 +315,7 @@ async fn infer(endpoint: &Endpoint) -> Result<InferredTool, Failure> {
     dispatcher.shutdown();
     let inferred = inferred.map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
     for w in &inferred.warnings {
-        eprintln!("warning: {w}");
+        crate::output::eprint(&format!("warning: {w}"));
     }
     Ok(inferred)
 }
@@ -327,7 +327,7 @@ async fn infer_file(path: &Path) -> Result<InferredTool, Failure> {
     dispatcher.shutdown();
     let inferred = inferred.map_err(|e| Failure::bad_input(anyhow!("{e} [{}]", e.code())))?;
     for w in &inferred.warnings {
-        eprintln!("warning: {w}");
+        crate::output::eprint(&format!("warning: {w}"));
     }
     Ok(inferred)
 }
@@ -960,7 +960,29 @@ async fn list(
         if meta.total == 1 { "" } else { "s" }
     ));
     print(&text);
+    for t in data.iter().filter(|t| !t.hidden_characters.is_empty()) {
+        crate::output::eprint(&format!(
+            "warning: {} hides characters a reader does not see; `toolshed registry tool show {}` shows them escaped",
+            t.name, t.name
+        ));
+    }
     Ok(())
+}
+
+/// The API's `hidden_characters` as warning lines for people.
+fn hidden_lines(tool: &str, list: &[toolshed_api::views::HiddenCharactersView]) -> String {
+    list.iter()
+        .map(|h| {
+            format!(
+                "warning: {tool}: {}: {} {} character{} a reader does not see (shown as \\u{{…}})",
+                h.field,
+                h.count,
+                h.kind.replace('_', "-"),
+                if h.count == 1 { "" } else { "s" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The wire name of a setting (`external`, `keyed`), as a tool.yaml writes it.
@@ -992,6 +1014,9 @@ async fn show(name: &str, json_out: bool) -> Result<(), Failure> {
     }
     let tool = &answer.body.data;
     let t = &tool.summary;
+    if !t.hidden_characters.is_empty() {
+        crate::output::eprint(&hidden_lines(&t.name, &t.hidden_characters));
+    }
     let def = definition_of(tool)?;
     let timeout = match (def.timeout_ms, def.timeout_seconds) {
         (Some(ms), _) => format!("{ms}ms"),
@@ -1074,7 +1099,7 @@ async fn run_tool(name: &str, raw_args: &str, json_out: bool) -> Result<(), Fail
             text.push_str(&tail(stderr, 20).replace('\n', "\n    "));
         }
         text.push_str(&format!("\n  run {}", d.run_id));
-        eprintln!("{text}");
+        crate::output::eprint(&text);
     } else {
         print(&output_text(&d.output));
         eprintln!("run {} ({:.0} ms)", d.run_id, d.duration_ms);
@@ -1179,7 +1204,10 @@ async fn resume(run_id: &str, json_out: bool) -> Result<(), Failure> {
         if d.parked.is_empty() {
             for o in &d.outcomes {
                 match &o.error {
-                    Some(e) => eprintln!("error {}: {} ({})", e.code, e.message, o.tool),
+                    Some(e) => crate::output::eprint(&format!(
+                        "error {}: {} ({})",
+                        e.code, e.message, o.tool
+                    )),
                     None => print(&output_text(o.output.as_ref().unwrap_or(&Value::Null))),
                 }
             }

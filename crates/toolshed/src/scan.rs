@@ -11,6 +11,8 @@
 //! environment when it starts the server. Values that came from the environment into
 //! `command`, `args` or `url` are printed as `***`, and literal `env` and `headers`
 //! values of the files are printed as `***` too (only references are shown).
+//! `--register` refuses an entry holding either, one line per key saying what to write
+//! instead: the registry would keep the value in clear for every reader.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -365,15 +367,25 @@ async fn register_all(outcomes: &mut [Outcome]) -> Result<(), Failure> {
             )));
             continue;
         }
-        let body = registration(&o.found);
-        let literals = literal_values(&o.found.spec);
+        let literals = o.found.spec.literal_values();
         if !literals.is_empty() {
-            // The registry stores them as written; a secret belongs in a reference.
-            o.found.notes.push(format!(
-                "{} registered as written in the file; make a secret a ${{NAME}} reference",
-                literals.join(", ")
-            ));
+            // The registry would keep them in clear for every reader of the entry: the
+            // entry is refused, each key named with the reference to write instead.
+            o.registered = Some(Err(format!(
+                "{} literal value{} in {} (the registry would keep {} in clear for every reader):\n{}",
+                literals.len(),
+                if literals.len() == 1 { "" } else { "s" },
+                o.found.source.file,
+                if literals.len() == 1 { "it" } else { "them" },
+                literals
+                    .iter()
+                    .map(|l| format!("    {}: {}", l.path(), l.fix()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )));
+            continue;
         }
+        let body = registration(&o.found);
         let answer = client
             .post::<Data<Value>>(&["api", "v1", "mcp-servers"], &body)
             .await;
@@ -449,8 +461,11 @@ fn shown_spec(d: &Discovered) -> Value {
         for key in ["env", "headers"] {
             if let Some(Value::Object(values)) = map.get_mut(key) {
                 for value in values.values_mut() {
-                    if !value.as_str().is_some_and(is_only_references) {
-                        *value = json!("***");
+                    if !value
+                        .as_str()
+                        .is_some_and(toolshed_mcp::spec::is_reference_form)
+                    {
+                        *value = json!(toolshed_mcp::spec::MASK);
                     }
                 }
             }
@@ -472,36 +487,6 @@ fn shown_spec(d: &Discovered) -> Value {
         }
     }
     spec
-}
-
-/// Whether a value holds only `${NAME}` references and text around them that is not a
-/// secret: we cannot tell, so only a value with at least one reference and at most a
-/// short prefix (`Bearer `) is shown.
-fn is_only_references(value: &str) -> bool {
-    let Some(start) = value.find("${") else {
-        return false;
-    };
-    let prefix = &value[..start];
-    let rest = &value[start..];
-    prefix.len() <= 16
-        && prefix.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
-        && rest
-            .split("${")
-            .skip(1)
-            .all(|part| part.ends_with('}') && !part[..part.len() - 1].contains('}'))
-}
-
-/// The `env` and `headers` entries whose values are the file's own text (no
-/// `${NAME}` reference), as `env.KEY` / `headers.KEY`.
-fn literal_values(spec: &McpServerSpec) -> Vec<String> {
-    let (field, map) = match &spec.launch {
-        Launch::Stdio(l) => ("env", &l.env),
-        Launch::Http(h) => ("headers", &h.headers),
-    };
-    map.iter()
-        .filter(|(_, v)| !v.contains("${"))
-        .map(|(k, _)| format!("{field}.{k}"))
-        .collect()
 }
 
 fn transport(spec: &McpServerSpec) -> &'static str {
@@ -675,19 +660,4 @@ fn document(found: &Discovery, outcomes: &[Outcome], ok: bool) -> Value {
         "errors": errors,
         "duplicates": found.duplicates,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_only_references;
-
-    #[test]
-    fn only_references_are_shown() {
-        assert!(is_only_references("${TOKEN}"));
-        assert!(is_only_references("Bearer ${TOKEN}"));
-        assert!(!is_only_references("sk-live-123"));
-        assert!(!is_only_references("sk-live-123${TOKEN}"));
-        assert!(!is_only_references("${TOKEN}sk-live-123"));
-        assert!(!is_only_references("acme"));
-    }
 }

@@ -14,7 +14,8 @@ use toolshed_runtime::{Driver, NewRunBuilder};
 use crate::agent::ProjectArgs;
 use crate::db::{Db, runtime_failure, toolset};
 use crate::output::{
-    EXIT_BAD_INPUT, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, print, print_json, table,
+    EXIT_BAD_INPUT, EXIT_PARKED, EXIT_TOOL_ERROR, Failure, hidden_warnings, print, print_json,
+    table,
 };
 
 /// `toolshed tools` subcommands.
@@ -138,6 +139,17 @@ pub async fn run(cmd: ToolsCommand, db: &Db, json_out: bool) -> Result<(), Failu
     }
 }
 
+/// What a tool's description and schemas hide from a person reading them.
+fn hidden_in(spec: &toolshed_core::ToolSpec) -> Vec<toolshed_core::text::HiddenText> {
+    let mut found = Vec::new();
+    toolshed_core::text::hidden_in_text("description", &spec.description, &mut found);
+    toolshed_core::text::hidden_in_json("input_schema", &spec.input_schema, &mut found);
+    if let Some(o) = &spec.output_schema {
+        toolshed_core::text::hidden_in_json("output_schema", o, &mut found);
+    }
+    found
+}
+
 fn list(set: &ToolSet, json_out: bool) -> Result<(), Failure> {
     if json_out {
         let items: Vec<Value> = set
@@ -152,6 +164,7 @@ fn list(set: &ToolSet, json_out: bool) -> Result<(), Failure> {
                     "idempotency": s.idempotency,
                     "approval": s.approval.describe(),
                     "streaming": s.streaming,
+                    "hidden_characters": hidden_in(s),
                 })
             })
             .collect();
@@ -171,11 +184,29 @@ fn list(set: &ToolSet, json_out: bool) -> Result<(), Failure> {
             ]
         })
         .collect();
-    print(&table(
+    let text = table(
         &["NAME", "SOURCE", "EFFECTS", "IDEMPOTENCY", "DESCRIPTION"],
         &rows,
         70,
-    ));
+    );
+    print(&text);
+    for t in set.iter() {
+        let found = hidden_in(t.spec());
+        if !found.is_empty() {
+            crate::output::eprint(&format!(
+                "warning: {} hides characters a reader does not see ({}); `toolshed tools show {}` shows them escaped",
+                t.name(),
+                found
+                    .iter()
+                    .map(|h| h.kind.label())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                t.name()
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -210,17 +241,24 @@ fn show(set: &ToolSet, name: &str, format: Option<&str>, json_out: bool) -> Resu
         code: crate::output::EXIT_INTERNAL,
         error: e.into(),
     })?;
+    let hidden = hidden_in(tool.spec());
     if let Some(obj) = value.as_object_mut() {
         obj.insert("source".into(), json!(source_label(set.source_of(name))));
         obj.insert("streaming".into(), json!(tool.spec().streaming));
         obj.insert("retry".into(), json!(tool.spec().retry));
+        obj.insert("hidden_characters".into(), json!(hidden));
     }
     if json_out {
         print_json(&value);
         return Ok(());
     }
     let s = tool.spec();
-    let mut text = format!(
+    // The flags are diagnostics (stderr); the definition, escaped, is the data.
+    if !hidden.is_empty() {
+        crate::output::eprint(hidden_warnings(s.name.as_str(), &hidden).trim_end());
+    }
+    let mut text = String::new();
+    text.push_str(&format!(
         "{}\n  {}\n\n  source       {}\n  effects      {}\n  idempotency  {}\n  approval     {}\n  timeout      {}\n  max attempts {}\n  retries      {}\n  credentials  {}\n  streaming    {}\n",
         s.name,
         s.description.replace('\n', "\n  "),
@@ -241,7 +279,7 @@ fn show(set: &ToolSet, name: &str, format: Option<&str>, json_out: bool) -> Resu
             s.credentials.join(", ")
         },
         s.streaming,
-    );
+    ));
     text.push_str("\ninput schema:\n");
     text.push_str(&serde_json::to_string_pretty(&s.input_schema).unwrap_or_default());
     if let Some(o) = &s.output_schema {
@@ -367,7 +405,7 @@ async fn run_tool(
                     &json!({"ok": false, "run_id": run_id, "error": err, "duration_ms": duration_ms, "attempts": call.attempts}),
                 );
             } else {
-                eprintln!("error {}: {}", err.code, err.message);
+                crate::output::eprint(&format!("error {}: {}", err.code, err.message));
             }
             let code = match err.code {
                 ErrorCode::InvalidArgs | ErrorCode::UnknownTool => EXIT_BAD_INPUT,

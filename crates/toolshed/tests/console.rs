@@ -5,7 +5,8 @@
 //! its field), testing pasted code and a registered tool's own code in the sandbox,
 //! approving and denying parked calls (four-eyes: by another user), resuming and
 //! cancelling runs, checking a viewer's page and forged requests, the tenants on the
-//! admin page, a logged-out session's cookie refused, and saving a screenshot of each
+//! admin page, a poisoned MCP tool description shown escaped and flagged and its
+//! server's change accepted by an admin (a deployer's Accept is disabled), a logged-out session's cookie refused, and saving a screenshot of each
 //! page under `target/console-screenshots/`.
 //!
 //! Needs Chromium (`apt-get install -y chromium`, or `CHROMIUM=/path`) and the script's
@@ -139,6 +140,10 @@ fn the_console_end_to_end_in_headless_chromium() {
         .env("TOOLSHED_TOOL_DIR", &tools)
         .env("TOOLSHED_PUBLIC_URL", PUBLIC_URL)
         .env("SCREENSHOTS", &screenshots)
+        .env(
+            "POISON_MCP",
+            workspace().join("crates/toolshed-server/tests/fixtures/poison_mcp.mjs"),
+        )
         .env("CHROMIUM", &chromium)
         .stdin(Stdio::null())
         .output()
@@ -164,6 +169,8 @@ fn the_console_end_to_end_in_headless_chromium() {
         "09b-run-denied",
         "10b-run-resumed",
         "13-admin",
+        "15-mcp-change-waiting",
+        "15-mcp-change-accepted",
     ] {
         assert!(
             screenshots.join(format!("{page}.png")).exists(),

@@ -44,11 +44,19 @@ fn everything_js() -> PathBuf {
 
 impl Server {
     fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
+        Server::start_in(tempfile::tempdir().unwrap())
+    }
+
+    /// The server over `dir/toolshed.db` (which may exist already), with a credentials
+    /// policy serving `GITHUB_TOKEN` from the environment.
+    fn start_in(dir: tempfile::TempDir) -> Server {
         let db = format!("sqlite://{}", dir.path().join("toolshed.db").display());
         let stderr = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let policy = dir.path().join("credentials.yaml");
+        std::fs::write(&policy, "default: {GITHUB_TOKEN: {provider: env}}\n").unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
-            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(["serve", "--addr", "127.0.0.1:0", "--credentials-policy"])
+            .arg(&policy)
             .current_dir(dir.path())
             .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
             .env("TOOLSHED_DATABASE_URL", &db)
@@ -157,7 +165,9 @@ fn registry_mcp_add_list_show_test_discover_and_remove() {
         "--url",
         "https://mcp.example.com/mcp",
         "--header",
-        "X-Team=platform",
+        "Authorization=Bearer ${GITHUB_TOKEN}",
+        "--credential",
+        "GITHUB_TOKEN",
         "--disabled",
     ]);
     assert_eq!(
@@ -165,7 +175,7 @@ fn registry_mcp_add_list_show_test_discover_and_remove() {
         (&Value::Bool(false), &Value::from("cli")),
         "{added}"
     );
-    assert_eq!(added["headers"]["X-Team"], "platform");
+    assert_eq!(added["headers"]["Authorization"], "Bearer ${GITHUB_TOKEN}");
 
     let table = s.ok(&["registry", "mcp", "list"]);
     assert!(table.starts_with("NAME"), "{table}");
@@ -282,6 +292,203 @@ fn registry_mcp_add_list_show_test_discover_and_remove() {
     assert_ne!(code(&o), 0, "its tools are gone");
     let listed = s.json(&["registry", "mcp", "--json", "list"]);
     assert_eq!(listed["meta"]["total"], 2, "{listed}");
+}
+
+const OPENAI: &str = "sk-proj-Zq81mDw2LkT0bQ9nVf3x";
+const SLACK: &str = "xoxb-2231-8842-Hs7QpL0aVwq";
+
+#[track_caller]
+fn assert_no_secret(text: &str) {
+    for secret in [OPENAI, SLACK] {
+        assert!(!text.contains(secret), "a secret is in:\n{text}");
+    }
+}
+
+/// The attack: `registry mcp add --env K=V` / `--header K=V` with an API key as the
+/// value. Refused before anything is sent, naming each key and the reference to write.
+#[test]
+fn literal_env_and_header_values_are_refused_before_anything_is_sent() {
+    let s = Server::start();
+    s.ok(&["login", "--username", "admin", "--password", ADMIN_PASSWORD]);
+    let env_openai = format!("OPENAI_API_KEY={OPENAI}");
+    let env_slack = format!("SLACK_BOT_TOKEN={SLACK}");
+    let o = s.run(&[
+        "registry",
+        "mcp",
+        "add",
+        "slack",
+        "--env",
+        &env_openai,
+        "--env",
+        &env_slack,
+        "--",
+        "npx",
+        "-y",
+        "@x/slack",
+    ]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert_no_secret(&format!("{}{err}", stdout(&o)));
+    for needle in [
+        "--env OPENAI_API_KEY",
+        "${OPENAI_API_KEY}",
+        "--env SLACK_BOT_TOKEN",
+        "${SLACK_BOT_TOKEN}",
+        "nothing was registered",
+    ] {
+        assert!(err.contains(needle), "{needle} in:\n{err}");
+    }
+    let header = format!("Authorization=Bearer {OPENAI}");
+    let o = s.run(&[
+        "registry",
+        "mcp",
+        "add",
+        "hub",
+        "--url",
+        "https://mcp.example.com/mcp",
+        "--header",
+        &header,
+    ]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    assert_no_secret(&format!("{}{}", stdout(&o), stderr(&o)));
+    assert!(
+        stderr(&o).contains("--header Authorization")
+            && stderr(&o).contains("Bearer ${AUTHORIZATION}"),
+        "{}",
+        stderr(&o)
+    );
+    let listed = s.json(&["registry", "mcp", "--json", "list"]);
+    assert_eq!(listed["meta"]["total"], 0, "{listed}");
+    assert_no_secret(&std::fs::read_to_string(s.dir.path().join("server.log")).unwrap());
+}
+
+/// An entry stored with literal values before they were refused (inserted through the
+/// store): the server names each key (never the value) in a warning when it starts, and
+/// `registry mcp show`/`list` (tables and JSON) never print a value.
+#[test]
+fn a_literal_stored_before_is_warned_of_at_start_and_masked_in_every_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("toolshed.db").display());
+    let id = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = toolshed_registry::open(&db).await.unwrap();
+            let entry: toolshed_registry::NewMcpServer =
+                serde_json::from_value(serde_json::json!({
+                "name": "leaky", "tenant": "default",
+                "spec": {"name": "leaky", "launch": {"transport": "stdio", "command": "npx",
+                    "env": {"OPENAI_API_KEY": OPENAI, "SLACK_BOT_TOKEN": SLACK}}},
+                "transport": "stdio", "endpoint": "npx", "description": "", "tags": [],
+                "team": null, "enabled": true,
+                "source": "scan:/home/u/.config/Claude/claude_desktop_config.json",
+                "overrides": {}, "created_by": "admin"}))
+                .unwrap();
+            store.create_mcp_server(entry).await.unwrap().id
+        });
+    let s = Server::start_in(dir);
+    s.ok(&["login", "--username", "admin", "--password", ADMIN_PASSWORD]);
+    for args in [
+        &["registry", "mcp", "show", "leaky"][..],
+        &["registry", "mcp", "--json", "show", "leaky"],
+        &["registry", "mcp", "list"],
+        &["registry", "mcp", "--json", "list"],
+    ] {
+        let o = s.run(args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert_no_secret(&format!("{}{}", stdout(&o), stderr(&o)));
+    }
+    let o = s.run(&["registry", "mcp", "show", "leaky"]);
+    assert!(stdout(&o).contains("OPENAI_API_KEY=***"), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("warning: env.OPENAI_API_KEY holds a literal value"),
+        "{}",
+        stderr(&o)
+    );
+    // And the server named each key when it started.
+    let log = std::fs::read_to_string(s.dir.path().join("server.log")).unwrap();
+    assert_no_secret(&log);
+    for key in ["env.OPENAI_API_KEY", "env.SLACK_BOT_TOKEN"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains(key))
+            .unwrap_or_else(|| panic!("no start-up warning naming {key}:\n{log}"));
+        assert!(line.contains(&id) && line.contains("leaky"), "{line}");
+    }
+}
+
+fn poison_js() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../toolshed-server/tests/fixtures/poison_mcp.mjs")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A server that poisons and then changes its tool, from the command line: discover
+/// shows the description escaped and flagged, the change waits (`pending` shows both),
+/// only an admin's `accept` puts it in force.
+#[test]
+fn a_servers_change_waits_for_registry_mcp_accept() {
+    let s = Server::start();
+    s.ok(&["login", "--username", "admin", "--password", ADMIN_PASSWORD]);
+    let js = poison_js();
+    s.ok(&[
+        "registry",
+        "mcp",
+        "add",
+        "poison",
+        "--",
+        "node",
+        js.to_str().unwrap(),
+    ]);
+    let o = s.run(&["registry", "mcp", "discover", "poison"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        !out.contains('\u{1b}') && !err.contains('\u{1b}'),
+        "{out}{err}"
+    );
+    assert!(out.contains("\\u{1b}[8m"), "{out}");
+    assert!(err.contains("poison__read_file hides characters"), "{err}");
+    let o = s.run(&["registry", "tool", "show", "poison__read_file"]);
+    assert!(!stdout(&o).contains('\u{1b}') && !stdout(&o).contains('\u{202e}'));
+    assert!(stderr(&o).contains("tag"), "{}", stderr(&o));
+
+    // The rug pull: the server changes read_file and says so.
+    s.ok(&["registry", "tool", "run", "poison__rug"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        let found = s.json(&["registry", "mcp", "--json", "discover", "poison"]);
+        if !found["pending"].as_array().unwrap().is_empty() {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "never seen: {found}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(found["changed"], serde_json::json!([]), "{found}");
+    let text = s.ok(&["registry", "mcp", "pending", "poison"]);
+    assert!(
+        text.contains("poison__read_file (revision 1 in force") && text.contains("Version two"),
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text}");
+    let shown = s.json(&["registry", "tool", "--json", "show", "poison__read_file"]);
+    assert_eq!(shown["revision"], 1, "{shown}");
+
+    // The admin accepts it: now it is in force.
+    let text = s.ok(&["registry", "mcp", "accept", "poison", "--tool", "read_file"]);
+    assert!(text.contains("accepted: poison__read_file"), "{text}");
+    let shown = s.json(&["registry", "tool", "--json", "show", "poison__read_file"]);
+    assert_eq!(shown["revision"], 2, "{shown}");
+    assert!(
+        shown["description"]
+            .as_str()
+            .unwrap()
+            .contains("Version two")
+    );
+    let text = s.ok(&["registry", "mcp", "pending", "poison"]);
+    assert!(text.contains("no tool change waits"), "{text}");
 }
 
 /// The `agentbreeder` program: `AGENTBREEDER_BIN`, or a clear failure saying how to

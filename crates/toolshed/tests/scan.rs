@@ -464,7 +464,7 @@ fn register_posts_every_server_project_ones_disabled_and_again_is_already_regist
         &f.project.join(".mcp.json"),
         &serde_json::json!({"mcpServers": {
             "proj": {"command": "/opt/proj/server", "args": ["--x"],
-                     "env": {"PROJ_TOKEN": "${SCAN_TEST_SECRET}", "REGION": "eu"}}
+                     "env": {"PROJ_TOKEN": "${SCAN_TEST_SECRET}"}}
         }})
         .to_string(),
     );
@@ -503,10 +503,6 @@ fn register_posts_every_server_project_ones_disabled_and_again_is_already_regist
     );
     assert!(
         text.contains("registered") && text.contains(", enabled"),
-        "{text}"
-    );
-    assert!(
-        text.contains("note: env.REGION registered as written in the file"),
         "{text}"
     );
 
@@ -559,6 +555,77 @@ fn register_posts_every_server_project_ones_disabled_and_again_is_already_regist
     assert_eq!(registered("proj")["already_registered"], true, "{doc:#}");
     assert_eq!(registered("mine")["already_registered"], true, "{doc:#}");
     assert!(registered("leaky")["error"].is_string(), "{doc:#}");
+}
+
+/// The attack: a Claude Desktop file holding API keys as literal values. `--register`
+/// refuses that entry, naming each key and the `${NAME}` reference to write instead,
+/// registers the rest, and no value reaches the registry, its answers or the output.
+#[test]
+fn register_refuses_literal_secrets_per_key_and_never_stores_them() {
+    const OPENAI: &str = "sk-proj-Zq81mDw2LkT0bQ9nVf3x";
+    const SLACK: &str = "xoxb-2231-8842-Hs7QpL0aVwq";
+    let f = folders();
+    write(
+        &f.home.join(".config/Claude/claude_desktop_config.json"),
+        &serde_json::json!({"mcpServers": {
+            "slack": {"command": "/opt/slack/server",
+                      "env": {"OPENAI_API_KEY": OPENAI, "SLACK_BOT_TOKEN": SLACK}},
+            "hub": {"url": "https://mcp.example.com/mcp",
+                    "headers": {"Authorization": format!("Bearer {OPENAI}")}},
+            "clean": {"command": "/opt/clean/server", "env": {"TOKEN": "${SCAN_TEST_SECRET}"}}
+        }})
+        .to_string(),
+    );
+    let registry = Registry::start();
+    registry.login(&f.home);
+    let env = [
+        ("TOOLSHED_URL", registry.url.as_str()),
+        ("SCAN_TEST_SECRET", SECRET),
+    ];
+    let o = scan(&f, &["--no-start", "--register"], &env);
+    assert_eq!(code(&o), 5, "{}\n{}", stdout(&o), stderr(&o));
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    for secret in [OPENAI, SLACK, SECRET] {
+        assert!(!text.contains(secret), "{text}");
+    }
+    for needle in [
+        "env.OPENAI_API_KEY: holds a literal value",
+        "${OPENAI_API_KEY}",
+        "env.SLACK_BOT_TOKEN: holds a literal value",
+        "${SLACK_BOT_TOKEN}",
+        "headers.Authorization: holds a literal value",
+        "Bearer ${AUTHORIZATION}",
+    ] {
+        assert!(text.contains(needle), "{needle} in:\n{text}");
+    }
+    let token = std::fs::read_to_string(f.home.join(".config/toolshed/token")).unwrap();
+    let listing = http_get(
+        &format!("{}/api/v1/mcp-servers", registry.url),
+        token.trim(),
+    );
+    for secret in [OPENAI, SLACK, SECRET] {
+        assert!(!listing.contains(secret), "{listing}");
+    }
+    let listing: Value = serde_json::from_str(&listing).unwrap();
+    let names: Vec<&str> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["clean"], "{listing:#}");
+    // The JSON report says the same per server.
+    let o = scan(&f, &["--no-start", "--register", "--json"], &env);
+    let doc = json(&o);
+    let slack = doc["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "slack")
+        .unwrap();
+    let error = slack["registered"]["error"].as_str().unwrap();
+    assert!(error.contains("env.SLACK_BOT_TOKEN"), "{error}");
+    assert!(!doc.to_string().contains(OPENAI), "{doc:#}");
 }
 
 /// A `GET` with a bearer token: a plain HTTP/1.0 request (so the answer is not

@@ -6,6 +6,7 @@ import { h, fill, errorBox } from './ui.js';
 import { toolsPage, toolPage } from './pages/tools.js';
 import { approvalsPage, runsPage, runPage } from './pages/runs.js';
 import { loginPage, sandboxPage, agentsPage, agentPage, adminPage } from './pages/other.js';
+import { mcpServersPage, mcpServerPage } from './pages/mcp.js';
 
 const RANK = { viewer: 0, deployer: 1, admin: 2, owner: 3 };
 
@@ -18,6 +19,8 @@ const routes = [
   [/^\/sandbox$/, (m, c) => sandboxPage(m, c)],
   [/^\/agents$/, (m, c) => agentsPage(m, c)],
   [/^\/agents\/([^/]+)$/, (m, c, id) => agentPage(m, c, decodeURIComponent(id))],
+  [/^\/mcp-servers$/, (m, c) => mcpServersPage(m, c)],
+  [/^\/mcp-servers\/([^/]+)$/, (m, c, id) => mcpServerPage(m, c, decodeURIComponent(id))],
   [/^\/admin$/, (m, c) => adminPage(m, c)],
 ];
 

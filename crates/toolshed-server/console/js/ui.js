@@ -1,5 +1,9 @@
 // Small DOM helpers. Text from the server is always set as text (never as HTML), so a
-// tool description or an argument cannot inject markup.
+// tool description or an argument cannot inject markup, and shown through `display`
+// (hidden.js, the CLI's sanitiser): escapes, controls, bidi overrides, zero-width and
+// tag characters read as \u{…}, so what a reader sees is what a model reads.
+
+import { display } from './hidden.js';
 
 /**
  * Make an element: `h('a', {href: '/x', class: 'y', onclick: f}, 'text', child)`.
@@ -28,7 +32,7 @@ function append(el, children) {
     if (c === null || c === undefined || c === false) continue;
     if (Array.isArray(c)) append(el, c);
     else if (c instanceof Node) el.appendChild(c);
-    else el.appendChild(document.createTextNode(String(c)));
+    else el.appendChild(document.createTextNode(display(String(c))));
   }
 }
 
@@ -99,4 +103,17 @@ export function field(labelText, control, hint) {
     control,
     hint ? h('small', { class: 'hint' }, hint) : null,
   );
+}
+
+/**
+ * A warning naming the characters a tool's definition hides from a reader (the API's
+ * `hidden_characters`), or null when there are none.
+ */
+export function hiddenNote(list, id = 'hidden-characters') {
+  if (!list || !list.length) return null;
+  const label = { zero_width: 'zero-width', tag: 'tag', bidi: 'bidirectional', control: 'control', escape: 'terminal escape' };
+  return h('div', { class: 'warning', role: 'note', id },
+    h('strong', {}, 'Hidden characters: '),
+    'this definition holds characters a reader does not see, which a model reads. They are shown as \\u{…} here.',
+    h('ul', {}, list.map((x) => h('li', {}, `${x.field}: ${x.count} ${label[x.kind] || x.kind} character${x.count === 1 ? '' : 's'}`))));
 }

@@ -58,11 +58,13 @@ assets! {
     "js/app.js" => "text/javascript; charset=utf-8",
     "js/api.js" => "text/javascript; charset=utf-8",
     "js/ui.js" => "text/javascript; charset=utf-8",
+    "js/hidden.js" => "text/javascript; charset=utf-8",
     "js/form.js" => "text/javascript; charset=utf-8",
     "js/schema.js" => "text/javascript; charset=utf-8",
     "js/pages/tools.js" => "text/javascript; charset=utf-8",
     "js/pages/runs.js" => "text/javascript; charset=utf-8",
     "js/pages/other.js" => "text/javascript; charset=utf-8",
+    "js/pages/mcp.js" => "text/javascript; charset=utf-8",
     "favicon.svg" => "image/svg+xml",
 }
 

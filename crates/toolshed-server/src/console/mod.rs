@@ -4,6 +4,7 @@
 //! header. How it is built and why: `docs/design/console.md`.
 
 pub mod assets;
+pub mod hidden;
 pub mod session;
 
 use axum::Router;
@@ -32,6 +33,8 @@ const PAGES: &[&str] = &[
     "/runs/{*rest}",
     "/agents",
     "/agents/{*rest}",
+    "/mcp-servers",
+    "/mcp-servers/{*rest}",
     "/admin",
 ];
 

@@ -1,16 +1,18 @@
 //! `/api/v1/mcp-servers/…` (and `/api/v1/mcp_servers`, the path AgentBreeder's `list`
 //! command reads): MCP server entries per tenant, at AgentBreeder's own paths and
-//! shapes. Viewers list and show their tenant's entries; deployers register, change,
-//! test, discover and execute; admins delete, and enable an entry registered disabled.
-//! Another tenant's entry is not found.
+//! shapes. Viewers list and show their tenant's entries and the tool changes waiting;
+//! deployers register, change, test, discover and execute; admins delete, enable an
+//! entry registered disabled, accept a server's changes to its tools and let an entry
+//! take them at once (`auto_accept`). Another tenant's entry is not found.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
-use toolshed_api::requests::McpServerBody;
+use toolshed_api::requests::{McpAcceptBody, McpServerBody};
 use toolshed_api::views::{
-    ExecuteView, McpDeletedView, McpDiscoverView, McpServerView, McpTestView,
+    ExecuteView, McpAcceptView, McpDeletedView, McpDiscoverView, McpPendingView, McpServerView,
+    McpTestView,
 };
 use toolshed_api::{Data, ErrorEnvelope, Paged};
 use toolshed_auth::Role;
@@ -275,8 +277,10 @@ async fn failed(
 
 /// List the server's tools (every page) and register them as registry tools
 /// (`<server>__<tool>`, `tool_type: mcp`, endpoint `mcp:<server>/<tool>`): added,
-/// changed and removed ones in one transaction. A name another tool holds is a 409
-/// naming both.
+/// changed and removed ones in one transaction. A tool whose definition the server
+/// changed since it was accepted is held back (`pending`): every client keeps the
+/// accepted revision until an admin accepts the change (`POST …/accept`), unless the
+/// entry has `auto_accept`. A name another tool holds is a 409 naming both.
 #[utoipa::path(post, path = "/api/v1/mcp-servers/{id}/discover", tag = "mcp-servers", security(("bearer" = [])),
     params(("id" = String, Path, description = "The entry's id")),
     responses(
@@ -314,7 +318,10 @@ pub async fn discover_mcp_server(
     for t in &before {
         state.forget(t);
     }
-    tracing::info!(mcp_server = %record.server.name, id = %record.id, tools = sync.tools.len(), added = sync.added.len(), changed = sync.changed.len(), removed = sync.removed.len(), by = %claims.sub, "MCP server discovered");
+    tracing::info!(mcp_server = %record.server.name, id = %record.id, tools = sync.tools.len(), added = sync.added.len(), changed = sync.changed.len(), removed = sync.removed.len(), pending = sync.pending.len(), by = %claims.sub, "MCP server discovered");
+    if !sync.pending.is_empty() {
+        tracing::warn!(mcp_server = %record.server.name, id = %record.id, tools = ?sync.pending, "MCP server changed tool definitions; the changes wait for an admin (GET /api/v1/mcp-servers/{}/pending)", record.id);
+    }
     let tools: Vec<_> = sync.tools.iter().map(mcp::discovered).collect();
     Ok(Json(Data {
         data: McpDiscoverView {
@@ -323,6 +330,98 @@ pub async fn discover_mcp_server(
             added: sync.added,
             changed: sync.changed,
             removed: sync.removed,
+            pending: sync.pending,
+        },
+    }))
+}
+
+/// The entry's tools whose server changed their definition since it was accepted: the
+/// accepted definition (what every client gets) beside what the server sends now, and
+/// the characters the new one hides from a reader.
+#[utoipa::path(get, path = "/api/v1/mcp-servers/{id}/pending", tag = "mcp-servers", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The entry's id")),
+    responses(
+        (status = 200, body = Data<Vec<McpPendingView>>),
+        (status = 401, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+    ))]
+pub async fn pending_mcp_changes(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<Data<Vec<McpPendingView>>>, ApiError> {
+    let claims = auth.require(Role::Viewer)?;
+    let record = find(&state, claims, &id).await?;
+    let pending = state
+        .registry()
+        .mcp_pending(&record.id, &scope_of(claims))
+        .await?;
+    Ok(Json(Data {
+        data: pending.iter().filter_map(mcp::pending_view).collect(),
+    }))
+}
+
+/// Accept a server's changes to its tools (admin): each change waiting (or those
+/// named in `tools`) becomes the active revision, built with the owner's overrides of
+/// now. A named tool with no change waiting is a 409; so is a change the server made
+/// again since it was listed (review it again).
+#[utoipa::path(post, path = "/api/v1/mcp-servers/{id}/accept", tag = "mcp-servers", security(("bearer" = [])),
+    params(("id" = String, Path, description = "The entry's id")),
+    request_body = McpAcceptBody,
+    responses(
+        (status = 200, body = Data<McpAcceptView>),
+        (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope),
+        (status = 403, body = ErrorEnvelope), (status = 404, body = ErrorEnvelope),
+        (status = 409, description = "A named tool has no change waiting, or it changed again", body = ErrorEnvelope),
+        (status = 422, description = "An override makes a changed tool's spec invalid", body = ErrorEnvelope),
+    ))]
+pub async fn accept_mcp_changes(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+    Body(body): Body<McpAcceptBody>,
+) -> Result<Json<Data<McpAcceptView>>, ApiError> {
+    let claims = auth.require(Role::Admin)?;
+    let record = find(&state, claims, &id).await?;
+    let spec = mcp::spec_of(&record)?;
+    let scope = scope_of(claims);
+    let waiting = state.registry().mcp_pending(&record.id, &scope).await?;
+    let wanted = body.tools;
+    let mut chosen = Vec::new();
+    for p in &waiting {
+        let sent: toolshed_mcp::McpTool = serde_json::from_value(p.sent.clone())
+            .map_err(|e| ApiError::internal("cannot read a held-back MCP tool", e))?;
+        let named = wanted
+            .as_ref()
+            .is_none_or(|w| w.iter().any(|n| *n == sent.name || *n == p.tool.name));
+        if named {
+            chosen.push(sent);
+        }
+    }
+    if let Some(w) = &wanted
+        && let Some(missing) = w.iter().find(|n| {
+            !chosen
+                .iter()
+                .any(|t| t.name == **n || t.qualified_name == **n)
+        })
+    {
+        return Err(ApiError::conflict(format!(
+            "MCP server `{}` has no change waiting for tool `{missing}`; `GET /api/v1/mcp-servers/{}/pending` lists them",
+            record.server.name, record.id
+        )));
+    }
+    let found = mcp::registry_tools(&record, &spec, &chosen, &claims.sub)?;
+    let accepted = state
+        .registry()
+        .accept_mcp_tools(&record.id, &scope, found)
+        .await?;
+    for t in &accepted {
+        state.forget(t);
+    }
+    tracing::info!(mcp_server = %record.server.name, id = %record.id, tools = ?accepted.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), by = %claims.sub, "MCP tool changes accepted");
+    Ok(Json(Data {
+        data: McpAcceptView {
+            accepted: accepted.iter().map(|t| t.name.clone()).collect(),
+            tools: accepted.iter().map(mcp::discovered).collect(),
         },
     }))
 }

@@ -69,6 +69,8 @@ pub fn api() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(mcp_servers::test_mcp_server))
         .routes(routes!(mcp_servers::discover_mcp_server))
+        .routes(routes!(mcp_servers::pending_mcp_changes))
+        .routes(routes!(mcp_servers::accept_mcp_changes))
         .routes(routes!(mcp_servers::execute_mcp_tool))
         .routes(routes!(attachments::create_attachment))
         .routes(routes!(attachments::get_attachment))

@@ -2,7 +2,7 @@
 // endpoint, code hash, versions with a diff, usage graph, and Try it).
 
 import { api, get, query, ApiFailure } from '../api.js';
-import { h, fill, when, ms, json, pill, table, errorBox, link, field, announce } from '../ui.js';
+import { h, fill, when, ms, json, pill, table, errorBox, link, field, announce, hiddenNote } from '../ui.js';
 import { schemaForm } from '../form.js';
 import { resolve, typeOf } from '../schema.js';
 
@@ -46,7 +46,9 @@ export async function toolsPage(main, ctx) {
       const { total, page, per_page: perPage } = answer.meta;
       const pages = Math.max(1, Math.ceil(total / perPage));
       const rows = answer.data.map((t) => [
-        link(`/tools/${encodeURIComponent(t.id)}`, t.name),
+        [link(`/tools/${encodeURIComponent(t.id)}`, t.name),
+          t.hidden_characters && t.hidden_characters.length
+            ? h('span', { class: 'pill pill-error', title: 'Its definition holds characters a reader does not see' }, ' hidden characters') : null],
         t.description, t.tool_type, t.source, t.tenant, pill(t.status), String(t.revision),
       ]);
       const nav = h('nav', { class: 'pager', 'aria-label': 'Pages' },
@@ -287,7 +289,8 @@ export async function toolPage(main, ctx, id) {
   fill(main,
     h('p', {}, link('/tools', '← Tools')),
     h('h1', {}, tool.name),
-    h('p', { class: 'lead' }, tool.description),
+    hiddenNote(tool.hidden_characters),
+    h('p', { class: 'lead', id: 'tool-description' }, tool.description),
     h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
     h('p', {}, h('a', { href: `/sandbox?tool=${encodeURIComponent(tool.id)}`, class: 'button' }, 'Test in Sandbox')),
     tryIt(tool, ctx),
