@@ -360,12 +360,10 @@ impl Server {
             // cgroup folders and network namespaces made ahead, not two.
             dispatcher = dispatcher.with_sandbox(s.clone());
         }
-        let listener = tokio::net::TcpListener::bind(config.addr)
-            .await
-            .map_err(|source| ServerError::Listen {
-                addr: config.addr,
-                source,
-            })?;
+        let listener = listen::bind(config.addr).map_err(|source| ServerError::Listen {
+            addr: config.addr,
+            source,
+        })?;
         let code = code::CodeCache::open(&config.code, &config.dispatcher.cache_dir)
             .map_err(ServerError::CodeSettings)?;
         let attachments = toolshed_journal::Attachments::open(&config.database_url)

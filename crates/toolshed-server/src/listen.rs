@@ -68,6 +68,26 @@ const REFUSING: usize = 64;
 /// the answer, before it is closed.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
+/// The listen backlog asked for: connections the kernel holds completed for the accept
+/// loop. A reconnect storm from one address (a slow-body flood whose connections are
+/// cut together) arrives as a burst of handshakes; past a full backlog the kernel drops
+/// a SYN, and that client, an honest one as often as not, retries only a second later.
+/// Linux clamps this to `net.core.somaxconn` (4096 by default since 5.4).
+const BACKLOG: u32 = 4096;
+
+/// Bind `addr` for [`serve`], with [`BACKLOG`] (tokio's own `bind` asks for 1024).
+pub(crate) fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As tokio's bind: a restarted server may take its port back from TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// Serve `app` on `listener` until `shutdown` completes; then stop accepting, let every
 /// connection finish its request in progress, and return once all are closed.
 pub(crate) async fn serve(

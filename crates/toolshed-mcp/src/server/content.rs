@@ -11,7 +11,7 @@
 //! - anything else is its JSON as one text block, and an object result is also the
 //!   `structuredContent`.
 
-use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject, ResultType};
 use serde_json::{Map, Value, json};
 use toolshed_core::ToolError;
 
@@ -152,15 +152,20 @@ pub fn call_tool_result(
         } if content.is_empty() && value.get(CONTENT_KEY).is_none() => {
             Ok(plain_success(value, &run_id))
         }
-        other => serde_json::from_value(call_result(tool, other)),
+        other => {
+            let mut result: CallToolResult = serde_json::from_value(call_result(tool, other))?;
+            result.result_type = Some(ResultType::COMPLETE);
+            Ok(result)
+        }
     }
 }
 
 /// What [`success`] makes of a result without content blocks, as a `CallToolResult`.
 fn plain_success(value: Value, run_id: &str) -> CallToolResult {
+    // `resultType: "complete"`, as `2026-07-28` requires; rmcp (or the direct path)
+    // takes it off for a peer of an older version.
     let mut result = CallToolResult::default();
-    // Read from JSON, the answer has no `resultType`; neither does this one.
-    result.result_type = None;
+    result.result_type = Some(ResultType::COMPLETE);
     match value {
         Value::Object(_) => {
             result.content = vec![ContentBlock::text(value.to_string())];

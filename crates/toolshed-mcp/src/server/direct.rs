@@ -325,10 +325,15 @@ impl<G: Gateway> McpHandler<G> {
             )
         };
         let (message, status) = match answered.await {
-            Ok(result) => (
-                ServerJsonRpcMessage::response(ServerResult::CallToolResult(result), id),
-                StatusCode::OK,
-            ),
+            Ok(result) => {
+                let mut result = ServerResult::CallToolResult(result);
+                if session.is_some() {
+                    // As rmcp: a session is of the initialize era, whose results never
+                    // carried `resultType`.
+                    result.strip_result_type_for_legacy_peer();
+                }
+                (ServerJsonRpcMessage::response(result, id), StatusCode::OK)
+            }
             Err(Some(error)) => {
                 // A session's answer is a message of its stream: 200 whatever it says.
                 let status = match session {

@@ -42,7 +42,8 @@ use rmcp::model::{
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
     ProgressNotificationParam, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ResultType, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -619,7 +620,16 @@ fn check_idempotency_key(value: Option<&Value>) -> Result<Option<String>, ErrorD
     }
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorData> {
+/// A result read from its JSON, marked `resultType: "complete"`: a `2026-07-28` server
+/// MUST put it on every result (a strict client, such as the Python SDK, refuses a
+/// result without it). rmcp takes it off again for a peer of an older version, whose
+/// results never had it.
+fn from_json<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
+    if let Value::Object(fields) = &mut value {
+        fields
+            .entry("resultType")
+            .or_insert_with(|| Value::String(ResultType::COMPLETE.as_str().to_owned()));
+    }
     serde_json::from_value(value).map_err(answer_error)
 }
 
