@@ -279,7 +279,9 @@ impl Gateway for LocalGateway {
             caller,
             run_id.clone(),
             call,
-            options.idempotency_key.is_some(),
+            // A continued run (approved by elicitation) exists: it is resumed, never
+            // made again.
+            options.idempotency_key.is_some() || options.continue_run.is_some(),
             options.via.as_ref(),
             &attended,
         );
@@ -350,19 +352,19 @@ impl Gateway for LocalGateway {
 }
 
 impl LocalGateway {
-    /// Make the call in run `run_id`: continued when it exists (`keyed`), else new.
+    /// Make the call in run `run_id`: continued when it `existing` (a keyed call, or one approved at the client), else new.
     async fn call_in(
         &self,
         caller: &Principal,
         run_id: String,
         call: ToolCall,
-        keyed: bool,
+        existing: bool,
         via: Option<&toolshed_mcp::server::Inbound>,
         attended: &toolshed_runtime::Attended,
     ) -> Result<CallStep, GatewayError> {
         let run_id = run_id.as_str();
         let fail = |e: toolshed_runtime::RuntimeError| GatewayError::Internal(e.to_string());
-        if keyed {
+        if existing {
             match self.runtime.journal().get_run(run_id).await {
                 Ok(run) => {
                     let same = matches!(

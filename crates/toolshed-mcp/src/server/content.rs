@@ -306,8 +306,10 @@ mod tests {
                 result: Ok(value.clone()),
                 content: content.clone(),
             };
-            let read_back: CallToolResult =
+            let mut read_back: CallToolResult =
                 serde_json::from_value(call_result("t", outcome.clone())).expect("valid JSON");
+            // Both are marked complete (`2026-07-28`; rmcp strips it for older peers).
+            read_back.result_type = Some(ResultType::COMPLETE);
             let direct = call_tool_result("t", outcome).expect("a result");
             assert_eq!(direct, read_back, "{value} with {content:?}");
             assert_eq!(
@@ -323,10 +325,10 @@ mod tests {
         };
         let direct = call_tool_result("t", failed.clone()).expect("a result");
         assert_eq!(direct.is_error, Some(true));
-        assert_eq!(
-            direct,
-            serde_json::from_value::<CallToolResult>(call_result("t", failed)).expect("valid")
-        );
+        let mut read_back: CallToolResult =
+            serde_json::from_value(call_result("t", failed)).expect("valid");
+        read_back.result_type = Some(ResultType::COMPLETE);
+        assert_eq!(direct, read_back);
     }
 
     #[test]

@@ -54,7 +54,7 @@ use std::borrow::Cow;
 use http::{HeaderMap, Method, StatusCode, header};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolResult, ClientCapabilities, ErrorCode, Implementation, JsonRpcVersion2_0, RequestId,
+    ClientCapabilities, ErrorCode, Implementation, JsonRpcVersion2_0, RequestId,
     ServerJsonRpcMessage, ServerResult,
 };
 use serde::Deserialize;
@@ -62,8 +62,8 @@ use serde_json::{Map, Value};
 
 use super::sessions::InSession;
 use super::{
-    CallOptions, Gateway, GatewayError, IDEMPOTENCY_META, Inbound, McpHandler, answer_error, ask,
-    check_idempotency_key, client_label, content,
+    CallOptions, CallOutcome, Gateway, GatewayError, IDEMPOTENCY_META, Inbound, McpHandler,
+    answer_error, approve, ask, check_idempotency_key, client_label, content,
 };
 
 /// The protocol version of the session-less route.
@@ -95,6 +95,9 @@ pub struct DirectCall {
     arguments: Map<String, Value>,
     key: Option<Value>,
     client: String,
+    /// Session-less, the client declared `elicitation`: a pending approval is asked of
+    /// it ([`super::approve`]).
+    elicits: bool,
 }
 
 impl DirectCall {
@@ -208,7 +211,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8], route: &Route) -> Option<DirectCa
         return None;
     }
     let mut meta = meta.unwrap_or_default();
-    let client = match route {
+    let (client, elicits) = match route {
         Route::Sessionless => {
             let named = headers.get("mcp-name").and_then(|v| v.to_str().ok());
             if named != Some(&name)
@@ -218,17 +221,21 @@ pub fn parse(headers: &HeaderMap, body: &[u8], route: &Route) -> Option<DirectCa
             }
             // Read as rmcp reads them: capabilities that are not MCP's shape make the
             // request's metadata malformed, which rmcp answers.
-            serde_json::from_value::<ClientCapabilities>(meta.remove(META_CAPABILITIES)?).ok()?;
-            match meta.remove(META_CLIENT) {
+            let capabilities =
+                serde_json::from_value::<ClientCapabilities>(meta.remove(META_CAPABILITIES)?)
+                    .ok()?;
+            let client = match meta.remove(META_CLIENT) {
                 None => String::new(),
                 Some(info) => {
                     let info: Implementation = serde_json::from_value(info).ok()?;
                     client_label(&info.name, &info.version)
                 }
-            }
+            };
+            (client, capabilities.elicitation.is_some())
         }
-        // The session's client is the one its `initialize` named.
-        Route::Session { .. } => String::new(),
+        // The session's client is the one its `initialize` named; one that declared
+        // `elicitation` is never served here.
+        Route::Session { .. } => (String::new(), false),
     };
     let key = meta.remove(IDEMPOTENCY_META);
     if !meta.is_empty() {
@@ -241,6 +248,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8], route: &Route) -> Option<DirectCa
         arguments: arguments.unwrap_or_default(),
         key,
         client,
+        elicits,
     })
 }
 
@@ -276,6 +284,7 @@ impl<G: Gateway> McpHandler<G> {
             arguments,
             key,
             client,
+            elicits,
         } = call;
         let (via, asker) = match &session {
             None => {
@@ -309,6 +318,8 @@ impl<G: Gateway> McpHandler<G> {
                 via: Some(via),
                 asker: Some(asker),
             };
+            // Kept only for the approval's form, which shows them.
+            let asked_args = elicits.then(|| arguments.clone());
             let called = self.gateway.call_tool(&caller, &name, arguments, options);
             let outcome = match &session {
                 None => called.await,
@@ -320,13 +331,26 @@ impl<G: Gateway> McpHandler<G> {
                 },
             };
             let outcome = outcome.map_err(GatewayError::into_mcp)?;
-            Ok::<CallToolResult, Option<ErrorData>>(
+            if let (
+                CallOutcome::PendingApproval {
+                    run_id,
+                    four_eyes: false,
+                    reason,
+                    ..
+                },
+                Some(args),
+            ) = (&outcome, &asked_args)
+            {
+                // As rmcp's path answers it (`McpHandler::call_sessionless`).
+                let asked = approve::input_required(&name, reason, args, run_id)?;
+                return Ok(ServerResult::InputRequiredResult(asked));
+            }
+            Ok::<ServerResult, Option<ErrorData>>(ServerResult::CallToolResult(
                 content::call_tool_result(&name, outcome).map_err(answer_error)?,
-            )
+            ))
         };
         let (message, status) = match answered.await {
-            Ok(result) => {
-                let mut result = ServerResult::CallToolResult(result);
+            Ok(mut result) => {
                 if session.is_some() {
                     // As rmcp: a session is of the initialize era, whose results never
                     // carried `resultType`.

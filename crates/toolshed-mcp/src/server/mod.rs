@@ -27,6 +27,7 @@
     reason = "MCP logging is deprecated in 2026-07-28 but in use by 2025-11-25 clients"
 )]
 
+mod approve;
 mod ask;
 pub mod catalog;
 pub mod content;
@@ -512,6 +513,76 @@ impl<G: Gateway> McpHandler<G> {
         outcome.map_err(GatewayError::into_mcp)
     }
 
+    /// A `2026-07-28` call: a pending approval is asked of the client with an
+    /// `InputRequiredResult` when it can answer elicitations, and its answer, sent with
+    /// the call made again, decides the call before it continues ([`approve`]).
+    async fn call_sessionless(
+        &self,
+        caller: &G::Caller,
+        request: CallToolRequestParams,
+        name: String,
+        args: Map<String, Value>,
+        key: Option<String>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let resumed = request
+            .request_state
+            .as_deref()
+            .map(approve::run_of)
+            .transpose()?;
+        let mut outcome = self
+            .run_call(
+                caller,
+                &name,
+                args.clone(),
+                key.clone(),
+                resumed.clone(),
+                ctx,
+            )
+            .await?;
+        let answer = approve::decision(request.input_responses.as_ref());
+        if let (Some(resumed), Some((approved, why))) = (&resumed, answer.clone())
+            && let CallOutcome::PendingApproval {
+                run_id,
+                call_id,
+                four_eyes: false,
+                ..
+            } = &outcome
+            && run_id == resumed
+        {
+            self.gateway
+                .decide(caller, call_id, approved, why)
+                .await
+                .map_err(GatewayError::into_mcp)?;
+            outcome = self
+                .run_call(caller, &name, args.clone(), key, Some(resumed.clone()), ctx)
+                .await?;
+        }
+        let can_answer = ctx
+            .meta
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
+        if let CallOutcome::PendingApproval {
+            run_id,
+            four_eyes: false,
+            reason,
+            ..
+        } = &outcome
+            && can_answer
+            // Asked once: a dismissed form leaves the call pending, not asked again.
+            && !request
+                .input_responses
+                .as_ref()
+                .is_some_and(|r| r.contains_key(approve::KEY))
+        {
+            return Ok(CallToolResponse::InputRequired(approve::input_required(
+                &name, reason, &args, run_id,
+            )?));
+        }
+        let result = content::call_tool_result(&name, outcome).map_err(answer_error)?;
+        Ok(result.into())
+    }
+
     /// Ask the person at the client to approve a pending call; `true` when the call
     /// was decided (approved or denied) and should be made again.
     async fn elicit_approval(
@@ -523,43 +594,21 @@ impl<G: Gateway> McpHandler<G> {
         args: &Map<String, Value>,
         ctx: &RequestContext<RoleServer>,
     ) -> bool {
-        let args_text = serde_json::to_string(args).unwrap_or_default();
-        let args_text: String = args_text.chars().take(500).collect();
-        let params = json!({
-            "mode": "form",
-            "message": format!("toolshed: tool `{name}` needs approval ({reason}). Arguments: {args_text}. Approve this call?"),
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "approve": {"type": "boolean", "title": "Approve", "description": "Run the call (true) or deny it (false)"},
-                    "reason": {"type": "string", "title": "Reason", "description": "Why (recorded with the decision)"}
-                },
-                "required": ["approve"]
-            }
-        });
+        let params = approve::form(name, reason, args);
         let Ok(params) = serde_json::from_value::<ElicitRequestParams>(params) else {
             return false;
         };
         let Ok(answer) = ctx.peer.create_elicitation(params).await else {
             return false;
         };
-        let (approve, why) = match answer.action {
-            ElicitationAction::Accept => {
-                let content = answer.content.unwrap_or(Value::Null);
-                let approve = content
-                    .get("approve")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                let why = content
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .map(|s| s.chars().take(500).collect::<String>())
-                    .unwrap_or_else(|| "decided at the MCP client".into());
-                (approve, why)
-            }
-            ElicitationAction::Decline => (false, "declined at the MCP client".into()),
-            // Dismissed: nobody decided; the call stays pending.
-            _ => return false,
+        let action = match answer.action {
+            ElicitationAction::Accept => "accept",
+            ElicitationAction::Decline => "decline",
+            _ => "cancel",
+        };
+        // Dismissed: nobody decided; the call stays pending.
+        let Some((approve, why)) = approve::decision_of(action, answer.content.as_ref()) else {
+            return false;
         };
         self.gateway
             .decide(caller, call_id, approve, why)
@@ -700,6 +749,9 @@ impl<G: Gateway> ServerHandler for McpHandler<G> {
         let key = idempotency_key(&request, &ctx)?;
         let name = request.name.to_string();
         let args = request.arguments.clone().unwrap_or_default();
+        if Inbound::of(&ctx).era == "discover" {
+            return Box::pin(self.call_sessionless(&caller, request, name, args, key, &ctx)).await;
+        }
         let mut outcome = self
             .run_call(&caller, &name, args.clone(), key.clone(), None, &ctx)
             .await?;
