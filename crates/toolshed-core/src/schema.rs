@@ -274,6 +274,12 @@ pub fn normalize_nullable(schema: &mut Value) {
                     }
                     _ => {}
                 }
+                // An enum lists every value the schema allows: `null` is one now.
+                if let Some(Value::Array(values)) = map.get_mut("enum")
+                    && !values.contains(&Value::Null)
+                {
+                    values.push(Value::Null);
+                }
             } else if map.get("nullable") == Some(&Value::Bool(false)) {
                 map.remove("nullable");
             }

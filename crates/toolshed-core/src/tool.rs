@@ -170,7 +170,14 @@ impl Tool {
     }
 
     /// Build from a spec and a handler, checking and compiling everything.
-    pub fn from_spec(spec: ToolSpec, handler: Arc<dyn Handler>) -> Result<Self, SpecError> {
+    pub fn from_spec(mut spec: ToolSpec, handler: Arc<dyn Handler>) -> Result<Self, SpecError> {
+        // OpenAPI's `nullable: true` means what JSON Schema says with `type: [T, "null"]`:
+        // validated as such here, and exported so (an MCP client validates a `null`
+        // result against the schema it was given).
+        crate::schema::normalize_nullable(&mut spec.input_schema);
+        if let Some(output) = &mut spec.output_schema {
+            crate::schema::normalize_nullable(output);
+        }
         let mut errors = Vec::new();
         let (input, output) = check_and_compile(&spec, &mut errors);
         match (errors.is_empty(), input) {

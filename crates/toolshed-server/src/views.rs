@@ -77,7 +77,13 @@ pub fn hidden_characters(description: &str, definition: &Value) -> Vec<HiddenCha
 
 /// A registered tool with its schemas and definition.
 pub fn tool_detail(t: &ToolRecord) -> ToolDetail {
-    let field = |k: &str| t.definition.get(k).cloned().unwrap_or(Value::Null);
+    // The schemas as JSON Schema (OpenAPI's `nullable: true` as `type: [T, "null"]`),
+    // as MCP and the pipeline read them; `definition` keeps what was registered.
+    let field = |k: &str| {
+        let mut v = t.definition.get(k).cloned().unwrap_or(Value::Null);
+        toolshed_core::schema::normalize_nullable(&mut v);
+        v
+    };
     let mut schema = field("input_schema");
     if schema.is_null() {
         schema = toolshed_core::schema::empty_object_schema();

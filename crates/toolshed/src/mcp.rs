@@ -3,13 +3,16 @@
 //! points each client at it.
 //!
 //! `serve` picks what to serve, in this order:
-//! 1. `TOOLSHED_URL` set: a bridge to that server's `/mcp` under the caller's token
+//! 1. `--agent DIR`: that agent project (below), whatever the environment says; a
+//!    `TOOLSHED_URL` it leaves unused is named on stderr.
+//! 2. `TOOLSHED_URL` set: a bridge to that server's `/mcp` under the caller's token
 //!    (`TOOLSHED_API_TOKEN` or the `toolshed login` one): every JSON-RPC line from stdin
-//!    is POSTed, every message of the answer written to stdout.
-//! 2. An agent project (`--agent DIR`, else the working folder when it holds
+//!    is POSTed, every message of the answer written to stdout. An agent.yaml in the
+//!    working folder is then not served, and stderr says so.
+//! 3. An agent project (`--agent DIR`, else the working folder when it holds
 //!    agent.yaml): its toolset, each call a durable run in the `--database-url`
 //!    journal; its `mcp.yaml` (if any) the prompts and resources.
-//! 3. Else the registry tools of the `--database-url` database, opened as `toolshed
+//! 4. Else the registry tools of the `--database-url` database, opened as `toolshed
 //!    serve` opens it (the stdlib registered on first use), served to the local user
 //!    as the registry's owner: whoever can open the database file owns it anyway.
 
@@ -36,8 +39,9 @@ use crate::output::{EXIT_BAD_INPUT, EXIT_INTERNAL, Failure, print_raw};
 /// `toolshed mcp` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
-    /// Serve tools over MCP on stdin/stdout (the agent project here or `--agent DIR`,
-    /// else the `--database-url` registry; with `TOOLSHED_URL`, a bridge to that server).
+    /// Serve tools over MCP on stdin/stdout: `--agent DIR`; else, with `TOOLSHED_URL`, a
+    /// bridge to that server; else the agent project here, or the `--database-url`
+    /// registry.
     Serve(ServeArgs),
     /// Print the config snippet that points an MCP client at `toolshed mcp serve`.
     Config(ConfigArgs),
@@ -95,12 +99,32 @@ fn internal(e: impl std::fmt::Display) -> Failure {
 }
 
 async fn serve(args: ServeArgs, db: &Db) -> Result<(), Failure> {
-    if std::env::var(crate::client::URL_VAR).is_ok_and(|u| !u.trim().is_empty()) {
-        return bridge().await;
+    let url = std::env::var(crate::client::URL_VAR)
+        .ok()
+        .filter(|u| !u.trim().is_empty());
+    let here = Path::new("agent.yaml").exists();
+    // What was asked for on the command line wins over the environment, and the one
+    // left out is named on stderr (stdout carries only JSON-RPC).
+    match (&args.agent, &url) {
+        (Some(dir), Some(url)) => eprintln!(
+            "toolshed mcp serve: serving the agent project {}; {} ({url}) is not used (drop --agent to bridge to that server)",
+            dir.display(),
+            crate::client::URL_VAR
+        ),
+        (None, Some(url)) => {
+            if here {
+                eprintln!(
+                    "toolshed mcp serve: bridging to {url} ({}); the agent.yaml here is not served (pass --agent . to serve it)",
+                    crate::client::URL_VAR
+                );
+            }
+            return bridge().await;
+        }
+        _ => {}
     }
     let dir = match args.agent {
         Some(dir) => Some(dir),
-        None => Path::new("agent.yaml").exists().then(|| PathBuf::from(".")),
+        None => here.then(|| PathBuf::from(".")),
     };
     match dir {
         Some(dir) => serve_agent(&dir, db).await,

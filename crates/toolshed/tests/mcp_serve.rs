@@ -707,3 +707,56 @@ fn serve_refuses_an_sse_close_after_out_of_its_range_naming_the_flag() {
         assert!(stderr.contains("--mcp-sse-close-after"), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn agent_wins_over_an_exported_toolshed_url_and_stderr_names_the_url_not_used() {
+    let dir = agent_project();
+    let p = dir.path();
+    let db = format!("sqlite://{}/journal.db", p.display());
+    // A server nobody runs: a bridge to it would answer no tools/list.
+    let unused = "http://127.0.0.1:9";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
+        .args(["mcp", "serve", "--agent"])
+        .arg(p)
+        .current_dir(p)
+        .env("TOOLSHED_DATABASE_URL", &db)
+        .env("TOOLSHED_CACHE_DIR", p.join(".cache"))
+        .env("TOOLSHED_CONFIG_DIR", p.join(".config"))
+        .env("TOOLSHED_URL", unused)
+        .env_remove("TOOLSHED_API_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let listed = loop {
+        let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if v["id"] == json!(1) {
+            break v;
+        }
+    };
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"count_up"), "the project's tools: {listed}");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("TOOLSHED_URL (http://127.0.0.1:9) is not used"),
+        "{stderr}"
+    );
+}

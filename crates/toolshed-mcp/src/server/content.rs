@@ -25,10 +25,17 @@ const MAX_BLOCKS: usize = 64;
 
 /// A tool as `tools/list` shows it.
 pub fn tool_json(tool: &ExposedTool) -> Value {
+    // Schemas leave toolshed as JSON Schema: OpenAPI's `nullable: true`, which a
+    // registered definition may still carry, becomes `type: [T, "null"]`.
+    let schema = |s: &Value| {
+        let mut s = s.clone();
+        toolshed_core::schema::normalize_nullable(&mut s);
+        s
+    };
     let mut v = json!({
         "name": tool.name,
         "description": tool.description,
-        "inputSchema": tool.input_schema,
+        "inputSchema": schema(&tool.input_schema),
         "annotations": {
             "readOnlyHint": tool.read_only,
             "destructiveHint": tool.destructive,
@@ -36,7 +43,7 @@ pub fn tool_json(tool: &ExposedTool) -> Value {
         },
     });
     if let Some(out) = &tool.output_schema {
-        v["outputSchema"] = out.clone();
+        v["outputSchema"] = schema(out);
     }
     v
 }
@@ -260,6 +267,30 @@ mod tests {
                 content: vec![],
             },
         )
+    }
+
+    #[test]
+    fn schemas_leave_as_json_schema_with_nullable_as_a_type_union() {
+        let tool = crate::server::ExposedTool {
+            name: "track".into(),
+            description: "d".into(),
+            input_schema: json!({"type": "object", "properties": {"carrier": {"type": "string", "enum": ["ups", "dhl"], "nullable": true}}}),
+            output_schema: Some(
+                json!({"type": "object", "properties": {"tracking": {"type": "string", "nullable": true}}}),
+            ),
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+        };
+        let v = tool_json(&tool);
+        assert_eq!(
+            v["outputSchema"]["properties"]["tracking"],
+            json!({"type": ["string", "null"]})
+        );
+        assert_eq!(
+            v["inputSchema"]["properties"]["carrier"],
+            json!({"type": ["string", "null"], "enum": ["ups", "dhl", null]})
+        );
     }
 
     #[test]
