@@ -530,7 +530,12 @@ impl Pipeline {
                     Ok(v) => break Ok(v),
                     Err(e) => e,
                 };
-                let may_retry = may_retry && !was_stream;
+                if was_stream || spec.streaming {
+                    // bread's rule: a stream's error is the call's, at once; no on_error
+                    // hook recovers it and nothing retries it (a partly streamed
+                    // operation cannot be taken back).
+                    break Err(err);
+                }
                 match self
                     .decide_on_error(&tool, hook_call!(attempts, &args), &err)
                     .await
@@ -541,7 +546,7 @@ impl Pipeline {
                     OnError::Fail(e) => break Err(e),
                     OnError::Retry if may_retry => {}
                     OnError::Retry => {
-                        break Err(gave_up(err, attempts, was_stream || spec.streaming));
+                        break Err(gave_up(err, attempts));
                     }
                     OnError::Propagate if may_retry && err.is_retryable() => {}
                     OnError::Propagate => break Err(err),
@@ -799,9 +804,11 @@ impl Pipeline {
         }
     }
 
-    /// Read a streamed output to its end: every value but the last is a partial result
-    /// (published as a crumb), the last is the result; a diagnostics chunk replaces the
-    /// diagnostics so far.
+    /// Read a streamed output to its end: every value is a partial result, published
+    /// (as a crumb) the moment it arrives, and the last is also the result (bread's
+    /// rule: each yield is a `tool:result:partial`, the final one the `tool:result`
+    /// too). Nothing is held back to learn which value is last. A diagnostics chunk
+    /// replaces the diagnostics so far.
     async fn drain(
         &self,
         run: &RunContext,
@@ -818,16 +825,13 @@ impl Pipeline {
         while let Some(item) = stream.next().await {
             match item {
                 Ok(Chunk::Value(v)) => {
-                    if let Some(prev) = last.replace(v) {
-                        self.emit_partial(run, id, name, prev, credentials, &mut partials);
+                    if self.inner.crumbs.is_observed() {
+                        self.emit_partial(run, id, name, v.clone(), credentials, &mut partials);
                     }
+                    last = Some(v);
                 }
                 Ok(Chunk::Diagnostics(d)) => *diagnostics = Some(Box::new(d)),
-                // Every value before a failure was a partial result.
                 Err(e) => {
-                    if let Some(prev) = last.take() {
-                        self.emit_partial(run, id, name, prev, credentials, &mut partials);
-                    }
                     ended = Err(e);
                     break;
                 }
@@ -1055,15 +1059,11 @@ fn validate_output(tool: &Tool, value: Value, what: &str) -> StepResult<Value> {
     }
 }
 
-fn gave_up(err: ToolError, attempts: u32, streaming: bool) -> ToolError {
-    let why = if streaming {
-        "a streaming call is never retried".to_owned()
-    } else {
-        format!(
-            "gave up after {attempts} attempt{}",
-            if attempts == 1 { "" } else { "s" }
-        )
-    };
+fn gave_up(err: ToolError, attempts: u32) -> ToolError {
+    let why = format!(
+        "gave up after {attempts} attempt{}",
+        if attempts == 1 { "" } else { "s" }
+    );
     ToolError {
         message: format!("{} ({why})", err.message),
         ..err

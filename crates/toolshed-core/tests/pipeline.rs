@@ -546,10 +546,13 @@ async fn streaming_results_emit_partials_and_end_with_the_last_item() {
     let mut sub = p.crumbs().subscribe();
     let out = call(&p, "stream", json!({})).await;
     assert_eq!(out.result.unwrap(), json!({"status": "done", "body": "x"}));
+    // bread's rule: every yield is a partial, published as it comes; the last is
+    // also the result.
     assert_eq!(
         sink.kinds(),
         vec![
             CrumbKind::Call,
+            CrumbKind::Partial,
             CrumbKind::Partial,
             CrumbKind::Partial,
             CrumbKind::Result
@@ -565,14 +568,15 @@ async fn streaming_results_emit_partials_and_end_with_the_last_item() {
         partials,
         vec![
             json!({"status": "started"}),
-            json!({"status": "downloaded"})
+            json!({"status": "downloaded"}),
+            json!({"status": "done", "body": "x"})
         ]
     );
     assert!(
         sink.crumbs()[1].duration_ms.is_none(),
         "partials carry no duration"
     );
-    // The broadcast subscriber saw the same four crumbs.
+    // The broadcast subscriber saw the same crumbs.
     let mut seen = Vec::new();
     while let Ok(c) = sub.try_recv() {
         seen.push(c.kind);
@@ -601,6 +605,65 @@ async fn a_streaming_error_surfaces_at_once_without_retry() {
     let (p, _) = pipeline(vec![streaming_tool(vec![], Arc::default())]);
     let out = call(&p, "stream", json!({})).await;
     assert_eq!(err(&out).code, ErrorCode::EmptyStream);
+}
+
+#[tokio::test]
+async fn each_partial_is_published_before_the_next_value_exists() {
+    // The stream's second value is made only once the first one's partial crumb has
+    // been seen: a pipeline that held a value back to learn whether it is the last
+    // would wait forever.
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
+    let seen_rx = Arc::new(Mutex::new(Some(seen_rx)));
+    let tool = Tool::builder("stream")
+        .description("Streams two values, the second after the first is seen.")
+        .stream_handler(move |_a, _c| {
+            let seen_rx = seen_rx.lock().unwrap().take();
+            futures_util::stream::once(async { Ok(json!({"step": 1})) }).chain(
+                futures_util::stream::once(async move {
+                    if let Some(rx) = seen_rx {
+                        let _ = rx.await;
+                    }
+                    Ok(json!({"step": 2}))
+                }),
+            )
+        })
+        .build()
+        .unwrap();
+    let (p, _) = pipeline(vec![tool]);
+    let mut sub = p.crumbs().subscribe();
+    let watcher = tokio::spawn(async move {
+        loop {
+            let c = sub.recv().await.unwrap();
+            if c.kind == CrumbKind::Partial {
+                let _ = seen_tx.send(());
+                return c.payload.clone();
+            }
+        }
+    });
+    let out = tokio::time::timeout(Duration::from_secs(30), call(&p, "stream", json!({})))
+        .await
+        .expect("the first partial was held back until a second value came");
+    assert_eq!(out.result.unwrap(), json!({"step": 2}));
+    assert_eq!(watcher.await.unwrap(), Some(json!({"step": 1})));
+}
+
+#[tokio::test]
+async fn an_on_error_hook_does_not_recover_a_stream() {
+    let n = Arc::new(AtomicU32::new(0));
+    let items = vec![Ok(json!(1)), Err(ToolError::handler("stream broke"))];
+    let tool = streaming_tool(items, n.clone()).with_hook(
+        HookFns::new("recover")
+            .on_error(|_, _| OnError::Recover(json!("recovered")))
+            .into_hook(),
+    );
+    let (p, sink) = pipeline(vec![tool]);
+    let out = call(&p, "stream", json!({})).await;
+    assert_eq!(err(&out).message, "stream broke", "bread: no recovery");
+    assert_eq!(n.load(Ordering::SeqCst), 1, "and no retry");
+    assert_eq!(
+        sink.kinds(),
+        vec![CrumbKind::Call, CrumbKind::Partial, CrumbKind::Error]
+    );
 }
 
 #[tokio::test]
@@ -910,7 +973,8 @@ async fn secrets_never_reach_errors_or_crumbs() {
         partials,
         vec![
             json!({"progress": "using [REDACTED]"}),
-            json!({"[REDACTED]": "as a key"})
+            json!({"[REDACTED]": "as a key"}),
+            json!({"done": "[REDACTED]"})
         ]
     );
     assert!(sink.crumbs().len() >= 6, "{:?}", sink.kinds());

@@ -5,7 +5,9 @@
 //
 // Reads newline-delimited JSON requests {"id", "tool", "args", "context", "credentials"}
 // on stdin and answers each with zero or more {"id", "partial"} lines and exactly one
-// {"id", "result"} or {"id", "error": {"message", "code"}} line on stdout, one request
+// {"id", "result"} or {"id", "error": {"message", "code"}} line on stdout (a generator
+// sends each value as it yields it, then {"id", "end": true}: its last value is the
+// result), one request
 // at a time until stdin closes (--once: a one-shot call, whose stdin is read whole).
 // EXPORT may be empty: then the default export is used,
 // falling back to the export named like the file (STEM, or its camelCase form).
@@ -242,18 +244,19 @@ async function handle(tool, raw) {
     }
     let value = await tool.fn(args, ctx);
     if (isGenerator(value)) {
-      let last;
+      // Each value goes out the moment it is yielded; `end` then says the last one was
+      // the result (holding each back until the next came delivered them one late).
       let any = false;
       for await (const item of value) {
-        if (any && !send({ id, partial: last === undefined ? null : last })) return;
-        last = item;
+        if (!send({ id, partial: item === undefined ? null : item })) return;
         any = true;
       }
       if (!any) {
         send({ id, error: { message: "the tool's generator yielded nothing; its last yield is the result", code: 'EmptyStream' } });
         return;
       }
-      value = last;
+      send({ id, end: true });
+      return;
     }
     send({ id, result: value === undefined ? null : value });
   } catch (err) {

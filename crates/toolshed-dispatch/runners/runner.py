@@ -4,7 +4,9 @@
 
 Reads newline-delimited JSON requests `{"id", "tool", "args", "context", "credentials"}`
 on stdin and answers each with zero or more `{"id", "partial"}` lines and exactly one
-`{"id", "result"}` or `{"id", "error": {"message", "code"}}` line on stdout. It serves
+`{"id", "result"}` or `{"id", "error": {"message", "code"}}` line on stdout; a generator
+sends each value as a partial the moment it yields it, and ends with `{"id", "end":
+true}` (its last value is the result). It serves
 requests one at a time until stdin closes, or until it has answered a request marked
 `once` (a cold call's only one, whose stdin stays open for answers to the tool's
 questions); a warm worker keeps stdin open.
@@ -384,9 +386,13 @@ class _Runner:
 
             value = asyncio.run(value)
         elif kind is types.GeneratorType:
-            value = self.stream_sync(rid, value)
+            self.stream_sync(rid, value)
+            self.finish({"id": rid, "end": True})
+            return
         elif kind is types.AsyncGeneratorType:
-            value = self.stream_async(rid, value)
+            self.stream_async(rid, value)
+            self.finish({"id": rid, "end": True})
+            return
         self.finish({"id": rid, "result": value})
 
     def asker(self, rid):
@@ -417,35 +423,33 @@ class _Runner:
         return ask
 
     def stream_sync(self, rid, gen):
-        last = _MISSING
+        """Send each value the moment it is yielded; the runtime takes the last as the
+        result once `end` says there are no more."""
+        any_value = False
         for item in gen:
-            if last is not _MISSING:
-                self.send({"id": rid, "partial": last})
-            last = item
-        if last is _MISSING:
+            self.send({"id": rid, "partial": item})
+            any_value = True
+        if not any_value:
             raise _Empty()
-        return last
 
     def stream_async(self, rid, agen):
         import asyncio
 
         loop = asyncio.new_event_loop()
+        any_value = False
         try:
-            last = _MISSING
             while True:
                 try:
                     item = loop.run_until_complete(agen.__anext__())
                 except StopAsyncIteration:
                     break
-                if last is not _MISSING:
-                    self.send({"id": rid, "partial": last})
-                last = item
+                self.send({"id": rid, "partial": item})
+                any_value = True
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
-        if last is _MISSING:
+        if not any_value:
             raise _Empty()
-        return last
 
 
 class _Stop(Exception):

@@ -62,6 +62,9 @@ pub(crate) enum Event {
     /// The result or the error, with what the process left. Always the last event.
     /// Boxed: the diagnostics are large, and every partial result moves an `Event`.
     End(Result<Value, DispatchError>, Box<Diagnostics>),
+    /// The stream ended (`end`): its last partial is the result. Always the last event,
+    /// and only after a partial.
+    StreamEnd(Box<Diagnostics>),
 }
 
 /// One call's exchange with a process.
@@ -93,6 +96,8 @@ pub(crate) struct Conversation {
     /// Whether the process's stdin stays open for answers (a pooled worker, or a
     /// one-shot process opened with [`Opening::keep_stdin`]).
     can_answer: bool,
+    /// A partial result came: an `end` line may close the stream.
+    streamed: bool,
 }
 
 /// How to start a conversation.
@@ -174,6 +179,7 @@ impl Conversation {
             asks: Vec::new(),
             secrets: Arc::from(Vec::new()),
             can_answer,
+            streamed: false,
         };
         (conv, write_failed)
     }
@@ -206,7 +212,23 @@ impl Conversation {
                     Some(d) => tokio::time::timeout_at(d.at, conv.next()).await.ok(),
                 };
                 let (result, diagnostics) = match next {
-                    Some(Ok(Message::Partial(v))) => return Some((Event::Partial(v), Some(conv))),
+                    Some(Ok(Message::Partial(v))) => {
+                        conv.streamed = true;
+                        return Some((Event::Partial(v), Some(conv)));
+                    }
+                    Some(Ok(Message::End)) if conv.streamed => {
+                        let diagnostics = conv.finish().await;
+                        log_stderr(&tool, &diagnostics, &secrets);
+                        return Some((Event::StreamEnd(Box::new(diagnostics)), None));
+                    }
+                    Some(Ok(Message::End)) => {
+                        let err = DispatchError::Protocol {
+                            tool: tool.to_string(),
+                            problem: "an `end` line came before any partial result; a tool without partials answers with `result`".into(),
+                            excerpt: String::new(),
+                        };
+                        (Err(err), conv.finish().await)
+                    }
                     Some(Ok(Message::Result(v))) => (Ok(v), conv.finish().await),
                     Some(Ok(Message::Error { message, code })) => {
                         let err = DispatchError::ToolFailed {

@@ -440,6 +440,20 @@ impl Dispatcher {
         while let Some(event) = events.next().await {
             match event {
                 Event::Partial(v) => partials.push(v),
+                Event::StreamEnd(diagnostics) => {
+                    // The stream's last partial is its result (one came, or there
+                    // would be no `StreamEnd`).
+                    let result = partials
+                        .last()
+                        .cloned()
+                        .ok_or_else(|| ended_without_answer(&tool).to_tool_error());
+                    return Execution {
+                        result,
+                        diagnostics: *diagnostics,
+                        duration_ms: 0.0,
+                        partials,
+                    };
+                }
                 Event::End(result, diagnostics) => {
                     return Execution {
                         result: result.map_err(|e| e.to_tool_error()),
@@ -660,7 +674,10 @@ impl Dispatcher {
                         output: result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()),
                         diagnostics: *diagnostics,
                     },
-                    None => Reply::new(Err(ended_without_answer(&tool).to_tool_error())),
+                    // Never first: a conversation ends a stream only after a partial.
+                    Some(Event::StreamEnd(_)) | None => {
+                        Reply::new(Err(ended_without_answer(&tool).to_tool_error()))
+                    }
                 }
             }
         }
@@ -702,7 +719,7 @@ impl Dispatcher {
         let mut events = std::pin::pin!(conv.events(None, Arc::from(secrets)));
         match events.next().await {
             Some(Event::End(result, _)) => result,
-            Some(Event::Partial(_)) => Err(DispatchError::Protocol {
+            Some(Event::Partial(_) | Event::StreamEnd(_)) => Err(DispatchError::Protocol {
                 tool: tool.to_string(),
                 problem: "a worker answered a compatibility request with a partial result".into(),
                 excerpt: String::new(),
@@ -750,6 +767,8 @@ fn chunks(
                 Ok(Chunk::Diagnostics(*diagnostics)),
                 result.map(Chunk::Value).map_err(|e| e.to_tool_error()),
             ],
+            // The last value sent is the result: nothing more to add.
+            Event::StreamEnd(diagnostics) => vec![Ok(Chunk::Diagnostics(*diagnostics))],
         };
         stream::iter(items)
     });

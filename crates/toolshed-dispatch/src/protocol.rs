@@ -6,9 +6,16 @@
 //! tool → runtime  {"id", "partial": …}              zero or more
 //!                 {"id", "ask": {"method", "params", "seq"?}}   zero or more, each answered:
 //! runtime → tool  {"id", "seq", "answer": …} or {"id", "seq", "error": {"message", "code"}}
-//! tool → runtime  {"id", "result": …}                exactly one of these two
+//! tool → runtime  {"id", "result": …}                exactly one of these three
 //!                 {"id", "error": {"message", "code"?}}
+//!                 {"id", "end": true}                after one partial or more
 //! ```
+//!
+//! `end` closes a stream whose last partial is the result: a generator's values are
+//! each sent the moment it yields them, and only its exhaustion says which was the
+//! last. (A runner that held each value back until the next one came, to send the last
+//! as `result`, delivered every partial one yield late.) A `result` after partials is
+//! one more value: published as a partial too, and the result.
 //!
 //! An `ask` puts a question to the client of the call (see [`toolshed_core::ask`]):
 //! `method` is `elicitation/create` or `sampling/createMessage`, `params` MCP's params
@@ -196,6 +203,8 @@ pub(crate) enum Message {
     Partial(Value),
     /// The final result.
     Result(Value),
+    /// The stream is over; its last partial is the result.
+    End,
     /// The tool's own failure.
     Error {
         /// What went wrong.
@@ -277,14 +286,18 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Line, BadLine
             )));
         }
     }
-    let present: Vec<&str> = ["partial", "result", "error", "ask"]
+    let present: Vec<&str> = ["partial", "result", "error", "ask", "end"]
         .into_iter()
         .filter(|k| obj.contains_key(*k))
         .collect();
     match present.as_slice() {
         [] => Err(bad(
-            "a line has none of the keys `partial`, `result`, `error`, `ask`".into(),
+            "a line has none of the keys `partial`, `result`, `error`, `ask`, `end`".into(),
         )),
+        ["end"] => match obj.remove("end") {
+            Some(Value::Bool(true)) => Ok(Line::Said(Message::End)),
+            _ => Err(bad("an end line's `end` is not `true`".into())),
+        },
         ["ask"] => parse_ask(obj.remove("ask").unwrap_or_default()).map_err(bad),
         ["partial"] => Ok(Line::Said(Message::Partial(
             obj.remove("partial").unwrap_or_default(),

@@ -216,15 +216,17 @@ async fn a_streaming_execute_yields_partial_results() {
         run.partials,
         vec![
             json!({"status": "started"}),
-            json!({"status": "downloaded", "bytes": 21})
-        ]
+            json!({"status": "downloaded", "bytes": 21}),
+            json!({"status": "done", "body": "contents of https://example.com/a"})
+        ],
+        "every yield is a partial, the last one the result too"
     );
     assert_eq!(
         run.result.unwrap(),
         json!({"status": "done", "body": "contents of https://example.com/a"})
     );
 
-    // Through the pipeline: each yield but the last is a tool:result:partial crumb.
+    // Through the pipeline: each yield is a tool:result:partial crumb (bread's rule).
     let p = pipeline(vec![load(&d, "download.ts").await]);
     let sink = Arc::new(MemorySink::new());
     p.crumbs().add_sink(sink.clone());
@@ -240,7 +242,7 @@ async fn a_streaming_execute_yields_partial_results() {
         .into_iter()
         .filter(|k| *k == CrumbKind::Partial)
         .count();
-    assert_eq!(partials, 2);
+    assert_eq!(partials, 3);
 }
 
 #[tokio::test]

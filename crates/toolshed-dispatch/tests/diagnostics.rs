@@ -76,9 +76,10 @@ async fn a_stream_reports_its_diagnostics_at_its_end() {
     )
     .await;
     assert_eq!(out.result.unwrap(), json!({"left": 0}));
+    // Three partials (2, 1, 0), then `end`.
     assert_eq!(
         out.diagnostics.stdout.lines().count(),
-        3,
+        4,
         "{:?}",
         out.diagnostics
     );

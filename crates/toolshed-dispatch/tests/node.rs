@@ -38,7 +38,10 @@ async fn node_tools_return_stream_and_throw() {
             )
             .await;
         assert_eq!(run.result.unwrap(), json!({"n": 3}));
-        assert_eq!(run.partials, vec![json!({"n": 1}), json!({"n": 2})]);
+        assert_eq!(
+            run.partials,
+            vec![json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]
+        );
 
         let run = d
             .execute(

@@ -279,7 +279,13 @@ async fn generators_stream_partials() {
         assert_eq!(run.result.unwrap(), json!({"left": 0}));
         assert_eq!(
             run.partials,
-            vec![json!({"left": 3}), json!({"left": 2}), json!({"left": 1})]
+            vec![
+                json!({"left": 3}),
+                json!({"left": 2}),
+                json!({"left": 1}),
+                json!({"left": 0})
+            ],
+            "every yield is a partial, sent as it is yielded; the last is the result too"
         );
         if mode == Mode::OneShot {
             assert_eq!(run.diagnostics.exit_code, Some(0));
@@ -292,7 +298,7 @@ async fn generators_stream_partials() {
             )
             .await;
         assert_eq!(run.result.unwrap(), json!({"tick": 2}));
-        assert_eq!(run.partials.len(), 2);
+        assert_eq!(run.partials.len(), 3);
     }
 
     // Through the pipeline, partials become `tool:result:partial` crumbs.
@@ -324,7 +330,10 @@ async fn generators_stream_partials() {
         .filter(|c| c.kind == CrumbKind::Partial)
         .filter_map(|c| c.payload.clone())
         .collect();
-    assert_eq!(partials, vec![json!({"left": 2}), json!({"left": 1})]);
+    assert_eq!(
+        partials,
+        vec![json!({"left": 2}), json!({"left": 1}), json!({"left": 0})]
+    );
 }
 
 #[tokio::test]
