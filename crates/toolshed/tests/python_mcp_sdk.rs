@@ -37,6 +37,17 @@ fn python() -> PathBuf {
     python
 }
 
+/// The Python tools: (file, function, source).
+const TOOLS: [(&str, &str, &str); 3] = [
+    ("count_up.py", "count_up", COUNT_UP),
+    ("slow_steps.py", "slow_steps", SLOW_STEPS),
+    ("fails_after_one.py", "fails_after_one", FAILS_AFTER_ONE),
+];
+
+const SLOW_STEPS: &str = "import time\n\ndef slow_steps():\n    \"\"\"Three steps, two seconds apart.\"\"\"\n    yield {\"step\": 1}\n    time.sleep(2)\n    yield {\"step\": 2}\n    time.sleep(2)\n    yield {\"done\": True}\n";
+
+const FAILS_AFTER_ONE: &str = "def fails_after_one():\n    \"\"\"One step, then a failure.\"\"\"\n    yield {\"step\": 1}\n    raise ValueError(\"broke after one step\")\n";
+
 const COUNT_UP: &str = "def count_up(n: int = 3):\n    \"\"\"Count to n, one partial result per step.\"\"\"\n    for i in range(n):\n        yield {\"progress\": i + 1, \"total\": n}\n    yield {\"counted\": n}\n";
 
 /// Run the client; what it saw, as JSON.
@@ -75,7 +86,31 @@ fn check(seen: &Value, version: &str) {
     assert_eq!(counted["is_error"], false, "{seen}");
     assert_eq!(counted["structured"], json!({"counted": 3}), "{seen}");
     let progress = counted["progress"].as_array().unwrap();
-    assert_eq!(progress.len(), 3, "one progress step per partial: {seen}");
+    assert_eq!(progress.len(), 4, "one progress step per yield: {seen}");
+    // Each partial arrives as it is yielded: the first two seconds before the second,
+    // and four before the result (held back a yield, all three came with the result).
+    let slow = &seen["slow_steps"];
+    assert_eq!(slow["structured"], json!({"done": true}), "{seen}");
+    let steps = slow["progress"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{seen}");
+    let at = |i: usize| steps[i]["at"].as_f64().unwrap();
+    let done = slow["done_at"].as_f64().unwrap();
+    assert!(
+        at(1) - at(0) > 1.5,
+        "the first partial came with the second: {seen}"
+    );
+    assert!(done - at(0) > 3.5, "the first partial came late: {seen}");
+    // The partial before a failure is delivered, and the error is the call's.
+    let failed = &seen["fails_after_one"];
+    assert_eq!(failed["is_error"], true, "{seen}");
+    assert!(
+        failed["text"]
+            .as_str()
+            .unwrap()
+            .contains("broke after one step"),
+        "{seen}"
+    );
+    assert_eq!(failed["progress"].as_array().unwrap().len(), 1, "{seen}");
     let bad = &seen["bad_args"];
     assert_eq!(bad["is_error"], true, "{seen}");
     assert!(
@@ -120,10 +155,12 @@ fn stdio(mode: &[&str], version: &str) {
     std::fs::create_dir_all(p.join("tools")).unwrap();
     std::fs::write(
         p.join("agent.yaml"),
-        "name: python-sdk\ntools:\n  - ref: tools/count-up\n  - name: gated_time\n    description: The time, after an approval\n    endpoint: builtin:get_current_time\n    approval: always\n    schema: {type: object, properties: {utc_offset: {type: string}}}\n",
+        "name: python-sdk\ntools:\n  - ref: tools/count-up\n  - ref: tools/slow-steps\n  - ref: tools/fails-after-one\n  - name: gated_time\n    description: The time, after an approval\n    endpoint: builtin:get_current_time\n    approval: always\n    schema: {type: object, properties: {utc_offset: {type: string}}}\n",
     )
     .unwrap();
-    std::fs::write(p.join("tools/count_up.py"), COUNT_UP).unwrap();
+    for (file, _, source) in TOOLS {
+        std::fs::write(p.join("tools").join(file), source).unwrap();
+    }
     let db = p.join("journal.db");
     let db_url = PathBuf::from(format!("sqlite://{}", db.display()));
     let mut args = vec!["stdio", p.to_str().unwrap(), env!("CARGO_BIN_EXE_toolshed")];
@@ -216,26 +253,29 @@ fn the_python_sdk_in_its_default_mode_uses_the_registrys_mcp_endpoint() {
             "admin-password-1",
         ],
     );
-    std::fs::write(h.join("count_up.py"), COUNT_UP).unwrap();
+    for (file, name, source) in TOOLS {
+        let path = h.join(file);
+        std::fs::write(&path, source).unwrap();
+        cli(
+            &server,
+            &config,
+            &[
+                "registry",
+                "tool",
+                "push",
+                path.to_str().unwrap(),
+                "--name",
+                name,
+            ],
+        );
+    }
     std::fs::create_dir_all(h.join("gated")).unwrap();
     std::fs::write(
         h.join("gated/tool.yaml"),
         "spec_version: v1\nname: gated_time\ndescription: The time, after an approval\nimplementation: {language: builtin, entrypoint: get_current_time}\napproval: always\n",
     )
     .unwrap();
-    let (count_up, gated) = (h.join("count_up.py"), h.join("gated/tool.yaml"));
-    cli(
-        &server,
-        &config,
-        &[
-            "registry",
-            "tool",
-            "push",
-            count_up.to_str().unwrap(),
-            "--name",
-            "count_up",
-        ],
-    );
+    let gated = h.join("gated/tool.yaml");
     cli(
         &server,
         &config,
