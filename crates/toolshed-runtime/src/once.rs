@@ -5,9 +5,16 @@
 //! ordinary run either, so a crash before its result is recorded loses nothing an
 //! ordinary run would have kept except an empty `running` run. Calls that must be
 //! durable before they run (keyed, gated, human) take the ordinary path.
+//!
+//! Only a call with `effects: none` takes the shortcut: one that changes something
+//! outside (`sandbox` or `external`, the default of registry Python tools and of MCP
+//! tools without hints) is a run in the journal before it executes, so it shows as
+//! `running` while it runs, and a caller that goes away (an MCP client's
+//! `notifications/cancelled`, a dropped connection) leaves its run `cancelled`: a
+//! side effect may have happened, and the journal says so.
 
 use serde_json::json;
-use toolshed_core::{Approval, Crumb, CrumbKind, Idempotency, ToolCall};
+use toolshed_core::{Approval, Crumb, CrumbKind, Effects, Idempotency, ToolCall};
 use toolshed_journal::{Budgets, NewCall, NewRun, RunRecord, RunStatus};
 
 use crate::run::{Attended, CallStep, run_context};
@@ -41,13 +48,19 @@ impl Runtime {
             && self.pipeline().toolset().get(&call.name).is_some_and(|t| {
                 let s = t.spec();
                 s.idempotency == Idempotency::None
+                    && s.effects == Effects::None
                     && !s.human
                     && matches!(s.approval, Approval::Never)
             });
         if !eligible {
             let handle = self.start_attended(new, attended).await?;
+            let mut gone = CancelIfDropped {
+                runtime: self,
+                run_id: Some(handle.id().to_owned()),
+            };
             let step = handle.call(call).await?;
             let run = handle.finish().await?;
+            gone.run_id = None;
             return Ok((run, step));
         }
 
@@ -82,5 +95,34 @@ impl Runtime {
             .record_run(new, vec![(new_call, result)], held, RunStatus::Completed)
             .await?;
         Ok((run, CallStep::Done(outcome)))
+    }
+}
+
+/// Cancels a one-call run whose caller went away before it ended: the future making
+/// the call was dropped (its tool's process is killed with it), so nothing will finish
+/// the run, and a `running` run nobody drives would stay so.
+struct CancelIfDropped<'a> {
+    runtime: &'a Runtime,
+    /// `None` once the run ended (finished or parked) as it should.
+    run_id: Option<String>,
+}
+
+impl Drop for CancelIfDropped<'_> {
+    fn drop(&mut self) {
+        let Some(run_id) = self.run_id.take() else {
+            return;
+        };
+        // An error (the run could not be started, the journal refused a write) also
+        // drops this; the run is then cancelled as well, which is what it is.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let runtime = self.runtime.clone();
+        handle.spawn(async move {
+            let reason = "the caller went away before the call ended".to_owned();
+            if let Err(e) = runtime.cancel(&run_id, Some(reason)).await {
+                tracing::warn!(run_id, error = %e, "could not mark an abandoned run cancelled");
+            }
+        });
     }
 }

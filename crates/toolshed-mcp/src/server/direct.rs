@@ -325,8 +325,8 @@ impl<G: Gateway> McpHandler<G> {
                 None => called.await,
                 Some(s) => tokio::select! {
                     outcome = called => outcome,
-                    // The client cancelled (`notifications/cancelled`); the run stays in
-                    // the journal as it is.
+                    // The client cancelled (`notifications/cancelled`): dropping the call
+                    // stops its tool, and the runtime ends its run `cancelled`.
                     () = s.cancelled() => return Err(None),
                 },
             };

@@ -507,7 +507,8 @@ impl<G: Gateway> McpHandler<G> {
     ) -> Result<CallOutcome, ErrorData> {
         let outcome = tokio::select! {
             outcome = self.gateway.call_tool(caller, name, args, options) => outcome,
-            // The client cancelled: the run stays in the journal as it is.
+            // The client cancelled: dropping the call stops its tool, and the runtime
+            // ends its run `cancelled` (a call with effects; one without has none).
             () = ctx.ct.cancelled() => Err(GatewayError::Invalid(format!("the call of `{name}` was cancelled by the client"))),
         };
         outcome.map_err(GatewayError::into_mcp)
