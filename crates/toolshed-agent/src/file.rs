@@ -104,6 +104,9 @@ pub enum ToolEntry {
     Tool {
         /// The name after `tools/`.
         name: String,
+        /// `network: true`: the project's own tool file runs in a sandbox with the
+        /// network on (a bread or Toren file cannot declare it itself).
+        network: bool,
     },
     /// `ref: mcp-servers/<name>`: an MCP server's tools, resolved from the agent's own
     /// `plugins.mcp_client` servers, then `mcp-servers/<name>.(yaml|json)` in the
@@ -345,15 +348,25 @@ fn parse_entry(v: Value, i: usize) -> Result<ToolEntry, String> {
                 options,
             });
         }
+        let network = match m.remove("network").or_else(|| m.remove("network_access")) {
+            None => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(format!(
+                    "field `tools[{i}].network`: must be true or false (true runs the tool file in a sandbox with the network on)"
+                ));
+            }
+        };
         if let Some(extra) = m.keys().next() {
             return Err(format!(
-                "field `tools[{i}].{extra}`: a `ref: tools/NAME` entry has no other fields"
+                "field `tools[{i}].{extra}`: a `ref: tools/NAME` entry has only `network` besides `ref`"
             ));
         }
         return match r.split_once('/') {
-            Some(("tools", n)) if !n.is_empty() && !n.contains('/') => {
-                Ok(ToolEntry::Tool { name: n.to_owned() })
-            }
+            Some(("tools", n)) if !n.is_empty() && !n.contains('/') => Ok(ToolEntry::Tool {
+                name: n.to_owned(),
+                network,
+            }),
             _ => Err(format!(
                 "field `tools[{i}].ref`: `{r}` must be `tools/NAME` or `mcp-servers/NAME`"
             )),

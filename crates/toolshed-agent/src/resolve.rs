@@ -305,10 +305,32 @@ pub async fn load_agent_with(
     let mut extra_env: Vec<String> = Vec::new();
     for entry in &file.tools {
         match entry {
-            ToolEntry::Tool { name } => {
+            ToolEntry::Tool { name, network } => {
                 let snake = snake_name(name);
-                if local.contains_key(&snake) {
-                    continue; // the local file wins and is already loaded
+                if let Some((t, shown)) = local.get(&snake) {
+                    // The local file wins and is already loaded; granted the network,
+                    // it is loaded again under a sandbox that has it.
+                    if *network {
+                        match with_network(t, implementations) {
+                            Ok(granted) => {
+                                if let Some(pos) =
+                                    own.iter().position(|(o, _)| o.name() == t.name())
+                                {
+                                    own[pos] = (granted, shown.clone());
+                                }
+                            }
+                            Err(e) => {
+                                problems.push(format!("ref tools/{name} (network: true): {e}"))
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if *network {
+                    problems.push(format!(
+                        "ref tools/{name}: `network: true` grants the network to a tool file of this project's tools/ folder, and there is no tools/{snake}.(py|js|mjs|ts); a standard-library tool has the network it needs, and a registry tool declares `network_access` in its own definition"
+                    ));
+                    continue;
                 }
                 if let Some(t) = toolshed_stdlib::get(&snake) {
                     own.push((t, "stdlib".into()));
@@ -564,6 +586,21 @@ fn registry_tool(
     let spec = found.definition.into_spec().map_err(|e| e.to_string())?;
     let handler = implementations
         .handler_for(&found.endpoint, &spec)
+        .map_err(|e| e.to_string())?;
+    Tool::from_spec(spec, handler).map_err(|e| e.to_string())
+}
+
+/// A tool file's tool again, its sandbox with the network on (`network: true` on its
+/// `ref` entry): the same spec with `network_access`, the same endpoint's handler made
+/// anew under it.
+fn with_network(tool: &Tool, implementations: &dyn Implementations) -> Result<Tool, String> {
+    let mut spec = tool.spec().clone();
+    spec.meta.network_access = true;
+    let endpoint = spec.meta.endpoint.clone().ok_or_else(|| {
+        "this tool runs in-process, with no sandbox to open the network of".to_owned()
+    })?;
+    let handler = implementations
+        .handler_for(&endpoint, &spec)
         .map_err(|e| e.to_string())?;
     Tool::from_spec(spec, handler).map_err(|e| e.to_string())
 }

@@ -26,6 +26,7 @@ use crate::infer::{self, InferredTool};
 use crate::launcher::Launcher;
 use crate::pool::{PoolKey, PoolStats, Pools};
 use crate::protocol::{CallContext, Op, encode_request_with};
+use toolshed_sandbox::Network;
 
 /// What an answer may carry around its result: the bytes read past the call's output
 /// budget (`ToolContext::output_budget`) before a reader stops.
@@ -665,13 +666,19 @@ impl Dispatcher {
                     Err(e) => return Reply::new(Err(e.to_tool_error())),
                 };
                 let mut events = conv.events(None, secrets).boxed();
+                // A sandbox without the network: an error that looks like a refused
+                // connection says why, and how to grant it.
+                let offline =
+                    self.launcher.config.isolation.is_sandboxed() && policy.network == Network::Off;
                 match events.next().await {
                     // A streaming tool: the pipeline reads the rest (and never retries it).
                     Some(Event::Partial(first)) => {
-                        Reply::new(Ok(ToolOutput::Stream(chunks(first, events))))
+                        Reply::new(Ok(ToolOutput::Stream(chunks(first, events, offline))))
                     }
                     Some(Event::End(result, diagnostics)) => Reply {
-                        output: result.map(ToolOutput::Value).map_err(|e| e.to_tool_error()),
+                        output: result
+                            .map(ToolOutput::Value)
+                            .map_err(|e| network_hint(e.to_tool_error(), offline, &diagnostics)),
                         diagnostics: *diagnostics,
                     },
                     // Never first: a conversation ends a stream only after a partial.
@@ -759,14 +766,17 @@ impl Handler for DispatchHandler {
 fn chunks(
     first: Value,
     rest: BoxStream<'static, Event>,
+    offline: bool,
 ) -> BoxStream<'static, Result<Chunk, ToolError>> {
-    let rest = rest.flat_map(|event| {
+    let rest = rest.flat_map(move |event| {
         let items = match event {
             Event::Partial(v) => vec![Ok(Chunk::Value(v))],
-            Event::End(result, diagnostics) => vec![
-                Ok(Chunk::Diagnostics(*diagnostics)),
-                result.map(Chunk::Value).map_err(|e| e.to_tool_error()),
-            ],
+            Event::End(result, diagnostics) => {
+                let result = result
+                    .map(Chunk::Value)
+                    .map_err(|e| network_hint(e.to_tool_error(), offline, &diagnostics));
+                vec![Ok(Chunk::Diagnostics(*diagnostics)), result]
+            }
             // The last value sent is the result: nothing more to add.
             Event::StreamEnd(diagnostics) => vec![Ok(Chunk::Diagnostics(*diagnostics))],
         };
@@ -775,6 +785,33 @@ fn chunks(
     stream::once(std::future::ready(Ok(Chunk::Value(first))))
         .chain(rest)
         .boxed()
+}
+
+/// What a failed connection says in the languages' own words: Node's `fetch` and
+/// `dns`, Python's `socket` and `urllib`, curl. With the network off, a sandbox has only
+/// its loopback: a name does not resolve and any other address is unreachable.
+const OFFLINE_SIGNS: &[&str] = &[
+    "fetch failed",
+    "ENETUNREACH",
+    "EAI_AGAIN",
+    "getaddrinfo",
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Could not resolve host",
+];
+
+/// An error of a tool whose sandbox has no network, when it reads like a refused
+/// connection: the message says so, and names the settings that grant it (a bare
+/// `TypeError: fetch failed` leaves the user guessing).
+fn network_hint(mut e: ToolError, offline: bool, diagnostics: &Diagnostics) -> ToolError {
+    let looks_offline = |text: &str| OFFLINE_SIGNS.iter().any(|sign| text.contains(sign));
+    if offline && (looks_offline(&e.message) || looks_offline(&diagnostics.stderr)) {
+        e.message.push_str(
+            " (this tool's sandbox has no network: grant it with `network: true` on the tool's `ref` entry in agent.yaml, or `network_access: true` in its definition)",
+        );
+    }
+    e
 }
 
 /// Read every declared credential through the context (so the pipeline scrubs them).

@@ -52,8 +52,44 @@ pub fn secret_parts(name: &str, value: &str) -> Vec<Secret> {
             .into_iter()
             .map(Secret::new)
             .collect(),
-        _ => Vec::new(),
+        // Any other declared env value (Toren's `env`): whole when its name says it is
+        // a secret (`TICKETS_API_KEY`), and a URL's password wherever it is written.
+        _ if names_a_secret(name) && value.trim().len() >= MIN_SECRET_CHARS => {
+            vec![Secret::new(value)]
+        }
+        _ => crate::sql_query::url_secrets(value)
+            .into_iter()
+            .map(Secret::new)
+            .collect(),
     }
+}
+
+/// Shorter values are not scrubbed: replacing every `1` or `on` in an answer would
+/// mangle it and hide nothing.
+const MIN_SECRET_CHARS: usize = 4;
+
+/// Words that mark an env name as a secret's, as `API_KEY`, `GITHUB_TOKEN` or
+/// `DB_PASSWORD` write them.
+const SECRET_WORDS: &[&str] = &[
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "AUTH",
+    "PRIVATE",
+    "SIGNATURE",
+    "COOKIE",
+    "SESSION",
+];
+
+/// Whether one of the `_`-separated words of `name` (any case) marks a secret.
+fn names_a_secret(name: &str) -> bool {
+    name.split(['_', '-', '.'])
+        .any(|word| SECRET_WORDS.iter().any(|w| word.eq_ignore_ascii_case(w)))
 }
 
 /// The secret parts ([`secret_parts`]) of every value of `env`: what a runtime whose
@@ -183,4 +219,39 @@ fn scrub_reply(reply: &mut Reply, secrets: Vec<Secret>) {
             Err(e)
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrubbed(name: &str, value: &str) -> Vec<String> {
+        secret_parts(name, value)
+            .iter()
+            .map(|s| s.expose().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_declared_env_value_named_like_a_secret_is_scrubbed_whole() {
+        for name in [
+            "TICKETS_API_KEY",
+            "github_token",
+            "DB_PASSWORD",
+            "client-secret",
+        ] {
+            assert_eq!(scrubbed(name, "tk-live-123"), vec!["tk-live-123"], "{name}");
+        }
+        // Not a secret's name, too short to hide anything, or empty.
+        assert!(scrubbed("KEYBOARD_LAYOUT", "dvorak").is_empty());
+        assert!(scrubbed("TICKETS_BASE_URL", "https://tickets.example").is_empty());
+        assert!(scrubbed("FEATURE_KEY", "on").is_empty());
+        assert!(scrubbed("API_KEY", "  ").is_empty());
+    }
+
+    #[test]
+    fn a_urls_password_is_scrubbed_in_any_declared_value() {
+        let parts = scrubbed("UPSTREAM", "https://bot:hunter22@api.example/v1");
+        assert!(parts.iter().any(|p| p == "hunter22"), "{parts:?}");
+    }
 }

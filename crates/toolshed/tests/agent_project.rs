@@ -775,12 +775,13 @@ fn a_runs_workspace_goes_when_the_run_ends_and_stays_while_it_is_parked() {
 
 /// An agent's own tools get the network exactly as their definitions declare it
 /// (`network_access: true`), a tool.yaml of the tools folder and an inline definition
-/// over a code file alike; every other tool sees only its sandbox's loopback.
+/// over a code file alike, or as agent.yaml grants it (`network: true` on a `ref`);
+/// every other tool sees only its sandbox's loopback.
 #[test]
 fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
     let p = Project::new();
     let interfaces = "def interfaces() -> dict:\n    \"\"\"The network interfaces this process sees.\"\"\"\n    with open('/proc/net/dev') as f:\n        lines = f.read().splitlines()[2:]\n    return {'interfaces': sorted(l.split(':')[0].strip() for l in lines)}\n";
-    for name in ["net_inline", "net_plain"] {
+    for name in ["net_inline", "net_plain", "net_ref"] {
         p.write(
             &format!("tools/{name}.py"),
             &interfaces.replace("def interfaces", &format!("def {name}")),
@@ -798,7 +799,7 @@ fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
     let agent = std::fs::read_to_string(p.path().join("agent.yaml")).unwrap();
     let agent = agent.replace(
         "builtin_tools:",
-        "  - name: net_inline\n    description: The interfaces, with the network.\n    network_access: true\n    schema: {type: object}\nbuiltin_tools:",
+        "  - name: net_inline\n    description: The interfaces, with the network.\n    network_access: true\n    schema: {type: object}\n  - ref: tools/net-ref\n    network: true\nbuiltin_tools:",
     );
     p.write("agent.yaml", &agent);
 
@@ -813,7 +814,9 @@ fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
             .map(|i| i.as_str().unwrap().to_owned())
             .collect()
     };
-    for tool in ["net_yaml", "net_inline"] {
+    // `network: true` on a file's `ref` entry grants it too (a bread or Toren file
+    // cannot declare it in the file).
+    for tool in ["net_yaml", "net_inline", "net_ref"] {
         let on = seen(tool);
         assert!(on.iter().any(|i| i == "lo"), "{tool}: {on:?}");
         assert!(
@@ -824,6 +827,19 @@ fn an_agent_tool_gets_the_network_only_when_its_definition_declares_it() {
     for tool in ["net_plain", "interfaces"] {
         assert_eq!(seen(tool), vec!["lo".to_owned()], "{tool}");
     }
+    // Without it, a connection fails with an error that says why and names the setting.
+    p.write(
+        "tools/fetch_page.py",
+        "import urllib.request\n\ndef fetch_page() -> dict:\n    \"\"\"Fetch a page.\"\"\"\n    with urllib.request.urlopen('http://example.com/', timeout=5) as r:\n        return {'status': r.status}\n",
+    );
+    let o = p.run(&["tools", "run", "fetch_page", "--json", "--args", "{}"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    let message = json_of(&o)["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("this tool's sandbox has no network")
+            && message.contains("`network: true`"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -1004,4 +1020,57 @@ fn agent_yaml_max_wall_clock_ends_a_parked_run_resumed_too_late_and_holds_for_pl
     let planned = json_of(&o)["run_id"].as_str().unwrap().to_owned();
     let shown = json_of(&p.run(&["runs", "show", &planned, "--json"]));
     assert_eq!(shown["run"]["budgets"]["max_wall_clock_min"], 5, "{shown}");
+}
+
+/// A declared env value named like a secret (Toren's `TICKETS_API_KEY`) is scrubbed
+/// from what a tool answers, as a credential is: never in the result, the journal or
+/// `runs show`.
+#[test]
+fn a_secret_declared_in_env_never_comes_back_in_a_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("tools")).unwrap();
+    std::fs::write(
+        d.join("agent.yaml"),
+        "name: tickets\nenv: [TICKETS_API_KEY]\ntools:\n  - ref: tools/echo-env\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("tools/echo_env.py"),
+        "def echo_env(ctx) -> dict:\n    \"\"\"Answers with its env, as a careless tool would.\"\"\"\n    return {'env': dict(ctx.env)}\n",
+    )
+    .unwrap();
+    const VALUE: &str = "tk-live-5f2a9c";
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_toolshed"))
+            .args(args)
+            .current_dir(d)
+            .env(
+                "TOOLSHED_DATABASE_URL",
+                format!("sqlite://{}/journal.db", d.display()),
+            )
+            .env("TOOLSHED_CONFIG_DIR", d.join("config"))
+            .env("TOOLSHED_CACHE_DIR", d.join("cache"))
+            .env("TICKETS_API_KEY", VALUE)
+            .env_remove("TOOLSHED_URL")
+            .output()
+            .unwrap()
+    };
+    let o = run(&["tools", "run", "echo_env", "--json", "--args", "{}"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let answer = json_of(&o);
+    assert_eq!(
+        answer["result"]["env"]["TICKETS_API_KEY"], "[REDACTED]",
+        "{answer}"
+    );
+    let run_id = answer["run_id"].as_str().unwrap().to_owned();
+    let shown = run(&["runs", "show", &run_id, "--json"]);
+    assert!(!stdout(&shown).contains(VALUE), "{}", stdout(&shown));
+    for file in ["journal.db", "journal.db-wal"] {
+        let bytes = std::fs::read(d.join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
+            "the value is in {file}"
+        );
+    }
 }

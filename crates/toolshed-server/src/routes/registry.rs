@@ -431,7 +431,7 @@ pub async fn register_agent(
         .map_err(|e| ApiError::invalid_body(e.to_string()))?;
     let mut tool_ids = Vec::new();
     for entry in &file.tools {
-        if let ToolEntry::Tool { name } = entry
+        if let ToolEntry::Tool { name, .. } = entry
             && let Some(t) = find_by_name(state.registry().as_ref(), name).await?
             && !tool_ids.contains(&t.id)
         {
