@@ -119,6 +119,44 @@ r = await call(admin, 'POST', '/api/v1/registry/tools', {
   },
 });
 assert.equal(r.status, 201, JSON.stringify(r.json));
+// The shapes "Try it" must handle besides the above: a Rust-style enum (a oneOf of
+// consts), an optional oneOf, an optional object with a required field, a free-form
+// map, an array of objects with default items, optional booleans and a null default.
+// The tool answers the args it got, so the run shows what was sent.
+const casesPy = join(toolDir, 'form_cases.py');
+writeFileSync(casesPy, [
+  'def form_cases(level, shape=None, filter=None, labels=None, rows=None, notify=None, strict=None, note=None):',
+  '    got = dict(level=level, shape=shape, filter=filter, labels=labels, rows=rows, notify=notify, strict=strict, note=note)',
+  '    return {"got": {k: v for k, v in got.items() if v is not None}}',
+  '',
+].join('\n'));
+const casesSchema = {
+  type: 'object',
+  required: ['level'],
+  properties: {
+    level: { description: 'How loud.', oneOf: [{ const: 'low', description: 'Quiet' }, { const: 'high', description: 'Loud' }] },
+    shape: {
+      oneOf: [
+        { type: 'object', title: 'circle', required: ['r'], properties: { r: { type: 'number' } } },
+        { type: 'object', title: 'square', required: ['side'], properties: { side: { type: 'number' } } },
+      ],
+    },
+    filter: { type: 'object', required: ['field'], properties: { field: { type: 'string' }, limit: { type: 'integer', default: 10 } } },
+    labels: { type: 'object', additionalProperties: { type: 'string' }, description: 'Free-form labels.' },
+    rows: {
+      type: 'array',
+      items: { type: 'object', title: 'row', properties: { sku: { type: 'string' }, qty: { type: 'integer' } } },
+      default: [{ sku: 'A-1', qty: 2 }, { sku: 'B-2', qty: 5 }],
+    },
+    notify: { type: 'boolean' },
+    strict: { type: 'boolean', default: false },
+    note: { type: ['string', 'null'], default: null },
+  },
+};
+r = await call(admin, 'POST', '/api/v1/registry/tools', {
+  name: 'form-cases', description: 'Answers the args it was given.', endpoint: `python:${casesPy}`, schema_definition: casesSchema,
+});
+assert.equal(r.status, 201, JSON.stringify(r.json));
 // A second revision, so the versions diff has two to compare.
 r = await call(admin, 'PUT', '/api/v1/registry/tools/ship-order', {
   name: 'ship-order', description: 'Ship an order to its address (revised).', endpoint: `python:${shipPy}`, schema_definition: shipSchema,
@@ -294,6 +332,11 @@ try {
   await page.locator('#run-status').filter({ hasText: 'completed' }).waitFor();
   await page.locator('ol.timeline').filter({ hasText: 'ship_order' }).or(page.locator('ol.timeline').filter({ hasText: 'ship-order' })).waitFor();
   await shot(page, '06-run');
+  // Each crumb is labelled with its type (`tool:call`, `tool:result`, …), not "crumb".
+  await page.locator('ol.crumbs .crumb-type').first().waitFor();
+  const crumbTypes = await page.locator('ol.crumbs .crumb-type').allTextContents();
+  assert.ok(crumbTypes.includes('tool:call') && crumbTypes.includes('tool:result'), JSON.stringify(crumbTypes));
+  assert.ok(!crumbTypes.includes('crumb'), JSON.stringify(crumbTypes));
 
   step('the server\'s violations are shown at their fields');
   {
@@ -339,6 +382,108 @@ try {
   await page.locator('#result').waitFor();
   assert.deepEqual(JSON.parse(await page.locator('#result pre.json').textContent()), { cells: 2 });
   assert.equal(await cells.nth(1).getAttribute('aria-invalid'), null, 'the old message is gone');
+
+  // What a Run of "Try it" sends: the execute request's body, caught in the browser.
+  const sent = [];
+  page.on('request', (req) => {
+    if (req.method() === 'POST' && /\/api\/v1\/registry\/tools\/[^/]+\/execute$/.test(req.url())) sent.push(JSON.parse(req.postData()));
+  });
+  /** Click Run and answer the body it sent; the run must succeed (an Output, no error). */
+  async function runSends(p) {
+    const before = sent.length;
+    const request = p.waitForRequest((req) => /\/execute$/.test(req.url()) && req.method() === 'POST');
+    await p.getByRole('button', { name: 'Run', exact: true }).click();
+    await request;
+    await p.locator('#result').waitFor();
+    const heading = await p.locator('#result h3').textContent();
+    assert.equal(heading, 'Output', `the run failed: ${await p.locator('#result').textContent()}`);
+    assert.equal(sent.length, before + 1);
+    return sent[sent.length - 1];
+  }
+
+  step('Try it: the built-in get_current_time runs as it comes (a null default is not sent)');
+  await page.goto('/tools/get_current_time');
+  await page.getByRole('heading', { name: 'get_current_time', level: 1 }).waitFor();
+  assert.equal(await page.getByLabel('utc_offset').inputValue(), '', 'a null default is no default');
+  assert.deepEqual(await runSends(page), { args: {} });
+  assert.match(JSON.parse(await page.locator('#result pre.json').textContent()).iso8601, /Z$/);
+
+  step('Try it: the built-in web_search: its enums (oneOf of consts) are one select each, and the choice is sent');
+  await page.goto('/tools/web_search');
+  await page.getByRole('heading', { name: 'web_search', level: 1 }).waitFor();
+  const topic = page.getByLabel('topic', { exact: true });
+  assert.equal(await topic.evaluate((e) => e.tagName), 'SELECT', 'topic is one select');
+  assert.equal(await page.locator('.try').getByLabel(/topic/).count(), 1, 'and nothing else is labelled topic');
+  assert.equal(await topic.locator('option:checked').textContent(), 'general \u2014 Anything.', 'at its default');
+  await topic.selectOption({ label: 'news \u2014 Recent news from mainstream sources.' });
+  const range = page.getByLabel('time_range', { exact: true });
+  assert.equal(await range.evaluate((e) => e.tagName), 'SELECT');
+  assert.match(await range.locator('option:checked').textContent(), /none/, 'optional, so not set to start with');
+  await range.selectOption({ label: 'week \u2014 The last week.' });
+  await page.getByLabel('query').fill('rust durable execution');
+  assert.deepEqual(await runSends(page), { args: { query: 'rust durable execution', max_results: 5, topic: 'news', time_range: 'week' } });
+  const searched = JSON.parse(await page.locator('#result pre.json').textContent());
+  assert.equal(searched.query, 'rust durable execution');
+  assert.equal(searched.results.length, 2, JSON.stringify(searched));
+
+  step('Try it: an optional oneOf, an optional object, a map, default items, optional booleans');
+  await page.goto('/tools/form-cases');
+  await page.getByRole('heading', { name: 'form-cases', level: 1 }).waitFor();
+  await labelled(page, 'form-cases');
+  const level = page.getByLabel(/^level\b/);
+  assert.equal(await level.evaluate((e) => e.tagName), 'SELECT', 'a oneOf of consts is one select');
+  await level.selectOption({ label: 'high \u2014 Loud' });
+  // An optional oneOf starts at "none"; an optional boolean at "not set".
+  const kind = page.getByLabel('Which kind of shape');
+  assert.match(await kind.locator('option:checked').textContent(), /none/);
+  assert.match(await page.getByLabel('notify').locator('option:checked').textContent(), /not set/);
+  assert.match(await page.getByLabel('strict').locator('option:checked').textContent(), /not set/);
+  // The free-form map is a JSON text; bad JSON is shown at it and nothing is sent.
+  const labels = page.getByLabel(/^labels/);
+  await labels.fill('{"team": blue}');
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  await page.locator('#form-errors').waitFor();
+  assert.equal(await labels.getAttribute('aria-invalid'), 'true');
+  await labels.fill('{"team": "blue"}');
+  // Left alone: the shape (none), the filter (its required field not asked for), the
+  // booleans, the note (default null). The rows are their default items.
+  const wanted = { level: 'high', labels: { team: 'blue' }, rows: [{ sku: 'A-1', qty: 2 }, { sku: 'B-2', qty: 5 }] };
+  assert.deepEqual(await runSends(page), { args: wanted });
+  // The server fills in the schema's defaults of what was not sent (strict: false).
+  assert.deepEqual(JSON.parse(await page.locator('#result pre.json').textContent()), { got: { ...wanted, strict: false } });
+  await shot(page, '05c-try-it-form-cases');
+
+  step('Try it: what is chosen is sent: a kind of shape, a filter, false');
+  await kind.selectOption({ label: 'circle' });
+  await page.getByLabel(/^r\b/).fill('1.5');
+  await page.getByLabel(/^field\b/).fill('sku');
+  await page.getByLabel('notify').selectOption('false');
+  assert.deepEqual(await runSends(page), { args: { ...wanted, shape: { r: 1.5 }, filter: { field: 'sku', limit: 10 }, notify: false } });
+  // A filter touched but without its required field is asked for.
+  await page.getByLabel(/^field\b/).fill('');
+  await page.getByLabel('limit').fill('3');
+  const count = sent.length;
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  await page.locator('#form-errors').waitFor();
+  assert.equal(await page.getByLabel(/^field\b/).getAttribute('aria-invalid'), 'true');
+  assert.equal(sent.length, count, 'nothing was sent');
+
+  step('Try it: the args as raw JSON, checked before sending');
+  await page.getByLabel('Edit the args as JSON').check();
+  const rawArgs = page.getByLabel('Args (JSON object)');
+  // It starts from what the form holds.
+  assert.deepEqual(JSON.parse(await rawArgs.inputValue()).level, 'high');
+  await rawArgs.fill('{"level": "low",');
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  await page.locator('#form-errors').filter({ hasText: 'Args (JSON): not valid JSON' }).waitFor();
+  assert.equal(await rawArgs.getAttribute('aria-invalid'), 'true');
+  await rawArgs.fill('["low"]');
+  await page.getByRole('button', { name: 'Run', exact: true }).click();
+  await page.locator('#form-errors').filter({ hasText: 'must be a JSON object' }).waitFor();
+  assert.equal(sent.length, count, 'nothing was sent');
+  await rawArgs.fill('{"level": "low", "labels": {"a": "b"}}');
+  assert.deepEqual(await runSends(page), { args: { level: 'low', labels: { a: 'b' } } });
+  assert.deepEqual(JSON.parse(await page.locator('#result pre.json').textContent()).got.labels, { a: 'b' });
 
   step('Test in Sandbox: pasted code');
   await page.goto('/sandbox');
@@ -387,8 +532,25 @@ try {
   await ann.locator(`article[data-call="${second.call_id}"]`).waitFor({ timeout: 15000 });
   await shot(ann, '08-approvals');
   await card.getByLabel(/Reason/).fill('checked the amount');
+  // The navigation's count and the card change with the decision itself: looked at
+  // when the page asks to resume the run, right after deciding (before the queue's poll).
+  const waiting = (await call(annToken, 'GET', '/api/v1/approvals')).json.data.length;
+  await ann.locator('#approvals-count').filter({ hasText: new RegExp(`^${waiting}$`) }).waitFor();
+  let atResume = null;
+  await ann.route('**/api/v1/runs/*/resume', async (route) => {
+    atResume = {
+      badge: await ann.locator('#approvals-count').textContent(),
+      pill: await card.locator('.card-state').textContent(),
+      buttons: await card.getByRole('button').count(),
+    };
+    await route.continue();
+  });
   await card.getByRole('button', { name: 'Approve wire-money' }).click();
   await card.locator(`#decided-${parked.call_id}`).filter({ hasText: 'completed' }).waitFor();
+  await ann.unroute('**/api/v1/runs/*/resume');
+  assert.deepEqual(atResume, { badge: String(waiting - 1), pill: 'approved', buttons: 0 });
+  assert.equal(await card.locator('.card-state').textContent(), 'approved', 'the card shows the decision');
+  assert.equal(await card.getByRole('button').count(), 0, 'and has no buttons left');
   await card.locator(`#decided-${parked.call_id} a`).click();
   await ann.locator('#run-status').filter({ hasText: 'completed' }).waitFor();
   assert.match(await ann.locator('ol.timeline').textContent(), /approved by ann: checked the amount/);
@@ -402,6 +564,8 @@ try {
   await denyCard.getByLabel(/Reason/).fill('amount too high');
   await denyCard.getByRole('button', { name: 'Deny wire-money' }).click();
   await denyCard.locator(`#decided-${toDeny.call_id}`).waitFor();
+  assert.equal(await denyCard.locator('.card-state').textContent(), 'denied');
+  assert.equal(await denyCard.getByRole('button').count(), 0);
   await denyCard.locator(`#decided-${toDeny.call_id} a`).click();
   await ann.locator('ol.timeline').filter({ hasText: 'denied by ann: amount too high' }).waitFor();
   assert.notEqual(await ann.locator('#run-status').textContent(), 'parked');
@@ -444,6 +608,79 @@ try {
   await page.getByRole('button', { name: 'Cancel' }).click();
   await page.locator('#run-status').filter({ hasText: 'cancelled' }).waitFor();
   assert.equal(await page.getByRole('button', { name: 'Resume' }).count(), 0);
+
+  step('the approvals count follows a call parked elsewhere at the next page, and one parked by Try it at once');
+  {
+    await page.goto('/tools');
+    await page.locator('#tool-results table').waitFor();
+    const badge = page.locator('#approvals-count');
+    const waitingNow = async () => (await call(dee, 'GET', '/api/v1/approvals')).json.data.length;
+    const shows = (n) => badge.filter({ hasText: new RegExp(`^${n}$`) }).waitFor({ timeout: 5000 });
+    await shows(await waitingNow());
+    await park();
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Runs' }).click();
+    await page.locator('#runs table').waitFor();
+    await shows(await waitingNow());
+    await page.goto('/tools/wire-money');
+    await page.getByRole('heading', { name: 'wire-money', level: 1 }).waitFor();
+    const before = await waitingNow();
+    await shows(before);
+    await page.getByRole('button', { name: 'Run', exact: true }).click();
+    await page.locator('#result').filter({ hasText: 'Waiting for approval' }).waitFor();
+    await shows(before + 1);
+  }
+
+  step('runs: a call that ended in an error is marked, and "failed" finds its run');
+  {
+    const failing = await call(dee, 'POST', '/api/v1/registry/tools/get_current_time/execute', { args: { utc_offset: 'EST' } });
+    assert.equal(failing.status, 200, JSON.stringify(failing.json));
+    assert.ok(failing.json.data.error, JSON.stringify(failing.json));
+    const runId = failing.json.data.run_id;
+    // The premise: a tool's error result leaves its run completed.
+    assert.equal((await call(dee, 'GET', `/api/v1/runs/${runId}`)).json.data.status, 'completed');
+    await page.goto('/runs');
+    await page.locator('#runs[data-ready]').waitFor();
+    const row = page.locator('#runs tr', { has: page.locator(`a[href="/runs/${runId}"]`) });
+    assert.equal(await row.locator('.pill-error').textContent(), 'error', 'the run is marked in the list');
+    await page.getByLabel('Status').selectOption('failed');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/failed=true/);
+    await page.locator('#runs[data-ready]').waitFor();
+    await row.waitFor();
+    // Every run the filter finds failed or has a failed call.
+    const marks = await page.locator('#runs tbody tr').evaluateAll((rows) => rows.map((tr) => tr.cells[1].textContent));
+    assert.ok(marks.length > 0 && marks.every((m) => /failed|error/.test(m)), JSON.stringify(marks));
+    await shot(page, '10c-runs-failed');
+    await row.locator('a').click();
+    await page.locator('#run-call-errors').filter({ hasText: '1 call ended in an error' }).waitFor();
+    assert.match(await page.locator('ol.timeline').textContent(), /utc_offset/);
+  }
+
+  step('runs: pages reach past the newest 200 runs');
+  {
+    const first = await call(dee, 'POST', '/api/v1/registry/tools/get_current_time/execute', { args: {} });
+    assert.equal(first.status, 200, JSON.stringify(first.json));
+    const oldest = first.json.data.run_id;
+    for (let i = 0; i < 205; i += 1) {
+      const more = await call(dee, 'POST', '/api/v1/registry/tools/get_current_time/execute', { args: {} });
+      assert.equal(more.status, 200, JSON.stringify(more.json));
+    }
+    await page.goto('/runs');
+    await page.locator('#runs[data-ready]').waitFor();
+    const target = page.locator(`#runs a[href="/runs/${oldest}"]`);
+    let pages = 1;
+    while (!(await target.count())) {
+      assert.ok(pages < 20, 'the run was never found');
+      await page.getByRole('button', { name: 'Older' }).click();
+      pages += 1;
+      await page.locator('#runs-page').filter({ hasText: `Page ${pages}` }).waitFor();
+      await page.locator('#runs[data-ready]').waitFor();
+    }
+    assert.ok(pages >= 5, `found on page ${pages}: past the newest 200`);
+    assert.match(page.url(), new RegExp(`page=${pages}`));
+    await page.getByRole('button', { name: 'Newer' }).click();
+    await page.locator('#runs-page').filter({ hasText: `Page ${pages - 1}` }).waitFor();
+  }
 
   step('a viewer sees no approve button, and a forged request is refused');
   const { context: vicContext, page: vic } = await session('vic');

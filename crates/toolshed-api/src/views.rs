@@ -428,6 +428,18 @@ pub struct Budgets {
     pub max_wall_clock_min: Option<u32>,
 }
 
+/// A run in the list of `GET /api/v1/runs`: the run, and how many of its calls ended
+/// in an error (a tool's error result leaves its run `completed`, so the run's status
+/// alone does not show it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunSummary {
+    /// The run (without its calls and crumbs: `GET /api/v1/runs/{id}` has them).
+    #[serde(flatten)]
+    pub run: RunView,
+    /// How many of its calls ended in an error result (a denial included).
+    pub calls_failed: u32,
+}
+
 /// A run, as the journal records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunView {

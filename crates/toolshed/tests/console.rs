@@ -2,7 +2,10 @@
 //! over a database seeded with 10,000 tools, and `tests/console/console.test.mjs`
 //! (playwright-core driving Debian's `/usr/bin/chromium`) logging in, searching,
 //! running a tool from its generated form (a violation deep in nested arrays shown at
-//! its field), testing pasted code and a registered tool's own code in the sandbox,
+//! its field; the built-ins `get_current_time` and `web_search`, the latter against a
+//! stand-in for Tavily; enums written as `oneOf` of consts, optional choices, objects,
+//! maps and booleans, default items, the args as raw JSON), the runs list's pages and
+//! its failed calls, testing pasted code and a registered tool's own code in the sandbox,
 //! approving and denying parked calls (four-eyes: by another user), resuming and
 //! cancelling runs, checking a viewer's page and forged requests, the tenants on the
 //! admin page, a poisoned MCP tool description shown escaped and flagged and its
@@ -12,6 +15,9 @@
 //! Needs Chromium (`apt-get install -y chromium`, or `CHROMIUM=/path`) and the script's
 //! packages (`npm ci --prefix tests/console`); without them it fails saying so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../toolshed-stdlib/tests/common/tavily.rs"]
+mod tavily;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -92,11 +98,17 @@ fn the_console_end_to_end_in_headless_chromium() {
     let (chromium, scripts) = prerequisites();
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("toolshed.db").display());
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(seed(&db));
+    // The stand-in for Tavily's paid API (see tavily.rs) runs on this runtime while the
+    // browser test goes on; the built-in web_search reaches it through the policy.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(seed(&db));
+    let (tavily_base, tavily_seen) = rt.block_on(tavily::stand_in());
+    let policy = dir.path().join("credentials.yaml");
+    std::fs::write(
+        &policy,
+        "'*':\n  TAVILY_API_KEY: {provider: env, key: CONSOLE_TAVILY_KEY}\n  TAVILY_BASE_URL: {provider: env, key: CONSOLE_TAVILY_BASE}\n",
+    )
+    .unwrap();
     let tools = dir.path().join("tools");
     std::fs::create_dir_all(&tools).unwrap();
     let log_path = dir.path().join("server.log");
@@ -105,7 +117,11 @@ fn the_console_end_to_end_in_headless_chromium() {
         .args(["serve", "--addr", "127.0.0.1:0"])
         .arg("--tool-root")
         .arg(&tools)
+        .arg("--credentials-policy")
+        .arg(&policy)
         .current_dir(dir.path())
+        .env("CONSOLE_TAVILY_KEY", tavily::KEY)
+        .env("CONSOLE_TAVILY_BASE", &tavily_base)
         .env("TOOLSHED_DATABASE_URL", &db)
         .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
         .env("TOOLSHED_PUBLIC_URL", PUBLIC_URL)
@@ -158,11 +174,18 @@ fn the_console_end_to_end_in_headless_chromium() {
         out.status,
         std::fs::read_to_string(&log_path).unwrap_or_default()
     );
+    // The search the form sent reached Tavily with the topic and time range chosen.
+    let seen = tavily_seen.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1["topic"], "news", "{seen:?}");
+    assert_eq!(seen[0].1["time_range"], "week", "{seen:?}");
     for page in [
         "01-login",
         "03-tool",
         "05-try-it-result",
         "05b-try-it-nested-violation",
+        "05c-try-it-form-cases",
+        "10c-runs-failed",
         "07-sandbox",
         "07b-sandbox-tool-code",
         "09-run-after-approval",

@@ -41,6 +41,15 @@ const ctx = {
     const badge = document.getElementById('approvals-count');
     if (badge) badge.textContent = n ? String(n) : '';
   },
+  /** Ask the server how many calls wait for a decision, and show it in the navigation. */
+  async refreshApprovals() {
+    if (!this.me) return;
+    try {
+      this.setApprovals((await get('/api/v1/approvals')).length);
+    } catch {
+      // The badge is a hint; the page itself reports errors.
+    }
+  },
   async loggedIn() {
     await loadMe();
     const to = location.pathname === '/login' ? '/tools' : location.pathname + location.search;
@@ -95,6 +104,8 @@ async function render() {
     loginPage(main, ctx, '');
     return;
   }
+  // Every page shown brings the approvals count up to date, not only the timer.
+  ctx.refreshApprovals();
   for (const [re, page] of routes) {
     const m = re.exec(path);
     if (!m) continue;
@@ -166,17 +177,9 @@ async function boot() {
   booting = false;
   if (location.pathname === '/login') history.replaceState(null, '', '/tools');
   await render();
-  // The approvals badge, kept current while anywhere in the console.
-  const badge = async () => {
-    if (!ctx.me) return;
-    try {
-      ctx.setApprovals((await get('/api/v1/approvals')).length);
-    } catch {
-      // The badge is a hint; the page itself reports errors.
-    }
-  };
-  badge();
-  setInterval(badge, 15000);
+  // The approvals badge, kept current while anywhere in the console (each page shown
+  // and each decision refresh it too).
+  setInterval(() => ctx.refreshApprovals(), 15000);
 }
 
 boot();

@@ -30,9 +30,71 @@ export function typeOf(schema) {
   return t;
 }
 
-/** Whether the schema allows null. */
+/** Whether the schema allows null (a type union with `null`, or `nullable: true`). */
 export function nullable(schema) {
-  return Array.isArray(schema.type) && schema.type.includes('null');
+  return (Array.isArray(schema.type) && schema.type.includes('null')) || schema.nullable === true;
+}
+
+/** Whether the schema has a default worth showing: `default: null` means none. */
+export function hasDefault(schema) {
+  return schema.default !== undefined && schema.default !== null;
+}
+
+const isNullSchema = (s) => s.type === 'null' || (Array.isArray(s.enum) && s.enum.length === 1 && s.enum[0] === null) || s.const === null;
+
+/**
+ * A schema as the form shows it: `$ref`s followed, and an `Option<T>` written as
+ * `anyOf: [T, {type: null}]` (schemars' way) made T marked `nullable`, with the
+ * outer title, description and default.
+ */
+export function normalize(root, raw) {
+  const s = resolve(root, raw);
+  const key = Array.isArray(s.anyOf) ? 'anyOf' : Array.isArray(s.oneOf) ? 'oneOf' : null;
+  if (!key) return s;
+  const variants = s[key].map((v) => resolve(root, v));
+  const real = variants.filter((v) => !isNullSchema(v));
+  if (real.length !== 1 || real.length === variants.length) return s;
+  const { [key]: _variants, title, description, default: dflt, ...outer } = s;
+  const { title: _innerTitle, ...inner } = real[0];
+  const merged = { ...inner, ...outer, nullable: true };
+  if (title !== undefined) merged.title = title;
+  if (description !== undefined || inner.description !== undefined) merged.description = description !== undefined ? description : inner.description;
+  if (dflt !== undefined) merged.default = dflt;
+  else delete merged.default;
+  return normalize(root, merged);
+}
+
+/**
+ * The values of an enum, whichever way it is written: `enum`, a single `const`, or a
+ * `oneOf`/`anyOf` of `const`s (how Rust enums come out of schemars, each with its doc
+ * comment as `description`). `{options: [{value, description}], nullable}` or null.
+ */
+export function constChoices(root, schema) {
+  if (Array.isArray(schema.enum)) {
+    const options = schema.enum.filter((v) => v !== null).map((value) => ({ value }));
+    return options.length ? { options, nullable: options.length !== schema.enum.length || nullable(schema) } : null;
+  }
+  if (schema.const !== undefined) return { options: [{ value: schema.const, description: schema.description }], nullable: false };
+  const variants = schema.oneOf || schema.anyOf;
+  if (!Array.isArray(variants) || !variants.length) return null;
+  const options = [];
+  let allowsNull = nullable(schema);
+  for (const raw of variants) {
+    const v = resolve(root, raw);
+    if (isNullSchema(v)) {
+      allowsNull = true;
+    } else if (v.const !== undefined) {
+      options.push({ value: v.const, description: v.description || v.title });
+    } else if (Array.isArray(v.enum)) {
+      for (const value of v.enum) {
+        if (value === null) allowsNull = true;
+        else options.push({ value, description: v.enum.length === 1 ? v.description || v.title : undefined });
+      }
+    } else {
+      return null;
+    }
+  }
+  return options.length ? { options, nullable: allowsNull } : null;
 }
 
 const FORMATS = {

@@ -5,11 +5,13 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use toolshed_api::requests::{AnswerBody, ReasonBody};
 use toolshed_api::views::{
-    AnswerView, CallView, DecisionView, ParkedCall, ResumeView, ResumedCall, RunView,
+    AnswerView, CallView, DecisionView, ParkedCall, ResumeView, ResumedCall, RunSummary, RunView,
 };
 use toolshed_api::{ApiCode, Data, ErrorEnvelope};
 use toolshed_auth::{Claims, Role};
-use toolshed_journal::{CallRecord, GateFilter, JournalError, RunFilter, RunRecord, RunStatus};
+use toolshed_journal::{
+    CallRecord, CallStatus, GateFilter, JournalError, RunFilter, RunRecord, RunStatus,
+};
 use toolshed_runtime::{Driver, PlanStep, Runtime};
 use utoipa::IntoParams;
 
@@ -18,6 +20,11 @@ use crate::error::ApiError;
 use crate::extract::{Auth, Body, Query};
 use crate::state::AppState;
 use crate::views;
+
+/// How deep the list reaches: `page` × `limit` at most this many runs, newest first
+/// (the journal lists newest first with a limit, so a deeper page reads every run
+/// before it).
+pub const RUNS_REACHABLE: u32 = 10_000;
 
 /// Which runs to list.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -31,16 +38,26 @@ pub struct RunQuery {
     /// At most this many, newest first: 1 to 1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
+    /// Which page of `limit` runs, from 1 (default): page 2 is the `limit` runs older
+    /// than page 1's. The 10,000 newest runs that match are reachable; past them,
+    /// narrow with `status` or `agent_id`.
+    #[param(minimum = 1)]
+    pub page: Option<u32>,
+    /// `true`: only runs that failed or have a call that ended in an error (a tool's
+    /// error result leaves its run `completed`). Looks through the 10,000 newest runs
+    /// that match the other filters.
+    pub failed: Option<bool>,
 }
 
-/// List the caller's tenant's runs, newest first.
+/// List the caller's tenant's runs, newest first, a page at a time, each with how many
+/// of its calls ended in an error.
 #[utoipa::path(get, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), params(RunQuery),
-    responses((status = 200, body = Data<Vec<RunView>>), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope)))]
+    responses((status = 200, body = Data<Vec<RunSummary>>), (status = 400, body = ErrorEnvelope), (status = 401, body = ErrorEnvelope)))]
 pub async fn list_runs(
     State(state): State<AppState>,
     auth: Auth,
     Query(q): Query<RunQuery>,
-) -> Result<Json<Data<Vec<RunView>>>, ApiError> {
+) -> Result<Json<Data<Vec<RunSummary>>>, ApiError> {
     let claims = auth.require(Role::Viewer)?;
     let status = match q.status.as_deref() {
         None => None,
@@ -50,18 +67,84 @@ pub async fn list_runs(
             ))
         })?),
     };
-    let runs = state
-        .journal()
-        .list_runs(&RunFilter {
-            status,
-            agent_id: q.agent_id,
-            tenant: Some(tenant_of(claims)),
-            limit: crate::extract::bounded("limit", q.limit, 100, 1..=1000)?,
-        })
-        .await?;
+    let limit = crate::extract::bounded("limit", q.limit, 100, 1..=1000)?;
+    let page = crate::extract::bounded("page", q.page, 1, 1..=RUNS_REACHABLE)?;
+    let skip = (page - 1).saturating_mul(limit);
+    if skip.saturating_add(limit) > RUNS_REACHABLE {
+        return Err(ApiError::invalid_query(format!(
+            "`page={page}` of {limit} runs reaches past the {RUNS_REACHABLE} newest runs; narrow the list with `status` or `agent_id`"
+        )));
+    }
+    let filter = RunFilter {
+        status,
+        agent_id: q.agent_id,
+        tenant: Some(tenant_of(claims)),
+        limit: skip + limit,
+    };
+    let journal = state.journal();
+    let mut listed = Vec::new();
+    if q.failed.unwrap_or(false) {
+        for (run, calls_failed) in failed_runs(journal.as_ref(), filter, skip + limit).await? {
+            listed.push(RunSummary {
+                run: views::run(run),
+                calls_failed,
+            });
+        }
+    } else {
+        for run in journal.list_runs(&filter).await? {
+            let calls_failed = calls_failed(journal.as_ref(), &run.id).await?;
+            listed.push(RunSummary {
+                run: views::run(run),
+                calls_failed,
+            });
+        }
+    }
     Ok(Json(Data {
-        data: runs.into_iter().map(views::run).collect(),
+        data: listed.into_iter().skip(skip as usize).collect(),
     }))
+}
+
+/// How many of a run's calls ended in an error result.
+async fn calls_failed(
+    journal: &dyn toolshed_journal::Journal,
+    run_id: &str,
+) -> Result<u32, ApiError> {
+    let calls = journal.calls_of_run(run_id).await?;
+    Ok(calls
+        .iter()
+        .filter(|c| c.status == CallStatus::Failed)
+        .count() as u32)
+}
+
+/// The newest `wanted` runs matching `filter` that failed or have a failed call, each
+/// with its count, looking through at most [`RUNS_REACHABLE`] runs: windows of runs
+/// four times larger each round, each run's calls counted once.
+async fn failed_runs(
+    journal: &dyn toolshed_journal::Journal,
+    mut filter: RunFilter,
+    wanted: u32,
+) -> Result<Vec<(RunRecord, u32)>, ApiError> {
+    let mut found = Vec::new();
+    let mut seen = 0;
+    filter.limit = wanted.saturating_mul(4).min(RUNS_REACHABLE);
+    loop {
+        let runs = journal.list_runs(&filter).await?;
+        let listed = runs.len();
+        for run in runs.into_iter().skip(seen) {
+            seen += 1;
+            let n = calls_failed(journal, &run.id).await?;
+            if n > 0 || run.status == RunStatus::Failed {
+                found.push((run, n));
+                if found.len() >= wanted as usize {
+                    return Ok(found);
+                }
+            }
+        }
+        if listed < filter.limit as usize || filter.limit >= RUNS_REACHABLE {
+            return Ok(found);
+        }
+        filter.limit = filter.limit.saturating_mul(4).min(RUNS_REACHABLE);
+    }
 }
 
 fn tenant_of(claims: &Claims) -> String {

@@ -24,16 +24,40 @@ function poll(ctx, f) {
   timer = setTimeout(tick, POLL_MS);
 }
 
+/**
+ * A card of the queue: `{el, settle(outcome)}`. Once decided (here, or elsewhere as the
+ * poll finds), the card shows the outcome in its pill and its buttons are gone.
+ */
 function approvalCard(call, ctx, refresh) {
   const gate = call.gate || {};
   const reason = h('input', { type: 'text', id: `reason-${call.call_id}`, autocomplete: 'off' });
   const status = h('div', { class: 'card-status', 'aria-live': 'polite' });
   const isApproval = gate.kind === 'approval';
   const selfAsked = gate.four_eyes && gate.requested_by === ctx.me.username;
+  const state = h('span', { class: 'card-state' }, pill(call.status));
+  const actionsBox = h('div', { class: 'actions' });
+  let settled = false;
+  const settle = (outcome) => {
+    if (settled) return;
+    settled = true;
+    fill(state, pill(outcome));
+    fill(actionsBox);
+    el.classList.add('decided');
+  };
   const decide = async (verb) => {
+    for (const b of actionsBox.querySelectorAll('button')) b.disabled = true;
     fill(status, h('p', { class: 'muted' }, verb === 'approve' ? 'Approving…' : 'Denying…'));
     try {
       await api('POST', `/api/v1/approvals/${encodeURIComponent(call.call_id)}/${verb}`, { reason: reason.value || null });
+    } catch (e) {
+      fill(status, errorBox(e));
+      for (const b of actionsBox.querySelectorAll('button')) b.disabled = b.classList.contains('approve') && selfAsked;
+      return;
+    }
+    // Decided: the card and the navigation's count say so before the run goes on.
+    settle(verb === 'approve' ? 'approved' : 'denied');
+    await ctx.refreshApprovals();
+    try {
       fill(status, h('p', {}, verb === 'approve' ? 'Approved; running…' : 'Denied; finishing the run…'));
       // Drive the run on, so it visibly finishes.
       const resumed = await api('POST', `/api/v1/runs/${encodeURIComponent(call.run_id)}/resume`);
@@ -60,8 +84,9 @@ function approvalCard(call, ctx, refresh) {
   } else {
     actions.push(h('p', { class: 'muted' }, 'Deciding needs the deployer role.'));
   }
-  return h('article', { class: 'card approval', 'data-call': call.call_id, 'aria-label': `Approval for ${call.tool}` },
-    h('h2', {}, call.tool, ' ', pill(call.status)),
+  fill(actionsBox, actions);
+  const el = h('article', { class: 'card approval', 'data-call': call.call_id, 'aria-label': `Approval for ${call.tool}` },
+    h('h2', {}, call.tool, ' ', state),
     h('dl', { class: 'facts' },
       h('dt', {}, 'Asked by'), h('dd', {}, gate.requested_by || 'unknown'),
       h('dt', {}, 'Asked at'), h('dd', {}, when(gate.requested_at_ms || call.created_at_ms)),
@@ -70,7 +95,8 @@ function approvalCard(call, ctx, refresh) {
       h('dt', {}, 'Four-eyes'), h('dd', {}, gate.four_eyes ? 'yes' : 'no'),
       h('dt', {}, 'Run'), h('dd', {}, link(`/runs/${encodeURIComponent(call.run_id)}`, call.run_id))),
     h('h3', {}, 'Args'), json(call.args, `Args of ${call.tool}`),
-    h('div', { class: 'actions' }, actions), status);
+    actionsBox, status);
+  return { el, settle };
 }
 
 /** The approvals queue, polled while shown. */
@@ -93,11 +119,12 @@ export async function approvalsPage(main, ctx) {
       if (!cards.has(c.call_id)) {
         const card = approvalCard(c, ctx, load);
         cards.set(c.call_id, card);
-        list.appendChild(card);
+        list.appendChild(card.el);
       }
     }
+    // A call gone from the queue was decided (here, or by someone else).
     for (const [id, card] of cards) {
-      if (!ids.has(id)) card.classList.add('decided');
+      if (!ids.has(id)) card.settle('decided');
     }
     if (!cards.size) fill(list, h('p', { class: 'muted', id: 'no-approvals' }, 'Nothing waits for a decision.'));
     else list.querySelector('#no-approvals')?.remove();
@@ -108,30 +135,52 @@ export async function approvalsPage(main, ctx) {
   poll(ctx, load);
 }
 
-/** The runs list. */
+const RUNS_PER_PAGE = 50;
+
+/** A run's marks in the list: its status, and an "error" pill when calls of it failed. */
+function runMarks(r) {
+  const n = r.calls_failed || 0;
+  return [pill(r.status), n ? [' ', h('span', { class: 'pill pill-error', title: `${n} call${n > 1 ? 's' : ''} ended in an error` }, n > 1 ? `${n} errors` : 'error')] : null];
+}
+
+/**
+ * The runs list, a page at a time (newest first). "failed" finds runs that failed and
+ * runs whose calls ended in an error (a tool's error result leaves its run completed).
+ */
 export async function runsPage(main, ctx) {
   const params = new URLSearchParams(location.search);
-  const status = h('select', { id: 'runs-status' }, ['', 'running', 'parked', 'completed', 'failed', 'cancelled'].map((s) => h('option', { value: s }, s || 'any status')));
-  status.value = params.get('status') || '';
+  const status = h('select', { id: 'runs-status' }, [['', 'any status'], ['running', 'running'], ['parked', 'parked'], ['completed', 'completed'],
+    ['failed', 'failed (the run, or a call)'], ['cancelled', 'cancelled']].map(([v, l]) => h('option', { value: v }, l)));
+  status.value = params.get('failed') === 'true' ? 'failed' : (params.get('status') || '');
   const agent = h('input', { id: 'runs-agent', value: params.get('agent_id') || '', placeholder: 'registry, an agent…' });
   const results = h('div', { id: 'runs' });
   const form = h('form', { class: 'filters', 'aria-label': 'Filter runs' }, field('Status', status), field('Agent', agent), h('button', { type: 'submit' }, 'Filter'));
   fill(main, h('h1', {}, 'Runs'), form, results);
+  let page = Math.max(1, Number(params.get('page')) || 1);
   const load = async () => {
-    const q = { status: status.value, agent_id: agent.value.trim(), limit: 200 };
-    history.replaceState(null, '', `/runs${query({ status: q.status, agent_id: q.agent_id })}`);
+    const failed = status.value === 'failed';
+    const shown = { status: failed ? undefined : status.value, failed: failed ? 'true' : undefined, agent_id: agent.value.trim() };
+    history.replaceState(null, '', `/runs${query({ ...shown, page: page > 1 ? page : undefined })}`);
+    delete results.dataset.ready;
     try {
-      const runs = await get(`/api/v1/runs${query(q)}`);
+      const runs = await get(`/api/v1/runs${query({ ...shown, limit: RUNS_PER_PAGE, page })}`);
+      // A full page may have older runs after it; a short one is the last.
+      const nav = h('nav', { class: 'pager', 'aria-label': 'Pages of runs' },
+        h('button', { type: 'button', disabled: page <= 1, onclick: () => { page -= 1; load(); } }, 'Newer'),
+        h('span', { id: 'runs-page' }, `Page ${page}`),
+        h('button', { type: 'button', disabled: runs.length < RUNS_PER_PAGE, onclick: () => { page += 1; load(); } }, 'Older'));
       fill(results, runs.length
-        ? table('Runs, newest first', ['Run', 'Status', 'Agent', 'Started', 'Updated', 'By'], runs.map((r) => [
-          link(`/runs/${encodeURIComponent(r.id)}`, r.id.slice(0, 13)), pill(r.status), r.agent_id, when(r.created_at), when(r.updated_at),
+        ? table(`Runs, newest first, page ${page}`, ['Run', 'Status', 'Agent', 'Started', 'Updated', 'By'], runs.map((r) => [
+          link(`/runs/${encodeURIComponent(r.id)}`, r.id.slice(0, 13)), runMarks(r), r.agent_id, when(r.created_at), when(r.updated_at),
           (r.principal && r.principal.sub) || '']))
-        : h('p', { class: 'muted' }, 'No runs.'));
+        : h('p', { class: 'muted' }, page > 1 ? 'No older runs.' : 'No runs.'),
+        nav);
+      results.dataset.ready = 'true';
     } catch (e) {
       fill(results, errorBox(e));
     }
   };
-  form.addEventListener('submit', (ev) => { ev.preventDefault(); load(); });
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); page = 1; load(); });
   await load();
 }
 
@@ -148,6 +197,12 @@ function callItem(c) {
     c.result !== undefined && c.result !== null ? h('details', { open: true }, h('summary', {}, 'Result'), json(c.result, 'Result')) : null,
     c.error ? h('p', { class: 'error' }, `${c.error.code}: ${c.error.message}`) : null,
     Object.keys(d).length ? h('details', {}, h('summary', {}, 'Diagnostics'), json(d, 'Diagnostics')) : null);
+}
+
+/** An "error" pill when calls of the run ended in an error (the run may still be completed). */
+function callErrors(calls) {
+  const n = calls.filter((c) => c.status === 'failed').length;
+  return n ? h('span', { class: 'pill pill-error', id: 'run-call-errors' }, `${n} call${n > 1 ? 's' : ''} ended in an error`) : null;
 }
 
 /** A crumb's time: RFC 3339 text, epoch milliseconds, or serde's SystemTime object. */
@@ -191,7 +246,7 @@ export async function runPage(main, ctx, id) {
       : null;
     fill(body,
       h('h1', {}, 'Run ', h('code', {}, run.id)),
-      h('p', {}, 'Status ', h('span', { id: 'run-status' }, pill(run.status))),
+      h('p', {}, 'Status ', h('span', { id: 'run-status' }, pill(run.status)), ' ', callErrors(run.calls || [])),
       h('dl', { class: 'facts' },
         h('dt', {}, 'Agent'), h('dd', {}, run.agent_id),
         h('dt', {}, 'By'), h('dd', {}, (run.principal && run.principal.sub) || ''),
@@ -204,7 +259,7 @@ export async function runPage(main, ctx, id) {
       h('h2', {}, 'Calls'),
       (run.calls || []).length ? h('ol', { class: 'timeline' }, run.calls.map(callItem)) : h('p', { class: 'muted' }, 'No calls yet.'),
       h('h2', {}, 'Crumbs'),
-      (run.crumbs || []).length ? h('ol', { class: 'crumbs' }, run.crumbs.map((c) => h('li', {}, h('code', {}, c.kind || 'crumb'), ' ', c.tool_name || '', ' ', crumbTime(c.at), ' ', h('details', {}, h('summary', {}, 'data'), json(c, 'Crumb'))))) : h('p', { class: 'muted' }, 'No crumbs.'));
+      (run.crumbs || []).length ? h('ol', { class: 'crumbs' }, run.crumbs.map((c) => h('li', {}, h('code', { class: 'crumb-type' }, c.type || 'crumb'), ' ', c.tool_name || '', ' ', crumbTime(c.at), ' ', h('details', {}, h('summary', {}, 'data'), json(c, 'Crumb'))))) : h('p', { class: 'muted' }, 'No crumbs.'));
   };
   await load();
   poll(ctx, async () => { if (!finished) await load(); });

@@ -230,13 +230,62 @@ export function resultPanel(r) {
     h('h4', {}, 'stderr'), h('pre', { class: 'out', id: 'stderr' }, r.stderr || ''));
 }
 
+/**
+ * The args as JSON instead of the form: a checkbox switches between the two (the text
+ * starts from what the form holds), and the text is checked to be a JSON object before
+ * anything is sent.
+ */
+function rawArgs(form) {
+  const toggle = h('input', { type: 'checkbox', id: 'try-raw' });
+  const text = h('textarea', { id: 'try-raw-args', class: 'mono', rows: '8', spellcheck: 'false', 'aria-describedby': 'try-raw-msg' });
+  const msg = h('span', { class: 'field-error', id: 'try-raw-msg', role: 'alert', hidden: true });
+  const box = h('div', { class: 'field', hidden: true }, h('label', { for: 'try-raw-args' }, 'Args (JSON object)'), text, msg);
+  toggle.addEventListener('change', () => {
+    if (toggle.checked) text.value = JSON.stringify(form.peek(), null, 2);
+    box.hidden = !toggle.checked;
+    form.el.hidden = toggle.checked;
+    msg.hidden = true;
+    (toggle.checked ? text : toggle).focus();
+  });
+  const show = (problem) => {
+    msg.hidden = !problem;
+    msg.textContent = problem || '';
+    if (problem) text.setAttribute('aria-invalid', 'true');
+    else text.removeAttribute('aria-invalid');
+  };
+  return {
+    switch: h('label', { for: 'try-raw', class: 'check' }, toggle, ' Edit the args as JSON'),
+    box,
+    active: () => toggle.checked,
+    /** `{value}` or `{problem}`, the problem shown at the text. */
+    read() {
+      let value;
+      try {
+        value = JSON.parse(text.value);
+      } catch (e) {
+        const problem = `not valid JSON: ${e.message}`;
+        show(problem);
+        return { problem };
+      }
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+        const problem = 'the args must be a JSON object, e.g. {"name": "value"}';
+        show(problem);
+        return { problem };
+      }
+      show('');
+      return { value };
+    },
+  };
+}
+
 function tryIt(tool, ctx) {
   const schema = tool.schema_definition || { type: 'object' };
   const form = schemaForm(schema);
+  const raw = rawArgs(form);
   const status = h('div', { id: 'try-status' });
   const out = h('div', { id: 'try-result' });
   const run = h('button', { type: 'submit', id: 'run' }, 'Run');
-  const el = h('form', { class: 'try', novalidate: true, 'aria-label': 'Try it' }, form.el, run, status);
+  const el = h('form', { class: 'try', novalidate: true, 'aria-label': 'Try it' }, raw.switch, form.el, raw.box, run, status);
   if (!ctx.can('deployer')) {
     run.disabled = true;
     status.append(h('p', { class: 'muted' }, 'Running a tool needs the deployer role.'));
@@ -244,10 +293,22 @@ function tryIt(tool, ctx) {
   el.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     fill(status);
-    const { value, errors } = form.read();
-    if (errors.length) {
-      fill(status, h('p', { class: 'error', role: 'alert', id: 'form-errors' }, `${errors.length} field${errors.length > 1 ? 's need' : ' needs'} fixing; nothing was sent.`));
-      return;
+    let value;
+    if (raw.active()) {
+      const typed = raw.read();
+      if (typed.problem) {
+        fill(status, h('p', { class: 'error', role: 'alert', id: 'form-errors' }, `Args (JSON): ${typed.problem}; nothing was sent.`));
+        return;
+      }
+      value = typed.value;
+    } else {
+      const read = form.read();
+      if (read.errors.length) {
+        const n = read.errors.length;
+        fill(status, h('p', { class: 'error', role: 'alert', id: 'form-errors' }, `${n} field${n > 1 ? 's need' : ' needs'} fixing; nothing was sent.`));
+        return;
+      }
+      value = read.value;
     }
     run.disabled = true;
     fill(status, h('p', { class: 'muted' }, 'Running…'));
@@ -256,9 +317,14 @@ function tryIt(tool, ctx) {
       fill(status);
       fill(out, resultPanel(answer.data));
       out.firstChild.focus();
+      // A call parked for approval is one more in the navigation's count.
+      if (answer.data.status === 'parked') ctx.refreshApprovals();
     } catch (e) {
       if (e instanceof ApiFailure && e.details && e.details.violations) {
-        const unplaced = form.showViolations(e.details.violations);
+        // Typed as JSON, the form's fields are hidden: every violation is listed.
+        const unplaced = raw.active()
+          ? e.details.violations.map((v) => ({ pointer: v.pointer, message: v.expected }))
+          : form.showViolations(e.details.violations);
         fill(status, h('p', { class: 'error', role: 'alert', id: 'server-errors' }, `The server refused the args (${e.code}).`),
           unplaced.length ? h('ul', {}, unplaced.map((u) => h('li', {}, `${u.pointer || '(args)'}: ${u.message}`))) : null);
       } else {
