@@ -119,6 +119,11 @@ pub struct ToolFile {
     /// Credential names the tool may read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<String>,
+    /// A bread or Toren file's own contract, as its code declares it (an approval
+    /// predicate, hooks, a human gate, retries): read from the code by the registry
+    /// when it is registered, never taken from a client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<Value>,
 }
 
 const TOOL_TYPES: &[&str] = &["function", "mcp", "api"];
@@ -379,6 +384,7 @@ impl ToolFile {
             max_attempts: spec.max_attempts,
             retry: (spec.retry.attempts > 0).then_some(spec.retry),
             credentials: spec.credentials.clone(),
+            compat: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use toolshed_core::hooks::{AfterRun, BeforeRun, Hook, HookCall, OnError};
 use toolshed_core::{
     Approval, Effects, ErrorCode, Idempotency, RetryPolicy, SpecError, Tool, ToolError, ToolMeta,
+    ToolSpec,
 };
 
 use crate::config::SandboxPolicy;
@@ -112,17 +113,41 @@ impl Dispatcher {
             }
             return b.build();
         };
+        let mut spec = ToolSpec::new(&name, description).map_err(|e| SpecError::Fields {
+            origin: None,
+            errors: vec![e],
+        })?;
+        spec.input_schema = input_schema;
+        spec.output_schema = output_schema;
+        spec.meta = meta;
+        self.compat_tool(endpoint, spec, &compat, policy)
+    }
+
+    /// The tool `spec` defines, running at `endpoint` with `policy`, under the contract
+    /// a bread or Toren file declares (`compat`): its effects, idempotency, approval (a
+    /// predicate evaluated in the tool's own worker), timeout, max attempts, retries,
+    /// credentials, streaming, hooks (run in the tool's worker, first in the pipeline's
+    /// chain) or human gate. What the file declares wins over `spec` where both say.
+    /// Agent projects and the registry build a tool file's tool with it alike.
+    pub fn compat_tool(
+        &self,
+        endpoint: Endpoint,
+        spec: ToolSpec,
+        compat: &CompatSpec,
+        policy: SandboxPolicy,
+    ) -> Result<Tool, SpecError> {
+        let name = spec.name.as_str().to_owned();
         if compat.human {
             // The answer is what the person sends: any JSON, as bread's human tools take.
             let asked = toolshed_core::tool::human_tool_with(
                 &name,
-                &description,
-                input_schema,
-                output_schema.unwrap_or_else(|| json!({})),
+                &spec.description,
+                spec.input_schema.clone(),
+                spec.output_schema.clone().unwrap_or_else(|| json!({})),
             )?;
-            let mut spec = asked.spec().clone();
-            spec.meta = meta;
-            return Tool::from_spec(spec, asked.handler().clone());
+            let mut human = asked.spec().clone();
+            human.meta = spec.meta;
+            return Tool::from_spec(human, asked.handler().clone());
         }
         let handler = self.handler_with(endpoint.clone(), &name, policy.clone());
         let worker = Worker {
@@ -131,48 +156,44 @@ impl Dispatcher {
             tool: Arc::from(name.as_str()),
             policy: Arc::new(policy),
         };
-        let mut b = Tool::builder(&name)
-            .description(description)
-            .input_schema(input_schema)
-            .meta(meta)
-            .credentials(compat.credentials.iter().cloned())
-            .streaming(compat.streaming)
-            .raw_handler(handler);
-        if let Some(out) = output_schema {
-            b = b.output_schema(out);
-        }
+        let mut spec = spec;
+        spec.credentials.extend(compat.credentials.iter().cloned());
+        spec.credentials.sort();
+        spec.credentials.dedup();
+        spec.streaming |= compat.streaming;
         if let Some(e) = compat.effects {
-            b = b.effects(e);
+            spec.effects = e;
         }
         if let Some(i) = compat.idempotency {
-            b = b.idempotency(i);
+            spec.idempotency = i;
         }
         if let Some(ms) = compat.timeout_ms {
-            b = b.timeout(Duration::from_millis(ms));
+            spec.timeout = Some(Duration::from_millis(ms));
         }
         if let Some(n) = compat.max_attempts {
-            b = b.max_attempts(n);
+            spec.max_attempts = Some(n);
         }
         if compat.retry > 0 {
-            b = b.retry(RetryPolicy {
+            spec.retry = RetryPolicy {
                 attempts: compat.retry,
                 ..RetryPolicy::default()
-            });
+            };
         }
-        b = match compat.approval.as_deref() {
-            Some("always") => b.approval(Approval::Always),
-            Some("predicate") => b.approval(worker.clone().approval()),
-            _ => b,
-        };
-        if !compat.hooks.is_empty() {
-            b = b.hook(Arc::new(WorkerHook {
-                worker,
-                before: compat.hooks.iter().any(|h| h == "beforeRun"),
-                after: compat.hooks.iter().any(|h| h == "afterRun"),
-                error: compat.hooks.iter().any(|h| h == "onError"),
-            }));
+        match compat.approval.as_deref() {
+            Some("always") => spec.approval = Approval::Always,
+            Some("predicate") => spec.approval = worker.clone().approval(),
+            _ => {}
         }
-        b.build()
+        let tool = Tool::from_spec(spec, handler)?;
+        if compat.hooks.is_empty() {
+            return Ok(tool);
+        }
+        Ok(tool.with_hook(Arc::new(WorkerHook {
+            worker,
+            before: compat.hooks.iter().any(|h| h == "beforeRun"),
+            after: compat.hooks.iter().any(|h| h == "afterRun"),
+            error: compat.hooks.iter().any(|h| h == "onError"),
+        })))
     }
 }
 

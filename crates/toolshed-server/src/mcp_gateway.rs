@@ -316,11 +316,20 @@ fn exposed(t: &toolshed_registry::ToolRecord) -> ExposedTool {
         .filter(|s| s.get("type").and_then(Value::as_str) == Some("object"));
     let text = |k: &str| field(k).as_str().map(str::to_owned);
     let read_only = text("effects").as_deref() == Some("none");
-    let gated = match field("approval") {
-        Value::Null => false,
-        Value::String(s) => s != "never",
-        _ => true,
-    };
+    // A bread or Toren file's own approval (`always`, or a predicate in its worker)
+    // gates it as a definition's does.
+    let compat_gated = t
+        .definition
+        .get("compat")
+        .and_then(|c| c.get("approval"))
+        .and_then(Value::as_str)
+        .is_some_and(|a| a != "never");
+    let gated = compat_gated
+        || match field("approval") {
+            Value::Null => false,
+            Value::String(s) => s != "never",
+            _ => true,
+        };
     let idempotent = text("idempotency").is_some_and(|i| i != "none");
     ExposedTool {
         name: t.name.clone(),

@@ -112,6 +112,14 @@ pub fn parse_registration(body: Value) -> Result<Registration, ApiError> {
             })?,
         ),
     };
+    if map.contains_key("compat") {
+        // What a bread or Toren file declares is read from its code here, never taken
+        // from a client (which could claim a gated tool has no gate).
+        return Err(ApiError::field(
+            "compat",
+            "set by the registry from the tool's code (a bread or Toren file's approval, hooks, human gate, retries); leave it out",
+        ));
+    }
     rename(&mut map, "schema_definition", "input_schema")?;
     // A Python or Node tool may leave its description to the docstring (filled in by
     // `complete_registration`); a placeholder lets the other fields be checked now.
@@ -261,15 +269,27 @@ pub async fn complete_registration(
                 ),
             ));
         }
+        // A Node file is always read (in the sandbox): a bread or Toren file declares
+        // its contract in its code, and the registry carries all of it.
         Endpoint::Python { .. } | Endpoint::Node { .. }
-            if reg.file.input_schema.is_none() || reg.infer_description =>
+            if reg.file.input_schema.is_none()
+                || reg.infer_description
+                || matches!(endpoint, Endpoint::Node { .. }) =>
         {
             let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
-                ApiError::field(
-                    "schema_definition",
-                    format!("none given and inferring it failed: {e}"),
-                )
+                let field = if reg.file.input_schema.is_none() {
+                    "schema_definition"
+                } else {
+                    "endpoint"
+                };
+                ApiError::field(field, format!("reading the tool's code failed: {e}"))
             })?;
+            if let Some(compat) = &inferred.compat {
+                reg.file.compat =
+                    Some(serde_json::to_value(compat).map_err(|e| {
+                        ApiError::internal("cannot record a tool file's contract", e)
+                    })?);
+            }
             if reg.file.input_schema.is_none() {
                 reg.file.input_schema = Some(inferred.input_schema);
                 if reg.file.output_schema.is_none() {
@@ -576,6 +596,14 @@ fn executable_at(
     revision: Option<String>,
     builtin_env: Option<Arc<dyn toolshed_core::CredentialProvider>>,
 ) -> Result<Tool, String> {
+    // A bread or Toren file's contract, as the registry read it from the code.
+    let compat = match &file.compat {
+        None => None,
+        Some(v) => Some(
+            serde_json::from_value::<toolshed_dispatch::CompatSpec>(v.clone())
+                .map_err(|e| format!("has an unreadable tool-file contract ({e})"))?,
+        ),
+    };
     let mut spec = file
         .into_spec()
         .map_err(|e| format!("has a definition this server refuses ({e})"))?;
@@ -598,24 +626,39 @@ fn executable_at(
             // The pipeline owns the timeout; a tool that declares none gets the
             // dispatcher's.
             spec.timeout = Some(spec.timeout.unwrap_or(dispatcher.config().default_timeout));
-            // The sandbox gives the network only to a tool that declares it
-            // (`network_access: true`), and only where the server allows it at all.
-            let network = if spec.meta.network_access {
-                toolshed_sandbox::Network::On
-            } else {
-                toolshed_sandbox::Network::Off
-            };
-            let mut policy = toolshed_dispatch::SandboxPolicy::default().network(network);
-            if let Some(root) = &env.root {
-                policy = policy.project(root.clone());
-            }
-            for lib in &env.libraries {
-                policy = policy.library(lib.clone());
+            let policy = sandbox_policy(&spec, env);
+            if let Some(compat) = &compat {
+                // The file's own contract: its predicate and hooks in its worker.
+                return dispatcher
+                    .compat_tool(endpoint, spec, compat, policy)
+                    .map_err(|e| format!("cannot be built ({e})"));
             }
             dispatcher.handler_with(endpoint, &name, policy)
         }
     };
     Tool::from_spec(spec, handler).map_err(|e| format!("cannot be built ({e})"))
+}
+
+/// The sandbox a registry tool runs in: the network only for a tool that declares it
+/// (`network_access: true`, and only where the server allows it at all), its code's
+/// folder and its installed dependencies.
+fn sandbox_policy(
+    spec: &toolshed_core::ToolSpec,
+    env: &RunEnv,
+) -> toolshed_dispatch::SandboxPolicy {
+    let network = if spec.meta.network_access {
+        toolshed_sandbox::Network::On
+    } else {
+        toolshed_sandbox::Network::Off
+    };
+    let mut policy = toolshed_dispatch::SandboxPolicy::default().network(network);
+    if let Some(root) = &env.root {
+        policy = policy.project(root.clone());
+    }
+    for lib in &env.libraries {
+        policy = policy.library(lib.clone());
+    }
+    policy
 }
 
 /// A tool registered without an endpoint: metadata only.

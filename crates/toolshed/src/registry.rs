@@ -364,6 +364,11 @@ async fn code_body(
     args: &PushArgs,
 ) -> Result<Map<String, Value>, Failure> {
     let given_schema = args.schema.as_deref().map(read_schema).transpose()?;
+    // The file by its own path (no `..`, no links): what the sandbox shows of it, and
+    // what the endpoint names.
+    let path = &std::fs::canonicalize(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .map_err(Failure::bad_input)?;
     let mut function = function;
     let mut found = None;
     if kind == "python" && function.is_none() {
@@ -400,10 +405,7 @@ async fn code_body(
         .map(|i| i.name.clone())
         .or(function)
         .unwrap_or_else(|| file_stem(path));
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| default_name.replace('_', "-"));
+    let name = args.name.clone().unwrap_or(default_name);
     let description = args
         .description
         .clone()

@@ -42,6 +42,11 @@ impl Server {
             .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
             .env("TOOLSHED_DATABASE_URL", &db)
             .env("TOOLSHED_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            // toolshed's Node helper package (zod 4), as scripts/test installs it.
+            .env(
+                "TOOLSHED_NODE_DEPS",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-dispatch/node"),
+            )
             .env_remove("TOOLSHED_JWT_SECRET")
             .env_remove("TOOLSHED_LOG")
             .stdin(Stdio::null())
@@ -120,6 +125,10 @@ impl Shell {
             .env("TOOLSHED_URL", &self.url)
             .env("TOOLSHED_CONFIG_DIR", self.config_dir())
             .env("TOOLSHED_DATABASE_URL", &self.db)
+            .env(
+                "TOOLSHED_NODE_DEPS",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../toolshed-dispatch/node"),
+            )
             .env_remove("TOOLSHED_API_TOKEN")
             .env_remove("TOOLSHED_LOG");
         if let Some(t) = &self.token {
@@ -1221,4 +1230,162 @@ fn a_python_file_named_unlike_its_one_function_is_pushed_and_run() {
         "{}",
         stderr(&o)
     );
+}
+
+// ---- bread and Toren files pushed to the registry keep their contract (issue 28) ----
+
+const COMPAT_FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../toolshed-dispatch/tests/fixtures/compat"
+);
+
+/// A sessionless `2026-07-28` `tools/call` on the server's `/mcp`, as `curl` sends it:
+/// the JSON-RPC answer.
+fn mcp_call(server: &Server, token: &str, tool: &str, args: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": args,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let o = Command::new("curl")
+        .args(["-sS", "-X", "POST", &format!("{}/mcp", server.url)])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args(["-H", "Content-Type: application/json"])
+        .args(["-H", "Accept: application/json, text/event-stream"])
+        .args(["-H", "MCP-Protocol-Version: 2026-07-28"])
+        .args(["-H", "Mcp-Method: tools/call"])
+        .args(["-H", &format!("Mcp-Name: {tool}")])
+        .args(["--data-binary", &body.to_string()])
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    // One JSON body, or an event stream whose data line is the answer.
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or(&text);
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {text}"))
+}
+
+fn admin_token(server: &Server) -> String {
+    let o = Command::new("curl")
+        .args([
+            "-sS",
+            "-X",
+            "POST",
+            &format!("{}/api/v1/auth/login", server.url),
+        ])
+        .args(["-H", "Content-Type: application/json"])
+        .args([
+            "--data-binary",
+            &json!({"username": "admin", "password": ADMIN_PASSWORD}).to_string(),
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v["data"]["token"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_pushed_toren_file_keeps_its_approval_predicate_over_rest_and_mcp() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let file = format!("{COMPAT_FIXTURES}/fetch_report.ts");
+    let o = sh.run(&["registry", "tool", "push", &file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // The name as the file writes it, and the contract the registry read from the code.
+    let shown = sh.json(&["registry", "tool", "show", "fetch_report", "--json"]);
+    let compat = &shown["definition"]["compat"];
+    assert_eq!(compat["approval"], "predicate", "{shown}");
+    assert_eq!(compat["effects"], "external", "{shown}");
+    assert_eq!(compat["max_attempts"], 2, "{shown}");
+    // 500 > 100: the predicate, run in the tool's worker, parks the call.
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "run",
+        "fetch_report",
+        "--args",
+        r#"{"report": "annual", "amount": 500}"#,
+    ]);
+    assert_eq!(
+        code(&o),
+        4,
+        "parked for approval: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    // 50: no approval needed, it runs.
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "run",
+        "fetch_report",
+        "--args",
+        r#"{"report": "q1", "amount": 50}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("q1"), "{}", stdout(&o));
+    // Over /mcp the same gate holds.
+    let token = admin_token(&server);
+    let answer = mcp_call(
+        &server,
+        &token,
+        "fetch_report",
+        json!({"report": "annual", "amount": 500}),
+    );
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "pending_approval",
+        "{answer}"
+    );
+    // A client cannot claim a file's contract for it.
+    let claimed = write(
+        sh.home.path(),
+        "claimed.yaml",
+        "spec_version: v1\nname: claimed\ndescription: d\nendpoint: builtin:get_current_time\ncompat: {approval: never}\n",
+    );
+    let o = sh.run(&["registry", "tool", "push", claimed.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("compat"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_pushed_bread_human_tool_parks_its_run_for_an_answer() {
+    let server = Server::start();
+    let sh = server.shell();
+    sh.login_admin();
+    let file = format!("{COMPAT_FIXTURES}/approve.ts");
+    let o = sh.run(&["registry", "tool", "push", &file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "run",
+        "approve_publish",
+        "--json",
+        "--args",
+        r#"{"url": "https://example.com/post"}"#,
+    ]);
+    assert_eq!(
+        code(&o),
+        4,
+        "parked for an answer: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let parked: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let call = parked["call_id"].as_str().unwrap().to_owned();
+    let run = parked["run_id"].as_str().unwrap().to_owned();
+    let o = sh.run(&[
+        "registry",
+        "answer",
+        &call,
+        "--answer",
+        r#"{"approved": true}"#,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = sh.run(&["registry", "resume", &run]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("approved"), "{}", stdout(&o));
 }
