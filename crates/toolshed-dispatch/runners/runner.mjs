@@ -28,6 +28,7 @@
 import { readFileSync, realpathSync, writeSync } from 'node:fs';
 import { register } from 'node:module';
 import { pathToFileURL } from 'node:url';
+import { format } from 'node:util';
 
 import { COMPAT, CompatError, makeContext, parseArgs } from './compat.mjs';
 
@@ -40,6 +41,26 @@ Object.defineProperty(process, 'stdout', {
   enumerable: true,
   get: () => process.stderr,
 });
+
+// While a call runs, what the tool logs with console.log (console.info, console.debug)
+// reaches the runtime as {"id", "stdout": text} lines: a person sees it as the tool's
+// stdout, apart from its stderr. Other writes (process.stdout.write, child processes)
+// still go to stderr, as between calls.
+// At most PRINT_LIMIT characters are relayed per call (the protocol's stdout is capped,
+// and a chatty tool must not fail for it); past it they are dropped.
+const PRINT_LIMIT = 256 * 1024;
+let printingFor = null;
+let printed = 0;
+for (const method of ['log', 'info', 'debug']) {
+  const original = console[method].bind(console);
+  console[method] = (...args) => {
+    if (printingFor === null) return original(...args);
+    const text = `${format(...args)}\n`.slice(0, Math.max(PRINT_LIMIT - printed, 0));
+    if (text.length === 0) return;
+    printed += text.length;
+    protoWrite(`${JSON.stringify({ id: printingFor, stdout: text })}\n`);
+  };
+}
 
 let pause;
 function protoWrite(text) {
@@ -191,11 +212,16 @@ function send(message) {
       id: message.id,
       error: { message: `the tool's ${kind} is not JSON-serializable: ${describe(err)}`, code: 'InvalidResult' },
     });
+    printingFor = null;
     process.stderr.write(CALL_END);
     protoWrite(`${line}\n`);
     return false;
   }
-  if (!('partial' in message)) process.stderr.write(CALL_END);
+  if (!('partial' in message)) {
+    // The call's last line: what it prints from now on is not the call's.
+    printingFor = null;
+    process.stderr.write(CALL_END);
+  }
   protoWrite(`${line}\n`);
   return true;
 }
@@ -237,6 +263,8 @@ async function handle(tool, raw) {
     };
   }
   Object.assign(ctx, askers(id));
+  printingFor = id;
+  printed = 0;
   try {
     if (tool.def) {
       if (tool.def.human) throw Object.assign(new Error('a human tool is answered by a person, not run'), { code: 'HumanTool' });

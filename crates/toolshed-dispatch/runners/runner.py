@@ -282,9 +282,84 @@ class _Context(types.SimpleNamespace):
         return self._ask("sampling/createMessage", params)
 
 
+class _ToolStdout:
+    """`sys.stdout` while a call runs: what the tool prints reaches the runtime as
+    `{"id", "stdout": text}` lines, so a person sees it as the tool's stdout (the real
+    stdout carries the protocol). Between calls, and below Python (fd 1, C extensions,
+    child processes), output goes to stderr as before."""
+
+    encoding = "utf-8"
+    errors = "strict"
+    # Relayed per call at most (the protocol's stdout is capped, and a chatty tool must
+    # not fail for it); past it, what is printed is counted and dropped.
+    LIMIT = 256 * 1024
+
+    def __init__(self, runner):
+        self._runner = runner
+        self._rid = None
+        self._parts = []
+        self._sent = 0
+        self._dropped = 0
+
+    def begin(self, rid):
+        self._rid = rid
+        self._sent = 0
+        self._dropped = 0
+
+    def end(self):
+        self.flush()
+        if self._rid is not None and self._dropped:
+            self._runner.send({"id": self._rid, "stdout": "\n[toolshed: %d more characters printed were dropped]\n" % self._dropped})
+        self._rid = None
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        if self._rid is None:
+            return sys.stderr.write(text)
+        room = self.LIMIT - self._sent
+        if len(text) > room:
+            self._dropped += len(text) - max(room, 0)
+            text = text[: max(room, 0)]
+        if text:
+            self._sent += len(text)
+            self._parts.append(text)
+            if "\n" in text:
+                self.flush()
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if self._rid is not None and self._parts:
+            text = "".join(self._parts)
+            self._parts = []
+            self._runner.send({"id": self._rid, "stdout": text})
+
+    @property
+    def buffer(self):
+        return sys.stderr.buffer
+
+    def fileno(self):
+        return sys.stderr.fileno()
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+
 class _Runner:
     def __init__(self, proto, fn, load_error, proto_in=None):
         self.proto = proto
+        self.out = _ToolStdout(self)
+        sys.stdout = self.out
         self.proto_in = proto_in
         self.fn = fn
         self.load_error = load_error
@@ -329,6 +404,8 @@ class _Runner:
         self.proto.flush()
 
     def finish(self, message):
+        # What the tool printed goes out before its answer.
+        self.out.end()
         # Logs written before the answer go out before it, followed by the end-of-call
         # mark, so the runtime knows it has them all when it reads the answer.
         sys.stderr.flush()
@@ -350,9 +427,11 @@ class _Runner:
         if self.load_error is not None:
             self.finish({"id": rid, "error": self.load_error})
             return
+        self.out.begin(rid)
         try:
             self.run(rid, request, args)
         except _Stop as stop:
+            self.out.end()
             sys.stderr.flush()
             sys.stderr.write(_CALL_END)
             sys.stderr.flush()

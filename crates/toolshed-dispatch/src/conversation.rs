@@ -98,6 +98,10 @@ pub(crate) struct Conversation {
     can_answer: bool,
     /// A partial result came: an `end` line may close the stream.
     streamed: bool,
+    /// One of toolshed's runners ([`Opening::runner`]).
+    runner: bool,
+    /// What the tool printed to its stdout, as its runner relayed it (`stdout` lines).
+    printed: String,
 }
 
 /// How to start a conversation.
@@ -122,6 +126,9 @@ pub(crate) struct Opening {
     /// the Node runner's one-shot mode does, so they get end-of-file right after their
     /// request.
     pub keep_stdin: bool,
+    /// The process is one of toolshed's runners: the diagnostics' stdout is what the
+    /// tool printed (its `stdout` lines), not the protocol the runner spoke for it.
+    pub runner: bool,
 }
 
 impl Conversation {
@@ -139,6 +146,7 @@ impl Conversation {
             sink,
             asker,
             keep_stdin,
+            runner,
         } = opening;
         let mut write_failed = false;
         let mut solo_writer = None;
@@ -180,6 +188,8 @@ impl Conversation {
             secrets: Arc::from(Vec::new()),
             can_answer,
             streamed: false,
+            runner,
+            printed: String::new(),
         };
         (conv, write_failed)
     }
@@ -276,6 +286,11 @@ impl Conversation {
                         continue;
                     }
                     return match parse_line(trimmed, &self.id) {
+                        Ok(Line::Stdout(text)) => {
+                            // Bounded: its line counted against the stdout cap.
+                            self.printed.push_str(&text);
+                            continue;
+                        }
                         Ok(Line::Ask { seq, ask }) => {
                             let excerpt =
                                 crate::error::excerpt(&String::from_utf8_lossy(trimmed), 200);
@@ -383,8 +398,13 @@ impl Conversation {
     /// is killed (and the pool starts a replacement).
     pub async fn finish(mut self) -> Diagnostics {
         let healthy = self.answered && !self.broken;
+        let stdout = if self.runner {
+            std::mem::take(&mut self.printed)
+        } else {
+            String::from_utf8_lossy(&self.stdout).into_owned()
+        };
         let mut diagnostics = Diagnostics {
-            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
+            stdout,
             stdout_truncated: self.stdout_truncated,
             asks: std::mem::take(&mut self.asks),
             ..Diagnostics::default()

@@ -564,6 +564,9 @@ impl Dispatcher {
             // The Python runner reads requests line by line, so a one-shot one can be
             // answered too; the Node runner's one-shot mode reads stdin to its end.
             keep_stdin: matches!(endpoint, Endpoint::Python { .. }),
+            // Our runners speak the protocol for the tool: what it prints arrives as
+            // `stdout` lines, and that is the stdout a person is shown.
+            runner: matches!(endpoint, Endpoint::Python { .. } | Endpoint::Node { .. }),
         };
         match mode {
             Mode::OneShot => {

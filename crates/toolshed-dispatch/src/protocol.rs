@@ -9,7 +9,12 @@
 //! tool → runtime  {"id", "result": …}                exactly one of these three
 //!                 {"id", "error": {"message", "code"?}}
 //!                 {"id", "end": true}                after one partial or more
+//! tool → runtime  {"id", "stdout": "text"}           zero or more, any time in a call
 //! ```
+//!
+//! `stdout` is what the tool itself printed, relayed by toolshed's runners (which keep
+//! the process's real stdout for the protocol): the diagnostics show it as the tool's
+//! stdout, apart from its stderr.
 //!
 //! `end` closes a stream whose last partial is the result: a generator's values are
 //! each sent the moment it yields them, and only its exhaustion says which was the
@@ -225,6 +230,8 @@ impl Message {
 pub(crate) enum Line {
     /// A partial result, the result or the error.
     Said(Message),
+    /// What the tool printed to its stdout, relayed by its runner.
+    Stdout(String),
     /// A question for the client of the call.
     Ask {
         /// The tool's number for it, echoed in the answer.
@@ -286,7 +293,7 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Line, BadLine
             )));
         }
     }
-    let present: Vec<&str> = ["partial", "result", "error", "ask", "end"]
+    let present: Vec<&str> = ["partial", "result", "error", "ask", "end", "stdout"]
         .into_iter()
         .filter(|k| obj.contains_key(*k))
         .collect();
@@ -294,6 +301,10 @@ pub(crate) fn parse_line(line: &[u8], expected_id: &str) -> Result<Line, BadLine
         [] => Err(bad(
             "a line has none of the keys `partial`, `result`, `error`, `ask`, `end`".into(),
         )),
+        ["stdout"] => match obj.remove("stdout") {
+            Some(Value::String(text)) => Ok(Line::Stdout(text)),
+            _ => Err(bad("a stdout line's `stdout` is not a string".into())),
+        },
         ["end"] => match obj.remove("end") {
             Some(Value::Bool(true)) => Ok(Line::Said(Message::End)),
             _ => Err(bad("an end line's `end` is not `true`".into())),

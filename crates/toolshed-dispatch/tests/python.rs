@@ -337,7 +337,7 @@ async fn generators_stream_partials() {
 }
 
 #[tokio::test]
-async fn print_goes_to_stderr_not_the_protocol() {
+async fn print_is_the_tools_stdout_never_the_protocol() {
     for mode in [Mode::OneShot, Mode::Pool] {
         let run = dispatcher(mode)
             .execute(
@@ -346,22 +346,22 @@ async fn print_goes_to_stderr_not_the_protocol() {
             )
             .await;
         assert_eq!(run.result.unwrap(), json!({"printed": 3}), "{mode:?}");
-        for line in [
-            "log line 0",
-            "log line 2",
-            "written to sys.stdout",
-            "from a child process",
-        ] {
-            assert!(
-                run.diagnostics.stderr.contains(line),
-                "{mode:?}: {line} not in {:?}",
-                run.diagnostics.stderr
-            );
-        }
+        // What the tool printed is its stdout, and only that: not the runner's
+        // protocol lines, not its stderr.
+        assert_eq!(
+            run.diagnostics.stdout, "log line 0\nlog line 1\nlog line 2\nwritten to sys.stdout\n",
+            "{mode:?}"
+        );
+        // Below Python (a child process's fd 1) it is stderr, as the protocol needs.
         assert!(
-            !run.diagnostics.stdout.contains("log line"),
-            "{}",
-            run.diagnostics.stdout
+            run.diagnostics.stderr.contains("from a child process"),
+            "{mode:?}: {:?}",
+            run.diagnostics.stderr
+        );
+        assert!(
+            !run.diagnostics.stderr.contains("log line"),
+            "{mode:?}: {:?}",
+            run.diagnostics.stderr
         );
     }
 }
@@ -571,4 +571,24 @@ async fn a_crash_reports_the_exit_code_and_stderr_tail() {
     assert_eq!(err.details.unwrap()["exit_code"], 3);
     assert_eq!(run.diagnostics.exit_code, Some(3));
     assert!(run.diagnostics.stderr.contains("the database is on fire"));
+}
+
+#[tokio::test]
+async fn a_tool_printing_past_the_limit_still_answers() {
+    for mode in [Mode::OneShot, Mode::Pool] {
+        let run = dispatcher(mode)
+            .execute(
+                &endpoint("python", "tools.py:chatty"),
+                Request::new("chatty", json!({"kib": 2048})),
+            )
+            .await;
+        assert_eq!(run.result.unwrap(), json!({"kib": 2048}), "{mode:?}");
+        let out = &run.diagnostics.stdout;
+        assert!(out.starts_with("ppp"), "{mode:?}");
+        assert!(
+            out.trim_end().ends_with("characters printed were dropped]"),
+            "{mode:?}: {}",
+            &out[out.len().saturating_sub(200)..]
+        );
+    }
 }

@@ -443,7 +443,7 @@ fn an_unreachable_server_is_exit_3() {
     write(
         home.path(),
         "agent/agent.yaml",
-        "name: support\ntools:\n  - ref: tools/order-lookup\n",
+        "name: support\ntools:\n  - ref: tools/order_lookup\n",
     );
     let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(["agent", "validate", "agent"])
@@ -469,12 +469,12 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     let o = sh.run(&["registry", "tool", "push", py]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).starts_with("registered order-lookup (id "),
+        stdout(&o).starts_with("registered order_lookup (id "),
         "{}",
         stdout(&o)
     );
 
-    let tool = sh.json(&["registry", "tool", "show", "order-lookup", "--json"]);
+    let tool = sh.json(&["registry", "tool", "show", "order_lookup", "--json"]);
     // The code was uploaded: the endpoint names the file inside it, not this machine's
     // path, and the detail carries the code's hash and size.
     assert_eq!(tool["endpoint"], "python:order_lookup.py");
@@ -494,7 +494,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     );
     assert_eq!(schema["properties"]["include_tracking"]["type"], "boolean");
     assert_eq!(schema["properties"]["include_tracking"]["default"], false);
-    let o = sh.run(&["registry", "tool", "show", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "show", "order_lookup"]);
     assert!(stdout(&o).contains("input schema:"), "{}", stdout(&o));
 
     // Run it: stdout is the output, as JSON.
@@ -502,7 +502,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
         "registry",
         "tool",
         "run",
-        "order-lookup",
+        "order_lookup",
         "--args",
         r#"{"order_id": "ORD-123456", "include_tracking": true}"#,
     ]);
@@ -529,7 +529,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
         "registry",
         "tool",
         "run",
-        "order-lookup",
+        "order_lookup",
         "--args",
         r#"{"include_tracking": "yes"}"#,
     ]);
@@ -538,7 +538,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     assert!(err.contains("INVALID_ARGS"), "{err}");
     assert!(err.contains("order_id"), "{err}");
     assert!(err.contains("/include_tracking"), "{err}");
-    let o = sh.run(&["registry", "tool", "run", "order-lookup", "--args", "[1]"]);
+    let o = sh.run(&["registry", "tool", "run", "order_lookup", "--args", "[1]"]);
     assert_eq!(code(&o), 2);
 
     // Pushing again is an update: a new revision.
@@ -553,9 +553,9 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         stdout(&o).trim_end().split(" (").next().unwrap(),
-        "updated order-lookup to revision 2"
+        "updated order_lookup to revision 2"
     );
-    let versions = sh.json(&["registry", "tool", "versions", "order-lookup", "--json"]);
+    let versions = sh.json(&["registry", "tool", "versions", "order_lookup", "--json"]);
     let revs: Vec<u64> = versions
         .as_array()
         .unwrap()
@@ -657,7 +657,7 @@ fn python_and_node_tools_are_pushed_inferred_and_run() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.starts_with("NAME"), "{text}");
-    for name in ["order-lookup", "greet", "shout", "markdown_writer"] {
+    for name in ["order_lookup", "greet", "shout", "markdown_writer"] {
         assert!(text.contains(name), "{name}: {text}");
     }
     assert!(text.trim_end().ends_with("page 1 of 1, 8 tools"), "{text}");
@@ -816,7 +816,7 @@ fn agents_register_usage_edges_and_tools_are_deleted() {
     let py = write(&src, "order_lookup.py", ORDER_LOOKUP_PY);
     let o = sh.run(&["registry", "tool", "push", py.to_str().unwrap()]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let o = sh.run(&["registry", "tool", "usage", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "usage", "order_lookup"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
         stdout(&o).contains("no registered agent uses"),
@@ -828,7 +828,7 @@ fn agents_register_usage_edges_and_tools_are_deleted() {
     write(
         &project,
         "agent.yaml",
-        "name: support-agent\nframework: langgraph\ntools:\n  - ref: tools/order-lookup\n  - ref: tools/markdown-writer\n",
+        "name: support-agent\nframework: langgraph\ntools:\n  - ref: tools/order_lookup\n  - ref: tools/markdown-writer\n",
     );
     // The registry step of the resolver chain finds the pushed tool.
     let v = sh.json(&["agent", "validate", project.to_str().unwrap(), "--json"]);
@@ -836,7 +836,7 @@ fn agents_register_usage_edges_and_tools_are_deleted() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["name"] == "order-lookup")
+        .find(|t| t["name"] == "order_lookup")
         .map(|t| t["origin"].clone());
     assert_eq!(origin, Some(json!("registry")), "{v}");
 
@@ -847,11 +847,11 @@ fn agents_register_usage_edges_and_tools_are_deleted() {
         text.starts_with("registered agent support-agent (id "),
         "{text}"
     );
-    assert!(text.contains("order-lookup ("), "{text}");
-    let usage = sh.json(&["registry", "tool", "usage", "order-lookup", "--json"]);
+    assert!(text.contains("order_lookup ("), "{text}");
+    let usage = sh.json(&["registry", "tool", "usage", "order_lookup", "--json"]);
     assert_eq!(usage.as_array().unwrap().len(), 1, "{usage}");
     assert_eq!(usage[0]["agent_name"], "support-agent");
-    let o = sh.run(&["registry", "tool", "usage", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "usage", "order_lookup"]);
     assert!(stdout(&o).contains("support-agent"), "{}", stdout(&o));
 
     // A project whose agent.yaml is wrong is refused before anything is sent.
@@ -861,23 +861,23 @@ fn agents_register_usage_edges_and_tools_are_deleted() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 
     // Delete: gone from show and list, its revisions kept.
-    let tool = sh.json(&["registry", "tool", "show", "order-lookup", "--json"]);
+    let tool = sh.json(&["registry", "tool", "show", "order_lookup", "--json"]);
     let id = tool["id"].as_str().unwrap().to_owned();
-    let o = sh.run(&["registry", "tool", "delete", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "delete", "order_lookup"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(
-        stdout(&o).starts_with("deleted order-lookup"),
+        stdout(&o).starts_with("deleted order_lookup"),
         "{}",
         stdout(&o)
     );
-    let o = sh.run(&["registry", "tool", "show", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "show", "order_lookup"]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("NOT_FOUND"), "{}", stderr(&o));
     let o = sh.run(&["registry", "tool", "list"]);
-    assert!(!stdout(&o).contains("order-lookup"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("order_lookup"), "{}", stdout(&o));
     let versions = sh.json(&["registry", "tool", "versions", &id, "--json"]);
     assert_eq!(versions[0]["status"], "deleted", "{versions}");
-    let o = sh.run(&["registry", "tool", "delete", "order-lookup"]);
+    let o = sh.run(&["registry", "tool", "delete", "order_lookup"]);
     assert_eq!(code(&o), 2);
 }
 
@@ -1339,6 +1339,27 @@ fn a_pushed_toren_file_keeps_its_approval_predicate_over_rest_and_mcp() {
         answer["result"]["structuredContent"]["status"], "pending_approval",
         "{answer}"
     );
+    // A bread file's onError hook runs in its worker on the server: a failed search
+    // recovers with empty results. The name is kept as given, underscore and all.
+    let file = format!("{COMPAT_FIXTURES}/web_search.ts");
+    let o = sh.run(&["registry", "tool", "push", &file, "--name", "hooked_search"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let shown = sh.json(&["registry", "tool", "show", "hooked_search", "--json"]);
+    assert_eq!(
+        shown["definition"]["compat"]["hooks"],
+        json!(["onError"]),
+        "{shown}"
+    );
+    let o = sh.run(&[
+        "registry",
+        "tool",
+        "run",
+        "hooked_search",
+        "--args",
+        r#"{"query": "fail"}"#,
+    ]);
+    assert_eq!(code(&o), 0, "recovered by its onError hook: {}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "[]", "{}", stdout(&o));
     // A client cannot claim a file's contract for it.
     let claimed = write(
         sh.home.path(),
