@@ -86,6 +86,43 @@ impl FromRequestParts<AppState> for Auth {
     }
 }
 
+/// The caller, refused with 403 `FORBIDDEN` unless it has at least the deployer role.
+/// It reads only the request's head, so a handler that takes it before its body
+/// refuses a caller below the role before the body is read: such a caller learns
+/// nothing of the body's contract from a 400 or 422 (axum runs the body extractor
+/// last).
+#[derive(Debug, Clone)]
+pub struct Deployer(pub Claims);
+
+impl FromRequestParts<AppState> for Deployer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        with_role(parts, state, Role::Deployer).await.map(Deployer)
+    }
+}
+
+/// The caller, refused with 403 `FORBIDDEN` unless it has at least the admin role;
+/// before the body is read, as [`Deployer`].
+#[derive(Debug, Clone)]
+pub struct Admin(pub Claims);
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        with_role(parts, state, Role::Admin).await.map(Admin)
+    }
+}
+
+/// The caller's claims if it has at least `role`: [`Auth`]'s 401s, then
+/// [`Auth::require`]'s 403.
+async fn with_role(parts: &mut Parts, state: &AppState, role: Role) -> Result<Claims, ApiError> {
+    let auth = Auth::from_request_parts(parts, state).await?;
+    auth.require(role)?;
+    Ok(auth.0)
+}
+
 /// The client's address, when the server was started with connection info (as
 /// [`Server::run`](crate::Server::run) does): the socket's peer, or, behind a trusted
 /// proxy, the client its forwarding headers name ([`crate::client_addr`]); `None`

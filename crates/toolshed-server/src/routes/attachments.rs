@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Query};
+use crate::extract::{Auth, Deployer, Query};
 use crate::state::AppState;
 
 /// The env var naming the folder attachments' files are stored in.
@@ -314,11 +314,10 @@ impl From<AttachmentRecord> for AttachmentView {
     ))]
 pub async fn create_attachment(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Query(q): Query<UploadQuery>,
     body: RawBody,
 ) -> Result<(axum::http::StatusCode, Json<Data<AttachmentView>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?.clone();
     let limits = Limits::default();
     // The route reads its own body, past the JSON routes' limit, up to the file cap;
     // one byte more is a 413 without reading further.

@@ -14,7 +14,7 @@ use toolshed_registry::NewUser;
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Body, ClientAddr};
+use crate::extract::{Admin, Auth, Body, ClientAddr};
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
 
@@ -91,16 +91,15 @@ pub fn check_username(name: &str) -> Result<(), String> {
     ))]
 pub async fn add_user(
     State(state): State<AppState>,
-    auth: Auth,
+    Admin(claims): Admin,
     Body(body): Body<NewUserBody>,
 ) -> Result<(StatusCode, Json<Data<UserView>>), ApiError> {
-    let claims = auth.require(Role::Admin)?;
     check_username(&body.username).map_err(|m| ApiError::field("username", m))?;
     let role: Role = body.role.parse()?;
-    let own = tenant_of(claims);
+    let own = tenant_of(&claims);
     let tenant = body.tenant.unwrap_or_else(|| own.to_owned());
     check_username(&tenant).map_err(|m| ApiError::field("tenant", m))?;
-    if !scope_of(claims).allows(&tenant) {
+    if !scope_of(&claims).allows(&tenant) {
         return Err(refused(
             "tenant",
             format!(

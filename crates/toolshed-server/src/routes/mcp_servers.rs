@@ -21,7 +21,7 @@ use utoipa::IntoParams;
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Body, Query};
+use crate::extract::{Admin, Auth, Body, Deployer, Query};
 use crate::mcp::{self, MCP_TOOL_TYPE};
 use crate::routes::registry::{PageQuery, page_of, per_page_of};
 use crate::state::AppState;
@@ -80,17 +80,16 @@ pub async fn list_mcp_servers_alias(
     ))]
 pub async fn create_mcp_server(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Body(body): Body<McpServerBody>,
 ) -> Result<(StatusCode, Json<Data<McpServerView>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?;
     if body.expected_revision.is_some() {
         return Err(ApiError::field(
             "expected_revision",
             "only updates (PUT) take an expected revision",
         ));
     }
-    let entry = mcp::entry(&state, claims, body, None)?;
+    let entry = mcp::entry(&state, &claims, body, None)?;
     let record = state.registry().create_mcp_server(entry.new).await?;
     tracing::info!(mcp_server = %record.server.name, id = %record.id, tenant = %record.server.tenant, by = %claims.sub, "MCP server registered");
     Ok((
@@ -154,18 +153,17 @@ pub async fn get_mcp_server(
     ))]
 pub async fn update_mcp_server(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(id): Path<String>,
     Body(body): Body<McpServerBody>,
 ) -> Result<Json<Data<McpServerView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    let current = find(&state, claims, &id).await?;
+    let current = find(&state, &claims, &id).await?;
     let expected = body.expected_revision;
-    let entry = mcp::entry(&state, claims, body, Some(&current))?;
+    let entry = mcp::entry(&state, &claims, body, Some(&current))?;
     let tools = server_tools(&state, &current).await?;
     let record = state
         .registry()
-        .update_mcp_server(&current.id, entry.new, expected, &scope_of(claims))
+        .update_mcp_server(&current.id, entry.new, expected, &scope_of(&claims))
         .await?;
     for t in &tools {
         state.forget(t);
@@ -376,14 +374,13 @@ pub async fn pending_mcp_changes(
     ))]
 pub async fn accept_mcp_changes(
     State(state): State<AppState>,
-    auth: Auth,
+    Admin(claims): Admin,
     Path(id): Path<String>,
     Body(body): Body<McpAcceptBody>,
 ) -> Result<Json<Data<McpAcceptView>>, ApiError> {
-    let claims = auth.require(Role::Admin)?;
-    let record = find(&state, claims, &id).await?;
+    let record = find(&state, &claims, &id).await?;
     let spec = mcp::spec_of(&record)?;
-    let scope = scope_of(claims);
+    let scope = scope_of(&claims);
     let waiting = state.registry().mcp_pending(&record.id, &scope).await?;
     let wanted = body.tools;
     let mut chosen = Vec::new();
@@ -456,13 +453,12 @@ pub struct ExecuteQuery {
     ))]
 pub async fn execute_mcp_tool(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(id): Path<String>,
     Query(q): Query<ExecuteQuery>,
     Body(args): Body<Value>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    let record = find(&state, claims, &id).await?;
+    let record = find(&state, &claims, &id).await?;
     if !record.server.enabled {
         // Refused before the tool is looked up: nothing of a disabled entry runs.
         mcp::connection(&state, &record)?;
@@ -481,7 +477,7 @@ pub async fn execute_mcp_tool(
                 record.server.name, q.tool_name, record.id
             ))
         })?;
-    crate::routes::registry::execute(&state, claims, &tool.id, Some(args)).await
+    crate::routes::registry::execute(&state, &claims, &tool.id, Some(args)).await
 }
 
 /// The active registry tools of an entry (the MCP tools of its tenant whose endpoint

@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 use crate::Json;
 use crate::error::ApiError;
 use crate::execute::ExecuteRequest;
-use crate::extract::{Auth, Body, Query};
+use crate::extract::{Auth, Body, Deployer, Query};
 use crate::state::AppState;
 use crate::tenancy::{scope_of, tenant_of};
 use crate::tools::{
@@ -69,10 +69,9 @@ pub struct ToolQuery {
     ))]
 pub async fn create_tool(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Body(body): Body<Value>,
 ) -> Result<(StatusCode, Json<Data<ToolDetail>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?;
     let reg = parse_registration(body)?;
     if reg.expected_revision.is_some() {
         return Err(ApiError::field(
@@ -80,10 +79,10 @@ pub async fn create_tool(
             "only updates (PUT) take an expected revision",
         ));
     }
-    let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
+    let reg = complete_registration(state.dispatcher(), state.code()?, &claims, reg).await?;
     check_executable(&state, &reg)?;
-    check_credentials(&state, claims, &reg)?;
-    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
+    check_credentials(&state, &claims, &reg)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(&claims))?;
     let record = state.registry().create_tool(new).await?;
     tracing::info!(tool = %record.name, id = %record.id, by = %claims.sub, "tool registered");
     Ok((
@@ -191,13 +190,12 @@ pub async fn get_tool(
     ))]
 pub async fn update_tool(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(id): Path<String>,
     Body(body): Body<Value>,
 ) -> Result<Json<Data<ToolDetail>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
     let current = find_tool(state.registry().as_ref(), &id).await?;
-    let scope = scope_of(claims);
+    let scope = scope_of(&claims);
     // Refused before any work on the body (completing it may run the code to infer a
     // schema); the store checks again in the transaction that writes.
     if !scope.allows(&current.tenant) {
@@ -210,10 +208,10 @@ pub async fn update_tool(
     }
     let reg = parse_registration(body)?;
     let expected = reg.expected_revision;
-    let reg = complete_registration(state.dispatcher(), state.code()?, claims, reg).await?;
+    let reg = complete_registration(state.dispatcher(), state.code()?, &claims, reg).await?;
     check_executable(&state, &reg)?;
-    check_credentials(&state, claims, &reg)?;
-    let new = new_tool(&reg, &claims.sub, tenant_of(claims))?;
+    check_credentials(&state, &claims, &reg)?;
+    let new = new_tool(&reg, &claims.sub, tenant_of(&claims))?;
     let record = state
         .registry()
         .update_tool(&current.id, new, expected, &scope)
@@ -322,12 +320,11 @@ pub async fn tool_usage(
     ))]
 pub async fn execute_tool(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(id): Path<String>,
     Body(body): Body<ExecuteBody>,
 ) -> Result<(StatusCode, Json<Data<ExecuteView>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    execute(&state, claims, &id, body.args).await
+    execute(&state, &claims, &id, body.args).await
 }
 
 /// One execute of a registry tool by id or name, as a durable run of the caller, as the
@@ -416,10 +413,9 @@ pub(crate) async fn execute(
     ))]
 pub async fn register_agent(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Body(body): Body<Value>,
 ) -> Result<(StatusCode, Json<Data<AgentView>>), ApiError> {
-    let claims = auth.require(Role::Deployer)?;
     if !body.is_object() {
         return Err(ApiError::invalid_body(
             "the body must be agent.yaml as a JSON object (name, framework, tools, …)",
@@ -447,9 +443,9 @@ pub async fn register_agent(
                 definition: body,
                 tool_ids,
                 created_by: claims.sub.clone(),
-                tenant: tenant_of(claims).to_owned(),
+                tenant: tenant_of(&claims).to_owned(),
             },
-            &scope_of(claims),
+            &scope_of(&claims),
         )
         .await?;
     tracing::info!(agent = %record.name, id = %record.id, by = %claims.sub, "agent registered");

@@ -17,7 +17,7 @@ use utoipa::IntoParams;
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Body, Query};
+use crate::extract::{Auth, Body, Deployer, Query};
 use crate::state::AppState;
 use crate::views;
 
@@ -345,12 +345,11 @@ async fn runtime_for(state: &AppState, id: &str, driver: &Driver) -> Result<Runt
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
 pub async fn cancel_run(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(id): Path<String>,
     Body(body): Body<ReasonBody>,
 ) -> Result<Json<Data<RunView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    visible_run(&state, claims, &id).await?;
+    visible_run(&state, &claims, &id).await?;
     let run = state
         .journal()
         .set_run_status(&id, RunStatus::Cancelled, body.reason)
@@ -390,11 +389,11 @@ pub async fn list_approvals(
         (status = 404, body = ErrorEnvelope), (status = 409, description = "Not waiting for an approval", body = ErrorEnvelope)))]
 pub async fn approve(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(call_id): Path<String>,
     Body(body): Body<ReasonBody>,
 ) -> Result<Json<Data<DecisionView>>, ApiError> {
-    decide(state, auth, call_id, body, true).await
+    decide(state, claims, call_id, body, true).await
 }
 
 /// Deny a waiting call (deployer). On resume it becomes an error result naming who and why.
@@ -404,22 +403,21 @@ pub async fn approve(
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope)))]
 pub async fn deny(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(call_id): Path<String>,
     Body(body): Body<ReasonBody>,
 ) -> Result<Json<Data<DecisionView>>, ApiError> {
-    decide(state, auth, call_id, body, false).await
+    decide(state, claims, call_id, body, false).await
 }
 
 async fn decide(
     state: AppState,
-    auth: Auth,
+    claims: Claims,
     call_id: String,
     body: ReasonBody,
     approved: bool,
 ) -> Result<Json<Data<DecisionView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    let rec = decide_as(&state, claims, &call_id, body.reason, approved).await?;
+    let rec = decide_as(&state, &claims, &call_id, body.reason, approved).await?;
     Ok(Json(Data {
         data: DecisionView {
             call_id: rec.call_id,
@@ -460,12 +458,11 @@ pub(crate) async fn decide_as(
         (status = 404, body = ErrorEnvelope), (status = 409, body = ErrorEnvelope), (status = 422, body = ErrorEnvelope)))]
 pub async fn answer(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Path(call_id): Path<String>,
     Body(body): Body<AnswerBody>,
 ) -> Result<Json<Data<AnswerView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
-    visible_call(&state, claims, &call_id).await?;
+    visible_call(&state, &claims, &call_id).await?;
     let rec =
         toolshed_runtime::answer(state.journal().as_ref(), &call_id, body.answer, &claims.sub)
             .await?;

@@ -14,7 +14,7 @@ use toolshed_sandbox::{LimitsRequest, Network};
 
 use crate::Json;
 use crate::error::ApiError;
-use crate::extract::{Auth, Body, Query};
+use crate::extract::{Auth, Body, Deployer, Query};
 use crate::routes::registry::PageQuery;
 use crate::sandbox::{Prepared, cap, read_result, sandbox_error, view};
 use crate::state::AppState;
@@ -43,10 +43,9 @@ const MAX_TOOL_ID: usize = 256;
     ))]
 pub async fn execute(
     State(state): State<AppState>,
-    auth: Auth,
+    Deployer(claims): Deployer,
     Body(body): Body<SandboxExecuteBody>,
 ) -> Result<Json<Data<SandboxExecutionView>>, ApiError> {
-    let claims = auth.require(Role::Deployer)?;
     let settings = &state.config().sandbox;
     let timeout_ms = match body.timeout_seconds {
         Some(0) => {
@@ -139,7 +138,7 @@ pub async fn execute(
     let sandbox = state.sandbox()?;
     // Each execution is recorded: it counts against the tenant's run quota and the
     // free-disk guard like a run.
-    state.admit_run(&tenant_of(claims))?;
+    state.admit_run(&tenant_of(&claims))?;
     let Prepared {
         runner,
         mut spec,
@@ -172,7 +171,7 @@ pub async fn execute(
     answer.code_sha256 = Some(code_sha256.clone());
     answer.created_by = Some(claims.sub.clone());
 
-    let record = record_of(&state, claims, &answer, &input, code_bytes)?;
+    let record = record_of(&state, &claims, &answer, &input, code_bytes)?;
     let stored = state.registry().record_sandbox_execution(record).await?;
     answer.created_at_ms = Some(stored.created_at_ms);
     tracing::info!(

@@ -23,7 +23,7 @@ use toolshed_registry::{
 };
 
 use crate::error::ApiError;
-use crate::extract::{Auth, Body};
+use crate::extract::{Admin, Auth, Body};
 use crate::login_limits::Attempt;
 use crate::state::{AppState, epoch_ms_in};
 use crate::{Json, views};
@@ -236,13 +236,12 @@ pub async fn change_password(
     ))]
 pub async fn update_user(
     State(state): State<AppState>,
-    auth: Auth,
+    Admin(claims): Admin,
     Path(username): Path<String>,
     Body(body): Body<UserChangeBody>,
 ) -> Result<Json<Data<UserView>>, ApiError> {
-    let claims = auth.require(Role::Admin)?;
     let role = body.role.as_deref().map(str::parse::<Role>).transpose()?;
-    let scope = crate::tenancy::scope_of(claims);
+    let scope = crate::tenancy::scope_of(&claims);
     if let Some(tenant) = &body.tenant {
         super::auth::check_username(tenant).map_err(|m| ApiError::field("tenant", m))?;
         // Moving a user between tenants touches two tenants: the organisation's owner's.
