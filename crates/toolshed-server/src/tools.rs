@@ -276,14 +276,20 @@ pub async fn complete_registration(
                 || reg.infer_description
                 || matches!(endpoint, Endpoint::Node { .. }) =>
         {
-            let inferred = dispatcher.infer_schema(&endpoint).await.map_err(|e| {
-                let field = if reg.file.input_schema.is_none() {
-                    "schema_definition"
-                } else {
-                    "endpoint"
-                };
-                ApiError::field(field, format!("reading the tool's code failed: {e}"))
-            })?;
+            let inferred = match dispatcher.infer_schema(&endpoint).await {
+                Ok(inferred) => inferred,
+                // A module that declares no schema of its own, registered with one: not a
+                // bread or Toren file (those declare theirs), so nothing more to read.
+                Err(_) if reg.file.input_schema.is_some() && !reg.infer_description => {
+                    return Ok(reg);
+                }
+                Err(e) => {
+                    return Err(ApiError::field(
+                        "schema_definition",
+                        format!("none given and inferring it failed: {e}"),
+                    ));
+                }
+            };
             if let Some(compat) = &inferred.compat {
                 reg.file.compat =
                     Some(serde_json::to_value(compat).map_err(|e| {

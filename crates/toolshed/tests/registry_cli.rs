@@ -745,7 +745,7 @@ fn failing_tools_exit_1_and_the_server_keeps_answering() {
 
     let cases: [(&str, &[&str]); 4] = [
         ("slow-down", &["TIMEOUT"]),
-        ("bail-out", &["sys.exit(3)", "giving up: none"]),
+        ("bail_out", &["sys.exit(3)", "giving up: none"]),
         ("garbage", &["not JSON", "hello, I am not JSON"]),
         ("flood", &["stdout"]),
     ];
@@ -775,7 +775,7 @@ fn failing_tools_exit_1_and_the_server_keeps_answering() {
         );
     }
     // --json prints the whole answer, with the same exit code.
-    let o = sh.run(&["registry", "tool", "run", "bail-out", "--json"]);
+    let o = sh.run(&["registry", "tool", "run", "bail_out", "--json"]);
     assert_eq!(code(&o), 1, "{}", stderr(&o));
     let run: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(run["status"], "completed");
@@ -792,18 +792,28 @@ fn failing_tools_exit_1_and_the_server_keeps_answering() {
     let o = sh.run(&["runs", "show", run_id]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let shown = stdout(&o);
-    assert!(shown.contains("call 0 (bail-out)"), "{shown}");
+    assert!(shown.contains("call 0 (bail_out)"), "{shown}");
     assert!(shown.contains("  stderr:\n    giving up: none"), "{shown}");
     let show = sh.json(&["runs", "show", run_id, "--json"]);
     assert_eq!(
         show["calls"][0]["diagnostics"]["stderr"],
         "giving up: none\n"
     );
+    // The tool printed nothing: no stdout is recorded (the runner's protocol line
+    // with its error is not the tool's output; the error itself is the call's).
     assert!(
         show["calls"][0]["diagnostics"]["stdout"]
             .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{show}"
+    );
+    assert!(
+        show["calls"][0]["error"]["message"]
+            .as_str()
             .unwrap()
-            .contains("sys.exit(3)")
+            .contains("sys.exit(3)"),
+        "{show}"
     );
 }
 
