@@ -8,6 +8,8 @@
 mod common;
 
 use common::TestServer;
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 const ACCEPT: &str = "application/json, text/event-stream";
@@ -1611,4 +1613,77 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
     fn make_writer(&'a self) -> Log {
         self.clone()
     }
+}
+
+/// The status of the newest run `token` sees, polled until `want` (at most 60 s), while
+/// `call` (a request that may end once the run is cancelled) goes on.
+async fn newest_run_becomes(
+    s: &TestServer,
+    token: &str,
+    want: &str,
+    call: &mut std::pin::Pin<
+        &mut impl std::future::Future<Output = (u16, Option<String>, Vec<Value>, String)>,
+    >,
+    call_may_end: bool,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut ended = false;
+    loop {
+        let (_, page) = s.call("GET", "/api/v1/runs", Some(token), None).await;
+        if page["data"][0]["status"] == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {want} run in 60 s: {page}"
+        );
+        tokio::select! {
+            answered = call.as_mut(), if !ended => {
+                assert!(call_may_end, "the call ended before it was cancelled: {answered:?}");
+                ended = true;
+            }
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_call_its_client_cancels_leaves_its_run_cancelled() {
+    let s = TestServer::start().await;
+    let path = s.write(
+        "forever.py",
+        "import time\n\ndef forever():\n    \"\"\"Runs until it is stopped.\"\"\"\n    while True:\n        time.sleep(0.05)\n",
+    );
+    let (status, answer) = s
+        .call(
+            "POST",
+            "/api/v1/registry/tools",
+            Some(&s.admin),
+            Some(json!({"name": "forever", "description": "Never ends.", "endpoint": format!("python:{path}"), "effects": "sandbox"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let token = s.deployer.clone();
+    let sid = session(&s, &token).await;
+    let call = post(
+        &s,
+        Some(&token),
+        Some(&sid),
+        &[],
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "forever", "arguments": {}}}),
+    );
+    let mut call = std::pin::pin!(call);
+    // Visible while it runs, then cancelled by the client's notification (the call's
+    // request stays open until the run is cancelled).
+    newest_run_becomes(&s, &token, "running", &mut call, false).await;
+    let (status, _, _, _) = post(
+        &s,
+        Some(&token),
+        Some(&sid),
+        &[],
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "the user stopped it"}}),
+    )
+    .await;
+    assert_eq!(status, 202);
+    newest_run_becomes(&s, &token, "cancelled", &mut call, true).await;
 }
