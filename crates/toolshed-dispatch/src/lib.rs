@@ -28,8 +28,8 @@
 //! ## Writing tools
 //!
 //! - **Python**: a plain function; the runner calls `fn(**args)`. `async def` works,
-//!   and so do generators and async generators (every value yielded but the last is a
-//!   partial result). An exception becomes an error line (`"ValueError: …"`, code the
+//!   and so do generators and async generators (every value yielded is a partial
+//!   result as it is yielded, and the last is the result too). An exception becomes an error line (`"ValueError: …"`, code the
 //!   exception's `code` attribute or its type name). A parameter named `ctx` receives
 //!   the call's context (`ctx.run_id`, `ctx.idempotency_key`, `ctx.credentials["NAME"]`,
 //!   …). `print()` and anything else written to stdout go to stderr (the tool's log);

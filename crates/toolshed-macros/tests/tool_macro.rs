@@ -463,7 +463,8 @@ fn a_streaming_tool_returns_its_last_item_and_streams_the_rest() {
                 c.payload.clone().unwrap()
             })
             .collect();
-        assert_eq!(partials, [json!(1), json!(2), json!(3)]);
+        // Every item is a partial as it comes, the last one the result too.
+        assert_eq!(partials, [json!(1), json!(2), json!(3), json!(4)]);
         assert!(
             refuse_stream_tool().spec().streaming,
             "Result<Streaming<T>, E>"

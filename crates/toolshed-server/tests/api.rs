@@ -933,7 +933,7 @@ async fn a_dispatched_stream_records_its_partials_in_the_run() {
     let a = Some(s.admin.as_str());
     let py = s.write(
         "counter.py",
-        "def counter(n: int = 3):\n    \"\"\"Count; each value but the last is a partial.\"\"\"\n    for i in range(n):\n        yield {\"i\": i}\n",
+        "def counter(n: int = 3):\n    \"\"\"Count; each value is a partial, the last the result.\"\"\"\n    for i in range(n):\n        yield {\"i\": i}\n",
     );
     let (status, answer) = s
         .call(
