@@ -340,7 +340,7 @@ pub struct RevokedSession {
     pub expires_at_ms: i64,
 }
 
-/// A session's live refresh token ([`RegistryStore::record_refresh`]).
+/// A session's live refresh token ([`crate::RegistryStore::record_refresh`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRefresh {
     /// The session id its tokens carry (`Claims::sid` of toolshed-auth).
@@ -353,7 +353,7 @@ pub struct SessionRefresh {
     pub expires_at_ms: i64,
 }
 
-/// A refresh token presented for new tokens ([`RegistryStore::spend_refresh`]).
+/// A refresh token presented for new tokens ([`crate::RegistryStore::spend_refresh`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpendRefresh {
     /// The session id the presented token carries.

@@ -50,7 +50,7 @@ pub fn print(text: &str) {
     print_raw(&toolshed_core::text::for_display(text));
 }
 
-/// [`print`] for stderr: a diagnostic that may quote a tool or a server.
+/// [`print()`] for stderr: a diagnostic that may quote a tool or a server.
 pub fn eprint(text: &str) {
     eprintln!("{}", toolshed_core::text::for_display(text));
 }
@@ -84,7 +84,7 @@ pub fn print_json(value: &serde_json::Value) {
 }
 
 /// Render rows as an aligned table with a header; the last column is not padded and is
-/// cut to `max_last` characters. Cells are shown as [`print`] shows text (escapes and
+/// cut to `max_last` characters. Cells are shown as [`print()`] shows text (escapes and
 /// hidden characters as `\u{…}`), before their widths are measured.
 pub fn table(header: &[&str], rows: &[Vec<String>], max_last: usize) -> String {
     let rows: Vec<Vec<String>> = rows
