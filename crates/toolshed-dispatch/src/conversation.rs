@@ -280,7 +280,10 @@ impl Conversation {
             match read {
                 Ok(LineRead::Line) => {
                     self.used += self.line.len();
-                    self.stdout.extend_from_slice(&self.line);
+                    if !self.runner {
+                        // A runner's protocol lines are not the tool's output.
+                        self.stdout.extend_from_slice(&self.line);
+                    }
                     let trimmed = trim_newline(&self.line);
                     if trimmed.iter().all(u8::is_ascii_whitespace) {
                         continue;
@@ -392,19 +395,24 @@ impl Conversation {
         Ok(())
     }
 
+    /// The stdout a person is shown: what the tool printed (relayed by its runner), or
+    /// for any other process the lines it wrote.
+    fn shown_stdout(&mut self) -> String {
+        if self.runner {
+            std::mem::take(&mut self.printed)
+        } else {
+            String::from_utf8_lossy(&self.stdout).into_owned()
+        }
+    }
+
     /// End the conversation and report what the process left. A one-shot process gets
     /// `exit_grace` to exit (then whatever it left running is killed with its group), or
     /// is killed; a pooled worker that answered cleanly goes back to its pool, any other
     /// is killed (and the pool starts a replacement).
     pub async fn finish(mut self) -> Diagnostics {
         let healthy = self.answered && !self.broken;
-        let stdout = if self.runner {
-            std::mem::take(&mut self.printed)
-        } else {
-            String::from_utf8_lossy(&self.stdout).into_owned()
-        };
         let mut diagnostics = Diagnostics {
-            stdout,
+            stdout: self.shown_stdout(),
             stdout_truncated: self.stdout_truncated,
             asks: std::mem::take(&mut self.asks),
             ..Diagnostics::default()
@@ -470,13 +478,17 @@ impl Drop for Conversation {
     /// was cancelled, the caller went away) leaves what it saw in its sink; dropping the
     /// worker then kills the process group.
     fn drop(&mut self) {
+        if self.worker.is_none() || self.sink.is_none() {
+            return;
+        }
+        let stdout = self.shown_stdout();
         let (Some(worker), Some(sink)) = (self.worker.as_mut(), &self.sink) else {
             return;
         };
         let proc = worker.proc();
         let (stderr, stderr_truncated) = proc.stderr_so_far();
         let mut left = Diagnostics {
-            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
+            stdout,
             stdout_truncated: self.stdout_truncated,
             stderr,
             stderr_truncated,

@@ -396,6 +396,27 @@ mod tests {
     }
 
     #[test]
+    fn stdout_and_end_lines_take_only_their_own_shape() {
+        assert_eq!(
+            check(r#"{"id":"r1","stdout":"hi\n"}"#),
+            Ok(Line::Stdout("hi\n".into()))
+        );
+        assert_eq!(check(r#"{"id":"r1","end":true}"#), said(Message::End));
+        // A hostile tool's variations are bad lines, never a result.
+        for bad in [
+            r#"{"id":"r1","stdout":5}"#,
+            r#"{"id":"r1","stdout":{"result":1}}"#,
+            r#"{"id":"r1","end":false}"#,
+            r#"{"id":"r1","end":"true"}"#,
+            r#"{"id":"r1","end":true,"result":1}"#,
+            r#"{"id":"r1","stdout":"x","partial":1}"#,
+            r#"{"id":"r2","stdout":"another call's"}"#,
+        ] {
+            assert!(check(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn valid_lines() {
         assert_eq!(
             check(r#"{"id":"r1","result":{"a":1}}"#),

@@ -81,6 +81,24 @@ async fn output_that_is_not_json_is_quoted() {
 }
 
 #[tokio::test]
+async fn an_end_with_no_partial_before_it_is_refused() {
+    let err = dispatcher(Mode::OneShot)
+        .execute(
+            &endpoint("exec", "end_first.sh"),
+            Request::new("ender", json!({})),
+        )
+        .await
+        .result
+        .unwrap_err();
+    assert_eq!(dispatch_code(&err), "PROTOCOL_VIOLATION");
+    assert!(
+        err.message
+            .contains("an `end` line came before any partial result"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn an_answer_to_another_request_is_refused() {
     let err = dispatcher(Mode::OneShot)
         .execute(
