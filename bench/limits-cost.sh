@@ -22,15 +22,12 @@ CALLS="${5:-200}"
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 2; }
 # shellcheck source=bench/lib/serve.sh
 . bench/lib/serve.sh
+# shellcheck source=bench/lib/wrk.sh
+. bench/lib/wrk.sh
 WORK="$(mktemp -d)"
 trap 'serve_stop; rm -rf "$WORK"' EXIT
 
-cat >"$WORK/execute.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"args": {}}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN")
-LUA
+wrk_execute_script "$WORK/execute.lua"
 cat >"$WORK/sandbox.py" <<'PY'
 import http.client, json, statistics, sys, time, urllib.parse
 url, token, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -51,19 +48,6 @@ for i in range(calls + 10):
         times.append(elapsed)
 print(f"{statistics.median(times):.3f}")
 PY
-wrk_row() { # wrk output file -> "req/s p50_ms"
-  python3 - "$1" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"^\s*50%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
-v, u = float(m.group(1)), m.group(2)
-p50 = v / 1000 if u == "us" else v * 1000 if u == "s" else v
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-assert not non2xx, f"non-2xx answers: {non2xx.group(1)}"
-print(f"{rps:.0f} {p50:.3f}")
-PY
-}
 
 echo "# limits cost: $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds"
 echo "# before: $BEFORE"
