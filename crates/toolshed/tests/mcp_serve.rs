@@ -5,12 +5,15 @@
 //! stdlib; and `toolshed mcp config` for each client.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::{Served, serve_with};
 use serde_json::{Value, json};
 
 struct Peer {
@@ -336,54 +339,8 @@ fn mcp_config_prints_each_clients_snippet() {
 }
 
 /// A `toolshed serve` on a free port; its URL.
-struct Served {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve() -> Served {
     serve_with(&[])
-}
-
-fn serve_with(args: &[&str]) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("server.db").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(args)
-        .current_dir(dir.path())
-        .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
-        .env("TOOLSHED_DATABASE_URL", &db)
-        .env("TOOLSHED_ADMIN_PASSWORD", "admin-password-1")
-        .env_remove("TOOLSHED_JWT_SECRET")
-        .env_remove("TOOLSHED_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .trim()
-        .strip_prefix("toolshed registry listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_owned();
-    Served {
-        child,
-        url,
-        _dir: dir,
-    }
 }
 
 /// `toolshed login` as the server's admin, the token kept under `config`.
@@ -394,7 +351,7 @@ fn login_admin(server: &Served, config: &str) {
             "--username",
             "admin",
             "--password",
-            "admin-password-1",
+            common::ADMIN_PASSWORD,
         ])
         .env("TOOLSHED_URL", &server.url)
         .env("TOOLSHED_CONFIG_DIR", config)

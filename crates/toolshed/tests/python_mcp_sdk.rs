@@ -10,10 +10,12 @@
 //! the virtual environment `scripts/test` makes.
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Served, serve_with};
 use serde_json::{Value, json};
 
 const CLIENT: &str = concat!(
@@ -176,51 +178,6 @@ fn stdio(mode: &[&str], version: &str) {
     check(&seen, version);
 }
 
-struct Served {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve() -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("server.db").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolshed"))
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .current_dir(dir.path())
-        .env("TOOLSHED_CACHE_DIR", dir.path().join("cache"))
-        .env("TOOLSHED_DATABASE_URL", &db)
-        .env("TOOLSHED_ADMIN_PASSWORD", "admin-password-1")
-        .env_remove("TOOLSHED_JWT_SECRET")
-        .env_remove("TOOLSHED_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .trim()
-        .strip_prefix("toolshed registry listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_owned();
-    Served {
-        child,
-        url,
-        _dir: dir,
-    }
-}
-
 fn cli(server: &Served, config: &Path, args: &[&str]) {
     let o = Command::new(env!("CARGO_BIN_EXE_toolshed"))
         .args(args)
@@ -238,7 +195,7 @@ fn cli(server: &Served, config: &Path, args: &[&str]) {
 
 #[test]
 fn the_python_sdk_in_its_default_mode_uses_the_registrys_mcp_endpoint() {
-    let server = serve();
+    let server = serve_with(&[]);
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
     let config = h.join("config");
@@ -250,7 +207,7 @@ fn the_python_sdk_in_its_default_mode_uses_the_registrys_mcp_endpoint() {
             "--username",
             "admin",
             "--password",
-            "admin-password-1",
+            common::ADMIN_PASSWORD,
         ],
     );
     for (file, name, source) in TOOLS {
@@ -281,6 +238,6 @@ fn the_python_sdk_in_its_default_mode_uses_the_registrys_mcp_endpoint() {
         &config,
         &["registry", "tool", "push", gated.to_str().unwrap()],
     );
-    let seen = client(&["http", &server.url, "admin", "admin-password-1"], &[]);
+    let seen = client(&["http", &server.url, "admin", common::ADMIN_PASSWORD], &[]);
     check(&seen, "2026-07-28");
 }
